@@ -1,0 +1,5 @@
+import sys
+
+from ppsd.cli import main
+
+sys.exit(main())

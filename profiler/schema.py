@@ -1,0 +1,326 @@
+"""The profile folder: the one contract between the profiler and everything else.
+
+Torch-free on purpose: `sim/` and `dashboard/` read profiles through this module.
+
+A profile folder holds
+  profile.json        metadata + latency tables (schema below, versioned by `schema_version`)
+  acceptance.csv.gz   long table, one row per (head, prompt, exit layer, position):
+                      head, prompt_id, category, exit_layer, position, match (0/1), beta (float)
+  generations.jsonl   one object per prompt: prompt_id, category, prompt, prompt_tokens, token_ids
+
+profile.json (schema_version 1):
+  schema_version: 1
+  kind: "measured" | "estimated"
+  created: ISO-8601 UTC time
+  model: {id, source, architecture, num_layers, hidden_size, vocab_size, dtype, max_context}
+  hardware: {device ("cpu"|"cuda"), device_name, cores, threads, gpu_count}
+  versions: {ppsd, python, torch, transformers}
+  timing: {method ("perf_counter"|"cuda_event"|"roofline"), warmup, repeats}
+  latency:
+    n_values: [1, 2, 4, 8, 16]          new tokens per step
+    context_values: [64, 256, 1024]     tokens already in the KV cache
+    layers:  {median_ms, p10_ms, p90_ms}: [num_layers][len(n_values)][len(context_values)]
+    embedding: {median_ms, p10_ms, p90_ms}: [len(n_values)]
+    head:      {median_ms, p10_ms, p90_ms}: [len(n_values)]   final norm + LM head
+    exit_heads: {name: {kind, params, median_ms, p10_ms, p90_ms}}  optional; drafting cost of an
+                exit head other than the shared one (the shared one costs `head`)
+    hop: {backend, bytes, median_ms, p10_ms, p90_ms, repeats}  one-way hidden-state message
+    corun: {processes: [1, 2, ...], slowdown: [1.0, ...], p10: [...], p90: [...]}
+           per-layer time with p processes working at once / time alone
+    whole_step: {context, median_ms, sum_of_parts_ms, ratio, note}
+  acceptance: null or {file, generations_file, temperature, max_new_tokens, prompt_set,
+                       num_prompts, categories: [...], heads: [...]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ppsd.errors import UserError
+from ppsd.paths import atomic_write_json, atomic_write_text
+
+SCHEMA_VERSION = 1
+PROFILE_FILE = "profile.json"
+ACCEPTANCE_FILE = "acceptance.csv.gz"
+GENERATIONS_FILE = "generations.jsonl"
+ACCEPTANCE_COLUMNS = ["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"]
+SHARED_HEAD = "shared"
+
+
+def _bad(path: Path, what: str) -> UserError:
+    return UserError(
+        f"profile {path} is malformed: {what}",
+        "re-create it with `ppsd profile --out DIR` (or pick another folder)",
+    )
+
+
+@dataclass
+class StatTable:
+    """median / p10 / p90 in ms over some grid; arrays keep the grid's shape."""
+
+    median_ms: np.ndarray
+    p10_ms: np.ndarray
+    p90_ms: np.ndarray
+
+    @classmethod
+    def from_json(cls, obj: dict, shape: tuple[int, ...], path: Path, name: str) -> StatTable:
+        try:
+            arrays = [np.asarray(obj[k], dtype=float) for k in ("median_ms", "p10_ms", "p90_ms")]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _bad(path, f"latency.{name} lacks median_ms/p10_ms/p90_ms ({exc})") from None
+        for a in arrays:
+            if a.shape != shape:
+                raise _bad(path, f"latency.{name} has shape {a.shape}, expected {shape}")
+            if not np.all(np.isfinite(a)) or np.any(a < 0):
+                raise _bad(path, f"latency.{name} has negative or non-finite times")
+        return cls(*arrays)
+
+    def to_json(self) -> dict:
+        return {k: np.round(getattr(self, k), 6).tolist() for k in ("median_ms", "p10_ms", "p90_ms")}
+
+
+def _interp(x: float, grid: np.ndarray, values: np.ndarray) -> float:
+    """Linear in x between grid points; linear extrapolation past the ends (context keeps growing),
+    never below zero."""
+    if len(grid) == 1:
+        return float(values[0])
+    if x <= grid[0]:
+        i = 0
+    elif x >= grid[-1]:
+        i = len(grid) - 2
+    else:
+        i = int(np.searchsorted(grid, x)) - 1
+    x0, x1 = grid[i], grid[i + 1]
+    y0, y1 = values[i], values[i + 1]
+    y = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return float(max(y, 0.0))
+
+
+@dataclass
+class Profile:
+    """A loaded, validated profile folder. `meta` is the raw profile.json."""
+
+    path: Path
+    meta: dict
+    layers: StatTable
+    embedding: StatTable
+    head: StatTable
+    n_values: np.ndarray
+    context_values: np.ndarray
+    _acceptance: Any = field(default=None, repr=False)
+
+    # --- metadata -------------------------------------------------------------------------
+    @property
+    def model_id(self) -> str:
+        return self.meta["model"]["id"]
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.meta["model"]["num_layers"])
+
+    @property
+    def kind(self) -> str:
+        return self.meta.get("kind", "measured")
+
+    @property
+    def device_name(self) -> str:
+        return self.meta["hardware"].get("device_name", self.meta["hardware"].get("device", "?"))
+
+    @property
+    def latency(self) -> dict:
+        return self.meta["latency"]
+
+    # --- timings (ms) ---------------------------------------------------------------------
+    def layer_ms(self, layer: int, n: float = 1, context: float | None = None, stat: str = "median_ms") -> float:
+        """Time of decoder layer `layer` (0-based) for n new tokens at context length `context`
+        (default: the smallest profiled context), interpolated over the profiled grid."""
+        table = getattr(self.layers, stat)[layer]
+        ctx = self.context_values[0] if context is None else context
+        per_n = np.array([_interp(ctx, self.context_values, table[i]) for i in range(len(self.n_values))])
+        return _interp(n, self.n_values, per_n)
+
+    def head_ms(self, n: float = 1, stat: str = "median_ms") -> float:
+        return _interp(n, self.n_values, getattr(self.head, stat))
+
+    def embed_ms(self, n: float = 1, stat: str = "median_ms") -> float:
+        return _interp(n, self.n_values, getattr(self.embedding, stat))
+
+    def exit_head_ms(self, head: str = SHARED_HEAD, n: float = 1) -> float:
+        """Drafting cost of an exit head; the shared head costs what the final norm + LM head cost."""
+        if head == SHARED_HEAD:
+            return self.head_ms(n)
+        heads = self.latency.get("exit_heads") or {}
+        if head not in heads:
+            raise UserError(f"profile {self.path} has no exit head named {head!r}",
+                            f"use one of: {', '.join([SHARED_HEAD, *heads])}")
+        return _interp(n, self.n_values, np.asarray(heads[head]["median_ms"], dtype=float))
+
+    def hop_ms(self) -> float:
+        hop = self.latency.get("hop") or {}
+        return float(hop.get("median_ms", 0.0))
+
+    def corun_slowdown(self, processes: int) -> float:
+        """Factor by which each of `processes` concurrently working stages slows down on this
+        machine (1.0 alone). Past the measured range the last factor holds."""
+        corun = self.latency.get("corun") or {}
+        procs = corun.get("processes") or [1]
+        slow = corun.get("slowdown") or [1.0]
+        if processes <= 1:
+            return 1.0
+        return float(_interp(processes, np.asarray(procs, float), np.asarray(slow, float)))
+
+    # --- acceptance -----------------------------------------------------------------------
+    @property
+    def has_acceptance(self) -> bool:
+        return bool(self.meta.get("acceptance")) and (self.path / self.meta["acceptance"]["file"]).exists()
+
+    @property
+    def acceptance(self):
+        """pandas DataFrame with ACCEPTANCE_COLUMNS (loaded on first use)."""
+        if self._acceptance is None:
+            if not self.has_acceptance:
+                raise UserError(f"profile {self.path} has no acceptance data",
+                                "re-run `ppsd profile` without --skip-acceptance, or use --acceptance bernoulli --alpha A")
+            self._acceptance = read_acceptance(self.path / self.meta["acceptance"]["file"])
+        return self._acceptance
+
+    def categories(self) -> list[str]:
+        return sorted(self.acceptance["category"].unique().tolist())
+
+    def heads(self) -> list[str]:
+        return sorted(self.acceptance["head"].unique().tolist())
+
+    def alpha_by_exit(self, category: str | None = None, head: str = SHARED_HEAD) -> dict[int, float]:
+        df = self.acceptance
+        df = df[df["head"] == head]
+        if category is not None:
+            df = df[df["category"] == category]
+        return {int(k): float(v) for k, v in df.groupby("exit_layer")["match"].mean().items()}
+
+    def generations(self) -> list[dict]:
+        acc = self.meta.get("acceptance") or {}
+        path = self.path / acc.get("generations_file", GENERATIONS_FILE)
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_acceptance(path: Path):
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the same user problem
+        raise _bad(path.parent, f"cannot read {path.name} ({exc})") from None
+    if "head" not in df.columns:
+        df.insert(0, "head", SHARED_HEAD)
+    missing = [c for c in ACCEPTANCE_COLUMNS if c not in df.columns]
+    if missing:
+        raise _bad(path.parent, f"{path.name} lacks columns {missing}")
+    return df
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile folder (or its profile.json); raise UserError on any problem."""
+    path = Path(path)
+    if path.is_file() and path.name == PROFILE_FILE:
+        path = path.parent
+    file = path / PROFILE_FILE
+    if not path.exists():
+        raise UserError(f"profile folder {path} does not exist", "give a folder written by `ppsd profile --out DIR`")
+    if not file.exists():
+        raise UserError(f"{path} is not a profile folder (no {PROFILE_FILE})",
+                        "give a folder written by `ppsd profile --out DIR`")
+    try:
+        meta = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _bad(path, f"{PROFILE_FILE} is not valid JSON ({exc.__class__.__name__})") from None
+    if not isinstance(meta, dict):
+        raise _bad(path, f"{PROFILE_FILE} is not a JSON object")
+    version = meta.get("schema_version")
+    if version is None:
+        raise UserError(f"profile {path} has no schema_version",
+                        f"re-create it with this ppsd's `ppsd profile` (schema {SCHEMA_VERSION})")
+    if version != SCHEMA_VERSION:
+        raise UserError(f"profile {path} has schema_version {version!r}, this ppsd reads {SCHEMA_VERSION}",
+                        "re-create it with this ppsd's `ppsd profile`")
+    try:
+        model = meta["model"]
+        num_layers = int(model["num_layers"])
+        lat = meta["latency"]
+        n_values = np.asarray(lat["n_values"], dtype=float)
+        ctx_values = np.asarray(lat["context_values"], dtype=float)
+        meta["hardware"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _bad(path, f"missing or invalid field {exc}") from None
+    if num_layers < 2:
+        raise _bad(path, f"num_layers is {num_layers}; early exit needs at least 2 layers")
+    for name, grid in (("n_values", n_values), ("context_values", ctx_values)):
+        if grid.ndim != 1 or len(grid) == 0 or np.any(np.diff(grid) <= 0):
+            raise _bad(path, f"latency.{name} must be a non-empty increasing list")
+    shape3 = (num_layers, len(n_values), len(ctx_values))
+    shape1 = (len(n_values),)
+    for key in ("layers", "embedding", "head"):
+        if key not in lat:
+            raise _bad(path, f"latency.{key} is missing")
+    profile = Profile(
+        path=path,
+        meta=meta,
+        layers=StatTable.from_json(lat["layers"], shape3, path, "layers"),
+        embedding=StatTable.from_json(lat["embedding"], shape1, path, "embedding"),
+        head=StatTable.from_json(lat["head"], shape1, path, "head"),
+        n_values=n_values,
+        context_values=ctx_values,
+    )
+    acc = meta.get("acceptance")
+    if acc and not (path / acc.get("file", ACCEPTANCE_FILE)).exists():
+        raise _bad(path, f"profile.json names {acc.get('file')} but the file is missing")
+    return profile
+
+
+def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: list[dict] | None = None) -> Path:
+    """Write a profile folder's files atomically (each file via temp + rename). `meta` must follow
+    the schema above; `acceptance` is a DataFrame with ACCEPTANCE_COLUMNS."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(meta)
+    meta["schema_version"] = SCHEMA_VERSION
+    if acceptance is not None:
+        import io
+        import gzip
+
+        df = acceptance[ACCEPTANCE_COLUMNS]
+        buf = io.StringIO()
+        df.to_csv(buf, index=False, float_format="%.4g")
+        data = gzip.compress(buf.getvalue().encode(), mtime=0)
+        from ppsd.paths import atomic_write_bytes
+
+        atomic_write_bytes(out / ACCEPTANCE_FILE, data)
+        meta.setdefault("acceptance", {})
+        meta["acceptance"] = {**(meta["acceptance"] or {}), "file": ACCEPTANCE_FILE}
+    if generations is not None:
+        atomic_write_text(out / GENERATIONS_FILE, "".join(json.dumps(g) + "\n" for g in generations))
+        meta["acceptance"] = {**(meta.get("acceptance") or {}), "generations_file": GENERATIONS_FILE}
+    atomic_write_json(out / PROFILE_FILE, _jsonable(meta))
+    return out
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        v = float(obj)
+        return v if math.isfinite(v) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj

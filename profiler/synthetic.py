@@ -1,0 +1,94 @@
+"""Profiles made from a few numbers, without a model (torch-free).
+
+Used by `ppsd simulate --synthetic-layers N --layer-ms T --head-ms H --alpha A`, by tests and by the
+dashboard's what-if controls. Acceptance, when asked for, is a seeded Bernoulli(α) match table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from ppsd import __version__
+from profiler.schema import SCHEMA_VERSION, Profile, load_profile, save_profile
+
+
+def synthetic_meta(
+    num_layers: int = 30,
+    layer_ms: float | list[float] = 2.8,
+    head_ms: float = 12.6,
+    embed_ms: float = 0.13,
+    hop_ms: float = 0.0,
+    corun_slowdown: float = 1.0,
+    n_values=(1, 2, 4, 8, 16),
+    context_values=(64, 256, 1024),
+    per_token_fraction: float = 0.0,
+    model_id: str = "synthetic",
+) -> dict:
+    """profile.json content for uniform (or given per-layer) costs.
+
+    `per_token_fraction`: extra cost of each additional new token as a fraction of the one-token
+    time (0 = verifying γ+1 tokens costs the same as one, the memory-bound ideal)."""
+    layer = np.broadcast_to(np.asarray(layer_ms, dtype=float), (num_layers,))
+    n = np.asarray(n_values, dtype=float)
+    scale = 1.0 + per_token_fraction * (n - 1)
+    layers = np.repeat((layer[:, None] * scale[None, :])[:, :, None], len(context_values), axis=2)
+    head = head_ms * scale
+    emb = embed_ms * scale
+
+    def stat(a):
+        return {"median_ms": a.tolist(), "p10_ms": a.tolist(), "p90_ms": a.tolist()}
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "estimated",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": {"id": model_id, "source": "synthetic", "architecture": "synthetic", "num_layers": num_layers,
+                  "hidden_size": 0, "vocab_size": 0, "dtype": "n/a", "max_context": 1 << 20},
+        "hardware": {"device": "synthetic", "device_name": "synthetic", "cores": 0, "threads": 0, "gpu_count": 0},
+        "versions": {"ppsd": __version__, "python": platform.python_version()},
+        "timing": {"method": "synthetic", "warmup": 0, "repeats": 0},
+        "latency": {
+            "n_values": list(map(int, n)), "context_values": list(map(int, context_values)),
+            "layers": stat(layers), "embedding": stat(emb), "head": stat(head),
+            "hop": {"backend": "synthetic", "bytes": 0, "median_ms": hop_ms, "p10_ms": hop_ms, "p90_ms": hop_ms,
+                    "repeats": 0},
+            "corun": {"processes": [1, 2], "slowdown": [1.0, corun_slowdown], "p10": [1.0, corun_slowdown],
+                      "p90": [1.0, corun_slowdown]},
+            "whole_step": None,
+        },
+        "acceptance": None,
+    }
+
+
+def bernoulli_acceptance(num_layers: int, alpha_by_exit, prompts: int = 4, tokens: int = 64, seed: int = 0,
+                         categories=("writing", "math")):
+    """A seeded match table: exit E matches with probability alpha_by_exit(E) (callable or dict)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(prompts):
+        cat = categories[p % len(categories)]
+        for e in range(1, num_layers):
+            a = alpha_by_exit(e) if callable(alpha_by_exit) else alpha_by_exit[e]
+            m = (rng.random(tokens) < a).astype(int)
+            for pos in range(tokens):
+                rows.append(("shared", f"p{p}", cat, e, pos, int(m[pos]), float(a)))
+    return pd.DataFrame(rows, columns=["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"])
+
+
+def write_synthetic_profile(out_dir: str | Path, alpha_by_exit=None, seed: int = 0, **kwargs) -> Profile:
+    """Write a synthetic profile folder (with acceptance when alpha_by_exit is given) and load it."""
+    meta = synthetic_meta(**kwargs)
+    acc = None
+    if alpha_by_exit is not None:
+        acc = bernoulli_acceptance(meta["model"]["num_layers"], alpha_by_exit, seed=seed)
+        meta["acceptance"] = {"temperature": 1.0, "max_new_tokens": 64, "prompt_set": "synthetic",
+                              "num_prompts": int(acc["prompt_id"].nunique()),
+                              "categories": sorted(acc["category"].unique().tolist()), "heads": ["shared"]}
+    save_profile(out_dir, meta, acceptance=acc)
+    return load_profile(out_dir)

@@ -1,0 +1,200 @@
+"""Decoding plans and results: the vocabulary shared by the simulator and the real runtime.
+
+A prediction (`source="simulated"`) and a measurement (`source="measured"`) of the same Plan use
+the same Result type, so they can be laid side by side without translation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ppsd.errors import UserError
+
+MODES = ("ar", "eesd", "ppsd")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to decode.
+
+    mode         "ar" (one token per full pass), "eesd" (draft γ with the exit head, then verify),
+                 "ppsd" (pipeline: stage 1 ends at the exit layer and drafts while later stages verify)
+    exit_layer   E: the draft reads the hidden state after E decoder layers (1 <= E < N); None for AR
+    draft_len    γ, drafts per EESD round (ignored by AR and PPSD)
+    stage_bounds PPSD layer cut points (0 = b0 < b1 = E < ... < bk = N): stage i runs layers
+                 [b_i, b_{i+1}); None means "balanced by profiled time" (the simulator fills it in)
+    stages       k, number of PPSD stages (used when stage_bounds is None)
+    placement    device index of each stage; None = one device per stage
+    hop_ms       one-way stage-to-stage message time; None = the profile's measured hop
+    exit_head    which exit head drafts ("shared" = final norm + LM head)
+    """
+
+    mode: str
+    exit_layer: int | None = None
+    draft_len: int = 1
+    stage_bounds: tuple[int, ...] | None = None
+    stages: int = 2
+    placement: tuple[int, ...] | None = None
+    hop_ms: float | None = None
+    exit_head: str = "shared"
+
+    def __post_init__(self):
+        if self.stage_bounds is not None:
+            object.__setattr__(self, "stage_bounds", tuple(int(b) for b in self.stage_bounds))
+            object.__setattr__(self, "stages", len(self.stage_bounds) - 1)
+        if self.placement is not None:
+            object.__setattr__(self, "placement", tuple(int(d) for d in self.placement))
+
+    @property
+    def num_stages(self) -> int:
+        return self.stages if self.mode == "ppsd" else 1
+
+    def devices(self) -> tuple[int, ...]:
+        if self.mode != "ppsd":
+            return (0,)
+        return self.placement if self.placement is not None else tuple(range(self.num_stages))
+
+    def label(self) -> str:
+        if self.mode == "ar":
+            return "AR"
+        if self.mode == "eesd":
+            return f"EESD E={self.exit_layer} γ={self.draft_len}"
+        bounds = "" if self.stage_bounds is None else " [" + ",".join(map(str, self.stage_bounds)) + "]"
+        return f"PPSD E={self.exit_layer} k={self.num_stages}{bounds}"
+
+    def validate(self, num_layers: int, num_devices: int | None = None) -> Plan:
+        """Raise UserError naming the valid range for anything out of range; return self."""
+        if self.mode not in MODES:
+            raise UserError(f"unknown mode {self.mode!r}", f"use one of: {', '.join(MODES)}")
+        if self.mode == "ar":
+            return self
+        if self.exit_layer is None or not 1 <= int(self.exit_layer) <= num_layers - 1:
+            raise UserError(f"exit layer {self.exit_layer} is out of range for a {num_layers}-layer model",
+                            f"choose --exit between 1 and {num_layers - 1}")
+        if self.mode == "eesd" and not 1 <= self.draft_len <= 64:
+            raise UserError(f"draft length {self.draft_len} is out of range", "choose --draft-len between 1 and 64")
+        if self.mode == "ppsd":
+            k = self.num_stages
+            if k < 2:
+                raise UserError(f"PPSD needs at least 2 stages, got {k}", "use --stages 2 or more")
+            max_k = 1 + (num_layers - self.exit_layer)
+            if k > max_k:
+                raise UserError(f"{k} stages do not fit: stage 1 ends at layer {self.exit_layer} and only "
+                                f"{num_layers - self.exit_layer} layers remain",
+                                f"use --stages between 2 and {max_k}, or a smaller --exit")
+            b = self.stage_bounds
+            if b is not None:
+                if b[0] != 0 or b[-1] != num_layers or any(x >= y for x, y in zip(b, b[1:])):
+                    raise UserError(f"stage bounds {list(b)} must increase strictly from 0 to {num_layers}",
+                                    f"e.g. --stage-bounds 0,{self.exit_layer},{num_layers}")
+                if b[1] != self.exit_layer:
+                    raise UserError(f"stage 1 must end at the exit layer {self.exit_layer}, bounds are {list(b)}",
+                                    f"start the bounds with 0,{self.exit_layer}")
+            if self.placement is not None:
+                if len(self.placement) != k:
+                    raise UserError(f"placement lists {len(self.placement)} devices for {k} stages",
+                                    "give one device index per stage")
+                if num_devices is not None and max(self.placement) >= num_devices:
+                    raise UserError(f"placement uses device {max(self.placement)} but only {num_devices} exist",
+                                    f"use device indices 0..{num_devices - 1}")
+        if self.hop_ms is not None and self.hop_ms < 0:
+            raise UserError(f"hop latency {self.hop_ms} ms is negative", "give a hop latency >= 0")
+        return self
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stages"] = self.num_stages
+        for key in ("stage_bounds", "placement"):
+            if d[key] is not None:
+                d[key] = list(d[key])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Plan:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known})
+
+
+@dataclass
+class Event:
+    """One interval on one timeline row (a stage or a device). Times in seconds from run start.
+
+    name: "draft", "verify", "forward", "head", "hop", "flush", "prefill", "idle" ...
+    """
+
+    name: str
+    row: str
+    start_s: float
+    dur_s: float
+    token: int | None = None
+    args: dict = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    """What a plan did (measured) or would do (simulated)."""
+
+    plan: Plan
+    source: str  # "simulated" | "measured"
+    tokens: int
+    time_s: float
+    tokens_per_s: float
+    speedup_vs_ar: float | None = None
+    mean_accepted: float = 1.0  # tokens committed per verification round (AR: 1)
+    accepted_hist: dict[int, int] = field(default_factory=dict)  # accepted drafts a per round -> count
+    acceptance_rate: float | None = None  # accepted drafts / verified drafts
+    stage_busy: list[float] = field(default_factory=list)  # busy fraction per stage
+    device_busy: list[float] = field(default_factory=list)  # busy fraction per device
+    timeline: list[Event] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json_dict(self, timeline: bool = False) -> dict:
+        """Flat JSON object (the `--json` output of `ppsd simulate` and `ppsd run`)."""
+        p = self.plan
+        d = {
+            "source": self.source,
+            "mode": p.mode,
+            "exit_layer": p.exit_layer,
+            "draft_len": p.draft_len if p.mode == "eesd" else None,
+            "stages": p.num_stages,
+            "stage_bounds": list(p.stage_bounds) if p.stage_bounds else None,
+            "placement": list(p.devices()),
+            "hop_ms": p.hop_ms,
+            "exit_head": p.exit_head,
+            "tokens": self.tokens,
+            "time_s": self.time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "speedup_vs_ar": self.speedup_vs_ar,
+            "mean_accepted": self.mean_accepted,
+            "accepted_hist": {str(k): v for k, v in sorted(self.accepted_hist.items())},
+            "acceptance_rate": self.acceptance_rate,
+            "stage_busy": self.stage_busy,
+            "device_busy": self.device_busy,
+            **self.extra,
+        }
+        if timeline:
+            d["timeline"] = [asdict(e) for e in self.timeline]
+        return d
+
+    @classmethod
+    def from_json_dict(cls, d: dict) -> Result:
+        plan = Plan.from_dict({
+            "mode": d["mode"], "exit_layer": d.get("exit_layer"), "draft_len": d.get("draft_len") or 1,
+            "stage_bounds": d.get("stage_bounds"), "stages": d.get("stages") or 1,
+            "placement": d.get("placement") if d.get("mode") == "ppsd" else None,
+            "hop_ms": d.get("hop_ms"), "exit_head": d.get("exit_head", "shared"),
+        })
+        core = {"source", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "placement", "hop_ms",
+                "exit_head", "tokens", "time_s", "tokens_per_s", "speedup_vs_ar", "mean_accepted",
+                "accepted_hist", "acceptance_rate", "stage_busy", "device_busy", "timeline"}
+        return cls(
+            plan=plan, source=d.get("source", "simulated"), tokens=d["tokens"], time_s=d["time_s"],
+            tokens_per_s=d["tokens_per_s"], speedup_vs_ar=d.get("speedup_vs_ar"),
+            mean_accepted=d.get("mean_accepted", 1.0),
+            accepted_hist={int(k): v for k, v in (d.get("accepted_hist") or {}).items()},
+            acceptance_rate=d.get("acceptance_rate"), stage_busy=d.get("stage_busy") or [],
+            device_busy=d.get("device_busy") or [],
+            timeline=[Event(**e) for e in d.get("timeline") or []],
+            extra={k: v for k, v in d.items() if k not in core},
+        )
