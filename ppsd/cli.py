@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:  # part not written yet
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):  # part not written yet
                 continue
             raise
         module.register(sub)
