@@ -1,0 +1,68 @@
+"""The simulator's public API (torch-free): resolve a plan, simulate it, sweep every plan, recommend.
+
+Two engines implement one timing model (see `sim/engine.py` for the model in words):
+  "event"  the SimPy discrete-event model (reference; timelines come from it)
+  "fast"   an exact vectorised replay of the same model (sweeps); tested equal to "event".
+`sim/analytic.py` holds the closed forms for i.i.d. acceptance at a fixed context (the oracle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ppsd.errors import UserError
+from sim.plan import Plan, Result
+
+ENGINES = ("event", "fast")
+ACCEPTANCE_SOURCES = ("trace", "bernoulli")
+
+
+def resolve_plan(plan: Plan, profile) -> Plan:
+    """Fill what the plan leaves open: PPSD stage bounds balanced by profiled time (LM head counted
+    in the last stage, exit head in stage 1) when None, and the hop latency from the profile when
+    None. Validates the plan against the profile's layer count (UserError on bad input)."""
+    from sim.costs import resolve_plan as _resolve
+
+    return _resolve(plan, profile)
+
+
+def simulate(profile, plan: Plan, *, tokens: int | None = None, acceptance: str = "trace",
+             alpha: float | None = None, category: str | None = None,
+             prompt_ids: Sequence[str] | None = None, seed: int = 0, temperature: float = 0.0,
+             engine: str = "event", timeline: bool = False) -> Result:
+    """Simulate one plan on a profile and return a Result (source "simulated").
+
+    acceptance "trace": the profile's recorded match traces for the plan's exit layer (all prompts,
+    one category, or the given prompt ids); exact for greedy decoding. With temperature > 0 each
+    position is accepted with probability β_p instead (seeded). With tokens=None each selected
+    prompt's trace is replayed once at its own context length; with tokens=T the traces are tiled
+    (each prompt a separate generation) and cut to T tokens.
+    acceptance "bernoulli": a seeded Bernoulli(alpha) stream of `tokens` (default 2000) positions.
+    speedup_vs_ar is against AR on the same profile at the same contexts. timeline=True records
+    the event timeline (always from the event engine)."""
+    from sim.run import simulate as _simulate
+
+    return _simulate(profile, plan, tokens=tokens, acceptance=acceptance, alpha=alpha, category=category,
+                     prompt_ids=prompt_ids, seed=seed, temperature=temperature, engine=engine, timeline=timeline)
+
+
+def sweep(profile, *, devices: int = 4, gammas: Iterable[int] = range(1, 9), hop_ms: float | None = None,
+          alpha_scale: float = 1.0, temperature: float = 0.0, tokens: int = 2000, category: str | None = None,
+          exit_head: str = "shared") -> list[Result]:
+    """AR, EESD at every exit layer × γ, and PPSD at every exit layer × k ∈ 2..devices (default
+    balanced partition), each replaying `tokens` trace-driven tokens through the fast exact engine.
+    Sorted by predicted speedup, best first. alpha_scale ≠ 1 rescales every position's acceptance
+    (seeded). A profile without acceptance data is a UserError."""
+    from sim.run import sweep as _sweep
+
+    return _sweep(profile, devices=devices, gammas=gammas, hop_ms=hop_ms, alpha_scale=alpha_scale,
+                  temperature=temperature, tokens=tokens, category=category, exit_head=exit_head)
+
+
+def recommend(results: Sequence[Result]) -> tuple[Result, str]:
+    """The fastest plan and a one-line reason (names the runner-up scheme and AR's speed)."""
+    from sim.run import recommend as _recommend
+
+    if not results:
+        raise UserError("no simulated plans to choose from", "run a sweep over a profile first")
+    return _recommend(results)
