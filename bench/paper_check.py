@@ -74,13 +74,16 @@ def stage_aware_speedup(profile, exit_layer: int, k: int, alpha: float) -> dict:
 
 
 def simulated_speedup(profile, exit_layer: int, k: int, alpha: float) -> float | None:
+    """The simulator's PPSD speedup (fast engine, Bernoulli(α), balanced stages, the profile's hop);
+    None while sim.api (or the engine behind it) is not there yet."""
     try:
         from sim.api import simulate
         from sim.plan import Plan
+
+        res = simulate(profile, Plan(mode="ppsd", exit_layer=exit_layer, stages=k), tokens=2000,
+                       acceptance="bernoulli", alpha=alpha, seed=0, engine="fast")
     except ImportError:
         return None
-    res = simulate(profile, Plan(mode="ppsd", exit_layer=exit_layer, stages=k), tokens=2000,
-                   acceptance="bernoulli", alpha=alpha, seed=0)
     return res.speedup_vs_ar
 
 
