@@ -553,6 +553,19 @@ def add_analytic_arguments(parser: argparse.ArgumentParser) -> None:
                    help="override the fixed cost per kernel in µs")
     if not _has(parser, "--dtype"):
         g.add_argument("--dtype", default=None, help="weights and KV cache dtype: bf16 (default), fp16, fp32, fp8")
+    else:
+        # The measured profiler's --dtype has a CPU default (fp32); the estimate's default is bf16.
+        # Mark the existing action so run_analytic can tell "given" from "defaulted".
+        action = parser._option_string_actions["--dtype"]  # noqa: SLF001
+        base = type(action)
+
+        class _MarkGiven(base):  # type: ignore[misc, valid-type]
+            def __call__(self, parser, namespace, values, option_string=None):
+                setattr(namespace, "analytic_dtype_given", True)
+                super().__call__(parser, namespace, values, option_string)
+
+        action.__class__ = _MarkGiven
+        parser.set_defaults(analytic_dtype_given=False)
     if not _has(parser, "--seed"):
         g.add_argument("--seed", type=int, default=0, help="seed of the Bernoulli match table (--alpha-curve)")
     if not _has(parser, "--out"):
@@ -568,8 +581,8 @@ def run_analytic(args: argparse.Namespace) -> int:
     if not out:
         raise UserError("--analytic needs --out DIR", "name the profile folder to write")
     dtype = getattr(args, "dtype", None)
-    if dtype in (None, "auto"):
-        dtype = "bf16"  # the GPU default; a CPU profiler's fp32 default is passed through when given
+    if dtype in (None, "auto") or getattr(args, "analytic_dtype_given", True) is False:
+        dtype = "bf16"  # the GPU default, unless --dtype was given on the command line
     prof = write_analytic_profile(
         out, args.arch, args.hardware, dtype, getattr(args, "interconnect", None),
         acceptance_from=getattr(args, "acceptance_from", None), alpha_curve=getattr(args, "alpha_curve", None),

@@ -280,6 +280,23 @@ def test_cli_glue(tmp_path, capsys):
         run_analytic(_parser().parse_args(["--analytic", "--arch", "llama-2-7b", "--hardware", "h200"]))
 
 
+def test_cli_glue_reuses_an_existing_dtype_option(tmp_path):
+    def parser():
+        p = argparse.ArgumentParser(prog="ppsd profile")
+        p.add_argument("--out")
+        p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])  # the CPU profiler's
+        add_analytic_arguments(p)
+        return p
+
+    base = ["--analytic", "--arch", "llama-2-7b", "--hardware", "h100-sxm"]
+    args = parser().parse_args([*base, "--out", str(tmp_path / "a")])
+    assert args.dtype == "fp32"  # the measured path still sees its own default
+    run_analytic(args)
+    assert load_profile(tmp_path / "a").meta["model"]["dtype"] == "bf16"
+    run_analytic(parser().parse_args([*base, "--dtype", "fp32", "--out", str(tmp_path / "b")]))
+    assert load_profile(tmp_path / "b").meta["model"]["dtype"] == "fp32"
+
+
 def test_no_torch_imported():
     code = ("import sys, profiler.analytic, profiler.archs, profiler.hardware; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
