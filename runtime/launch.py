@@ -1,0 +1,232 @@
+"""Starting the PPSD stage processes and watching them.
+
+`run_local` forks (CPU: the stages inherit the already loaded model, nothing is re-read) or spawns
+(CUDA) one process per stage on this machine, rendezvous over tcp://127.0.0.1:PORT, and watches
+them: a stage that dies, or a pipeline that makes no progress for `timeout_s`, ends the run with
+a UserError after every stage process is gone. Children also die with the parent (PR_SET_PDEATHSIG).
+
+`run_torchrun` is the same stage code under torchrun (env:// rendezvous, one stage per rank), for
+pipelines across GPUs or nodes; rank 0 gathers every stage's log.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from multiprocessing.connection import wait as wait_sentinels
+from pathlib import Path
+
+from ppsd.errors import UserError
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def check_port(port: int) -> int:
+    if not 1 <= port <= 65535:
+        raise UserError(f"port {port} is out of range", "give --port between 1024 and 65535, or leave it out")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise UserError(f"port {port} is already taken on this machine",
+                            "choose another --port, or leave it out to pick a free one") from None
+    return port
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent dies, so no stage outlives `ppsd run`."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def keep_only_layers(model, start: int, end: int) -> None:
+    """Drop references to the decoder layers another stage owns (indices stay valid)."""
+    import torch
+
+    for i in range(model.num_layers):
+        if not start <= i < end:
+            model.layers[i] = torch.nn.Identity()
+
+
+def _stage_device(job, rank: int) -> str:
+    if job.device.startswith("cuda"):
+        import torch
+
+        return f"cuda:{rank % max(torch.cuda.device_count(), 1)}"
+    return job.device
+
+
+def _build_stage(rank: int, world: int, job, model, board, heartbeat):
+    import torch
+
+    from profiler.model import load_model
+    from runtime.pipeline import Stage
+
+    torch.set_num_threads(job.threads)
+    if model is None:
+        model = load_model(job.model_spec, _stage_device(job, rank), job.dtype, job.model_seed)
+    keep_only_layers(model, job.bounds[rank], job.bounds[rank + 1])
+    return Stage(rank, world, job, model, board, heartbeat)
+
+
+def _stage_main(rank, world, job, port, shared_epoch, heartbeat, out_dir, model) -> None:
+    _die_with_parent()
+    try:
+        import torch.distributed as dist
+
+        from runtime.pipeline import EpochBoard
+
+        stage = _build_stage(rank, world, job, model, EpochBoard(shared=shared_epoch), heartbeat)
+        heartbeat.value += 1  # loaded
+        backend = "nccl" if job.device.startswith("cuda") else "gloo"
+        if backend == "nccl":
+            import torch
+
+            torch.cuda.set_device(stage.dev)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=job.timeout_s))
+        log = stage.run()
+        Path(out_dir, f"rank{rank}.pkl.tmp").write_bytes(pickle.dumps(log))
+        os.replace(Path(out_dir, f"rank{rank}.pkl.tmp"), Path(out_dir, f"rank{rank}.pkl"))
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - report and leave; the parent turns it into a UserError
+        msg = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        try:
+            Path(out_dir, f"rank{rank}.err").write_text(msg + "\n" + traceback.format_exc())
+        except OSError:
+            pass
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: nothing left to flush, and it can stall on gloo threads
+
+
+def _stop_all(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 3
+    for p in procs:
+        p.join(max(deadline - time.monotonic(), 0.05))
+        if p.is_alive():
+            p.kill()
+            p.join(2)
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def run_local(job, model=None, port: int | None = None, start_method: str | None = None,
+              load_timeout_s: float = 300.0) -> list:
+    """Run `job` with one process per stage on this machine; return the StageLog of every rank."""
+    world = len(job.bounds) - 1
+    port = check_port(port) if port else free_port()
+    if start_method is None:
+        start_method = "spawn" if job.device.startswith("cuda") else "fork"
+    ctx = mp.get_context(start_method)
+    shared_epoch = ctx.RawValue("q", 0)
+    heartbeat = ctx.RawValue("q", 0)
+    inherit = model if start_method == "fork" else None
+    with tempfile.TemporaryDirectory(prefix="ppsd-stages-") as out_dir:
+        procs = [ctx.Process(target=_stage_main, name=f"ppsd-stage-{r + 1}", daemon=True,
+                             args=(r, world, job, port, shared_epoch, heartbeat, out_dir, inherit))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        try:
+            _watch(procs, heartbeat, world, job.timeout_s, load_timeout_s, out_dir)
+        finally:
+            _stop_all(procs)
+        logs = []
+        for r in range(world):
+            path = Path(out_dir, f"rank{r}.pkl")
+            if not path.exists():
+                raise UserError(f"PPSD stage {r + 1} ended without a result", "rerun; if it repeats, report it")
+            logs.append(pickle.loads(path.read_bytes()))
+        return logs
+
+
+def _watch(procs, heartbeat, world: int, timeout_s: float, load_timeout_s: float, out_dir: str) -> None:
+    last_beat, last_change = heartbeat.value, time.monotonic()
+    pending = {p.sentinel: (r, p) for r, p in enumerate(procs)}
+    while pending:
+        ready = wait_sentinels(list(pending), timeout=0.25)
+        for s in ready:
+            r, p = pending.pop(s)
+            p.join()
+            if p.exitcode != 0:
+                # the first stage to fail is the cause; the others fail because their peer went away
+                err = Path(out_dir, f"rank{r}.err")
+                why = err.read_text().splitlines()[0] if err.exists() else _describe_exit(p.exitcode)
+                raise UserError(f"PPSD stage {r + 1} of {world} died ({why}); the run was stopped and every "
+                                "stage process ended", "check memory and the stage's layers, then rerun")
+        beat = heartbeat.value
+        now = time.monotonic()
+        if beat != last_beat:
+            last_beat, last_change = beat, now
+            continue
+        limit = timeout_s if beat >= world else load_timeout_s  # loading counts separately
+        if pending and now - last_change > limit:
+            stuck = ", ".join(str(r + 1) for r, _ in pending.values())
+            raise UserError(f"the PPSD pipeline made no progress for {limit:.0f} s (stages still running: {stuck}); "
+                            "the run was stopped and every stage process ended",
+                            "a stage hung or is starved of CPU: use fewer --stages or raise --stage-timeout")
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+def run_torchrun(job) -> list | None:
+    """This process is one stage (rank from the environment). Rank 0 returns every rank's log."""
+    import torch.distributed as dist
+
+    from runtime.pipeline import EpochBoard
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world != len(job.bounds) - 1:
+        raise UserError(f"torchrun started {world} processes for a {len(job.bounds) - 1}-stage pipeline",
+                        f"use torchrun --nproc-per-node {len(job.bounds) - 1} (one stage per rank)")
+    backend = "nccl" if job.device.startswith("cuda") else "gloo"
+    dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=job.timeout_s))
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        store = _get_default_store()
+    except Exception:  # noqa: BLE001 - private API; without it middle stages just drop stale work later
+        store = None
+    if backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    stage = _build_stage(rank, world, job, None, EpochBoard(store=store), None)
+    log = stage.run()
+    group = dist.new_group(backend="gloo")  # objects travel on CPU whatever the data backend
+    logs = [None] * world if rank == 0 else None
+    dist.gather_object(log, logs, dst=0, group=group)
+    dist.destroy_process_group()
+    return logs

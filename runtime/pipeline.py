@@ -1,0 +1,445 @@
+"""PPSD stage processes: the message loop of each pipeline stage.
+
+Stage i (rank i) holds decoder layers [b_i, b_{i+1}) and its own KV cache; stage 1 also holds the
+embedding and the exit head (it drafts), the last stage the final norm + LM head (it verifies).
+
+Channels (torch.distributed point-to-point, isend/irecv, preallocated float/int buffers):
+  H  stage i -> i+1   header [kind, pos, epoch, length, seq] + hidden state (+ the layer-E state
+                      when sampling with k >= 3, so the verifier can recompute the draft's q)
+  P  stage i -> i+1   prefill payload (the prompt's hidden states; variable size, once a sequence)
+  D  stage 1 -> last  the draft proposed for pos + 1 [kind, pos, epoch, token]
+  V  last -> stage 1  the verdict on that draft [kind, pos, epoch, accepted, token, done]
+
+Flow: stage 1 sends token s on as soon as its layers are done, then drafts s+1 with the exit head
+and starts on it, keeping at most k tokens in flight. The last stage verifies: a rejection bumps
+the epoch and carries the corrected token back to stage 1, which crops its cache and restarts from
+it; every message carries its epoch, so the last stage drops stale work, middle stages drop it when
+the shared epoch board says so, and any stage crops its cache lazily to the position of the next
+message it processes. Receives are posted ahead (double buffering) so a message can land while the
+stage computes; posting order equals sending order per peer pair, which NCCL needs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from runtime.acceptance import ForcedTrace, Sampler
+from sim.plan import Event
+
+TOKEN, PREFILL, END, SHUTDOWN = 1, 2, 3, 4
+HDR = 5  # kind, pos, epoch, length, seq
+TAG_H, TAG_D, TAG_V, TAG_P = 0, 1, 2, 3
+RING = 8  # send/recv buffers per channel; more than the tokens that can be in flight
+
+
+@dataclass
+class PipelineJob:
+    """Everything a stage needs; identical on every rank (picklable)."""
+
+    model_spec: str
+    bounds: tuple[int, ...]
+    prompts: list[list[int]]
+    max_new: list[int]
+    temperature: float = 0.0
+    seed: int = 0
+    forced: list[ForcedTrace | None] | None = None
+    eos: tuple[int, ...] = ()
+    warmup: int = 1
+    repeats: int = 3
+    timeline_rep: int = 0  # measured repetition whose events are kept
+    timeout_s: float = 60.0
+    device: str = "cpu"
+    dtype: str = "float32"
+    model_seed: int = 0
+    threads: int = 1
+
+    @property
+    def schedule(self) -> list[tuple[int, int]]:
+        """(repetition, prompt index) in order; repetitions < 0 are warm-up."""
+        return [(r, i) for r in range(-self.warmup, self.repeats) for i in range(len(self.prompts))]
+
+
+@dataclass
+class StageLog:
+    """Per-rank record of a whole pipeline session (sent back to the launcher)."""
+
+    rank: int
+    seq_start: dict[int, float] = field(default_factory=dict)  # stage 1: when each sequence began
+    busy: dict[int, float] = field(default_factory=dict)  # decode-phase compute seconds per sequence
+    seqs: dict[int, dict] = field(default_factory=dict)  # last stage: tokens, times, rounds
+    events: list[Event] = field(default_factory=list)
+    flushes: int = 0
+    dropped: int = 0
+
+
+class EpochBoard:
+    """The latest epoch, readable by every stage without a message (middle stages use it to drop
+    stale work early): shared memory when spawned locally, the rendezvous store under torchrun."""
+
+    def __init__(self, shared=None, store=None):
+        self.shared, self.store = shared, store
+
+    @staticmethod
+    def key(seq: int, epoch: int) -> int:
+        """One monotonic number for (sequence, epoch), so a new sequence needs no reset."""
+        return seq * (1 << 24) + epoch
+
+    def get(self) -> int:
+        if self.shared is not None:
+            return int(self.shared.value)
+        if self.store is not None:
+            return int(self.store.add("ppsd_epoch", 0))
+        return 0
+
+    def set(self, epoch: int) -> None:
+        if self.shared is not None:
+            self.shared.value = epoch
+        elif self.store is not None:
+            self.store.add("ppsd_epoch", epoch - int(self.store.add("ppsd_epoch", 0)))
+
+
+class _SendRing:
+    """Preallocated send buffers; a buffer is reused only after its previous isend completed."""
+
+    def __init__(self, shape: int, dtype, device, peer: int, tag: int):
+        self.bufs = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(RING)]
+        self.works: list = [None] * RING
+        self.i, self.peer, self.tag = 0, peer, tag
+
+    def next(self) -> torch.Tensor:
+        self.i = (self.i + 1) % RING
+        if self.works[self.i] is not None:
+            self.works[self.i].wait()
+            self.works[self.i] = None
+        return self.bufs[self.i]
+
+    def send(self, buf: torch.Tensor) -> None:
+        self.works[self.i] = dist.isend(buf, self.peer, tag=self.tag)
+
+    def drain(self) -> None:
+        for j, w in enumerate(self.works):
+            if w is not None:
+                w.wait()
+                self.works[j] = None
+
+
+class _RecvRing:
+    """Receives posted ahead into a ring of buffers; `take()` waits for the oldest one."""
+
+    def __init__(self, shape: int, dtype, device, peer: int, tag: int):
+        self.bufs = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(RING)]
+        self.pending: deque = deque()
+        self.i, self.peer, self.tag = 0, peer, tag
+
+    def post(self) -> None:
+        self.i = (self.i + 1) % RING
+        buf = self.bufs[self.i]
+        self.pending.append((dist.irecv(buf, self.peer, tag=self.tag), buf))
+
+    def take(self) -> torch.Tensor:
+        if not self.pending:
+            self.post()
+        work, buf = self.pending.popleft()
+        work.wait()  # exactly once per work: a second wait on gloo blocks for a new message
+        return buf
+
+
+class Stage:
+    def __init__(self, rank: int, world: int, job: PipelineJob, model, board: EpochBoard, heartbeat=None):
+        self.rank, self.world, self.job, self.model, self.board = rank, world, job, model, board
+        self.heartbeat = heartbeat
+        self.first, self.last = rank == 0, rank == world - 1
+        self.start, self.end = job.bounds[rank], job.bounds[rank + 1]
+        self.exit_layer = job.bounds[1]
+        self.dev = model.device
+        self.H = model.hidden_size
+        # sampling with middle stages: the verifier needs the layer-E state to recompute q
+        self.carry = job.temperature > 0 and world > 2
+        self.width = self.H * (2 if self.carry else 1)
+        self.log = StageLog(rank)
+        self.row = f"stage {rank + 1}"
+        self.origin = 0.0  # events keep absolute perf_counter times (one clock for all local processes)
+        self.record = False
+        self.eos = set(job.eos)
+        i64, mdt = torch.long, model.dtype
+        if not self.first:
+            # fp32 message buffers whatever the model dtype: positions in the header stay exact
+            self.h_in = _RecvRing(HDR + self.width, torch.float32, self.dev, rank - 1, TAG_H)
+        if not self.last:
+            self.h_out = _SendRing(HDR + self.width, torch.float32, self.dev, rank + 1, TAG_H)
+        if self.first:
+            self.d_out = _SendRing(4, i64, self.dev, world - 1, TAG_D)
+            self.v_in = _RecvRing(6, i64, self.dev, world - 1, TAG_V)
+        if self.last:
+            self.d_in = _RecvRing(4, i64, self.dev, 0, TAG_D)
+            self.v_out = _SendRing(6, i64, self.dev, 0, TAG_V)
+
+    # --- helpers ----------------------------------------------------------------------------------
+    def _beat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.value += 1
+
+    def _event(self, name: str, start: float, end: float, token=None, **args) -> None:
+        if self.record:
+            self.log.events.append(Event(name, self.row, start - self.origin, end - start, token, args))
+
+    def _send_header(self, kind: int, pos: int = 0, epoch: int = 0, length: int = 0, seq: int = 0,
+                     hidden: torch.Tensor | None = None, carry: torch.Tensor | None = None) -> None:
+        buf = self.h_out.next()
+        buf[:HDR] = torch.tensor((kind, pos, epoch, length, seq), dtype=buf.dtype)
+        if hidden is not None:
+            buf[HDR:HDR + self.H].copy_(hidden.reshape(-1))
+            if carry is not None:
+                buf[HDR + self.H:].copy_(carry.reshape(-1))
+        self.h_out.send(buf)
+
+    def _send_payload(self, hidden: torch.Tensor, carry: torch.Tensor | None) -> None:
+        flat = hidden.reshape(-1)
+        if carry is not None:
+            flat = torch.cat([flat, carry.reshape(-1)])
+        # once a sequence: a blocking send keeps the tensor alive until it is out
+        dist.send(flat.contiguous(), self.rank + 1, tag=TAG_P)
+
+    def _recv_payload(self, length: int) -> torch.Tensor:
+        n = length * self.H + (self.H if self.carry else 0)
+        buf = torch.empty(n, dtype=self.model.dtype, device=self.dev)
+        dist.recv(buf, self.rank - 1, tag=TAG_P)
+        return buf
+
+    def _send_draft(self, kind: int, pos: int = 0, epoch: int = 0, token: int = 0) -> None:
+        buf = self.d_out.next()
+        buf.copy_(torch.tensor((kind, pos, epoch, token)))
+        self.d_out.send(buf)
+
+    # --- stage 1: embed, layers [0, E), exit head (drafts) ------------------------------------------
+    def run_first(self) -> None:
+        job, model, k = self.job, self.model, self.world
+        self.v_in.post()
+        step = torch.empty((1, 1), dtype=torch.long, device=self.dev)
+        for seq, (rep, pi) in enumerate(job.schedule):
+            self.record = rep == job.timeline_rep
+            sampler = Sampler.make(job.temperature, job.seed * 1_000_003 + seq * 2 + 1, self.dev)
+            prompt = job.prompts[pi]
+            L = len(prompt)
+            cache = model.new_cache()
+            t0 = time.perf_counter()
+            self.log.seq_start[seq] = t0
+            ids = torch.tensor([prompt], dtype=torch.long, device=self.dev)
+            h_exit = model.forward_layers(model.embed(ids), 0, self.exit_layer, cache, 0)
+            last_exit = h_exit[:, -1:]
+            self._send_header(PREFILL, L - 1, 0, L, seq)
+            self._send_payload(h_exit, last_exit if self.carry else None)
+            d, _ = sampler.choose(model.head(last_exit)[0, -1])
+            self._send_draft(TOKEN, L - 1, 0, d)
+            t1 = time.perf_counter()
+            self._event("prefill", t0, t1, d, length=L)
+            epoch, inflight, x, s, busy = 0, 1, d, L, 0.0
+            while True:
+                done = False
+                while inflight >= k:  # keep at most k tokens in flight: wait for the oldest verdict
+                    v = self.v_in.take().tolist()
+                    self.v_in.post()
+                    inflight -= 1
+                    if v[5]:
+                        done = True
+                        break
+                    if not v[3]:  # rejected: drop in-flight work, restart from the corrected token
+                        epoch, x, s = int(v[2]), int(v[4]), int(v[1]) + 1
+                        cache.crop(s)
+                        inflight = 0
+                        self.log.flushes += 1
+                if done:
+                    break
+                a = time.perf_counter()
+                step[0, 0] = x
+                h_exit = model.forward_layers(model.embed(step), 0, self.exit_layer, cache, s)
+                self._send_header(TOKEN, s, epoch, 1, seq, h_exit, h_exit if self.carry else None)
+                d, _ = sampler.choose(model.head(h_exit)[0, -1])
+                self._send_draft(TOKEN, s, epoch, d)
+                b = time.perf_counter()
+                busy += b - a
+                self._event("draft", a, b, x, pos=s, epoch=epoch)
+                self._beat()
+                inflight += 1
+                x, s = d, s + 1
+            self.log.busy[seq] = busy
+            self._send_header(END, seq=seq)
+            self._send_draft(END)
+        self._send_header(SHUTDOWN)
+        self._send_draft(SHUTDOWN)
+        v = self.v_in.take()  # the last stage's goodbye matches the receive posted ahead
+        assert int(v[0]) == SHUTDOWN, v
+        self.h_out.drain()
+        self.d_out.drain()
+
+    # --- middle stages: layers only -----------------------------------------------------------------
+    def run_middle(self) -> None:
+        model, mdt = self.model, self.model.dtype
+        cache, busy, seq, t_prefill_end = model.new_cache(), 0.0, -1, 0.0
+        self.h_in.post()
+        while True:
+            buf = self.h_in.take()
+            kind, pos, epoch, length, seq_m = (int(v) for v in buf[:HDR].tolist())
+            if kind == PREFILL:
+                payload = self._recv_payload(length)
+            if kind != SHUTDOWN:
+                self.h_in.post()
+            if kind == SHUTDOWN:
+                self._send_header(SHUTDOWN)
+                break
+            if kind == END:
+                self.log.busy[seq] = busy
+                self._send_header(END, seq=seq_m)
+                continue
+            if kind == PREFILL:
+                seq, busy = seq_m, 0.0
+                self.record = self._is_timeline_seq(seq)
+                cache = model.new_cache()
+                a = time.perf_counter()
+                h = payload[:length * self.H].view(1, length, self.H)
+                out = model.forward_layers(h, self.start, self.end, cache, 0)
+                self._send_header(PREFILL, pos, epoch, length, seq)
+                self._send_payload(out, payload[length * self.H:] if self.carry else None)
+                self._event("prefill", a, time.perf_counter(), length=length)
+                continue
+            if self.world > 2 and EpochBoard.key(seq_m, epoch) < self.board.get():
+                self.log.dropped += 1  # stale: a correction has already been issued
+                continue
+            a = time.perf_counter()
+            cache.crop(pos)
+            h = buf[HDR:HDR + self.H].view(1, 1, self.H).to(mdt)
+            out = model.forward_layers(h, self.start, self.end, cache, pos)
+            self._send_header(TOKEN, pos, epoch, 1, seq, out, buf[HDR + self.H:] if self.carry else None)
+            b = time.perf_counter()
+            busy += b - a
+            self._event("forward", a, b, pos=pos, epoch=epoch)
+            self._beat()
+        self.h_out.drain()
+
+    def _is_timeline_seq(self, seq: int) -> bool:
+        rep, _ = self.job.schedule[seq]
+        return rep == self.job.timeline_rep
+
+    # --- last stage: layers [b_{k-1}, N), final norm + LM head (verifies) ---------------------------
+    def _draft_for(self, pos: int, epoch: int) -> int:
+        """The draft stage 1 proposed after token `pos` in `epoch` (older, stale drafts are skipped)."""
+        while True:
+            d = self.d_in.take().tolist()
+            if d[0] == TOKEN and d[1] == pos and d[2] == epoch:
+                return int(d[3])
+            if d[0] != TOKEN:
+                raise RuntimeError(f"stage {self.rank + 1}: draft channel out of step (got kind {d[0]})")
+
+    def _drain_drafts(self, kind: int) -> None:
+        while int(self.d_in.take()[0]) != kind:
+            pass
+
+    def run_last(self) -> None:
+        job, model = self.job, self.model
+        same_peer = self.world == 2  # hidden states and drafts both come from stage 1
+        self.h_in.post()
+        while True:
+            buf = self.h_in.take()
+            kind, pos, epoch_m, length, seq_m = (int(v) for v in buf[:HDR].tolist())
+            if kind == PREFILL:
+                payload = self._recv_payload(length)
+            if same_peer:
+                self.d_in.post()  # in the order stage 1 sent them (NCCL matches by order)
+            if kind != SHUTDOWN:
+                self.h_in.post()
+            if kind == SHUTDOWN:
+                self._drain_drafts(SHUTDOWN)
+                vb = self.v_out.next()
+                vb.copy_(torch.tensor((SHUTDOWN, 0, 0, 0, 0, 0)))
+                self.v_out.send(vb)
+                break
+            if kind == END:
+                self._drain_drafts(END)
+                st = self.state
+                self.log.busy[seq_m] = st["busy"]
+                continue
+            if kind == PREFILL:
+                self._begin_sequence(seq_m, length)
+                a = time.perf_counter()
+                h = payload[:length * self.H].view(1, length, self.H)
+                out = model.forward_layers(h, self.start, self.end, self.cache, 0)
+                carry = payload[length * self.H:].view(1, 1, self.H) if self.carry else None
+                self._verify(pos, 0, out[:, -1:], carry, a, prefill=True)
+                continue
+            st = self.state
+            if st["done"] or epoch_m < st["epoch"]:
+                self.log.dropped += 1
+                continue
+            a = time.perf_counter()
+            self.cache.crop(pos)
+            h = buf[HDR:HDR + self.H].view(1, 1, self.H).to(model.dtype)
+            out = model.forward_layers(h, self.start, self.end, self.cache, pos)
+            if self.carry:
+                carry = buf[HDR + self.H:].view(1, 1, self.H).to(model.dtype)
+            else:
+                carry = h if job.temperature > 0 else None  # k = 2: the input is the layer-E state
+            self._verify(pos, epoch_m, out, carry, a)
+        self.v_out.drain()
+
+    def _begin_sequence(self, seq: int, length: int) -> None:
+        self.record = self._is_timeline_seq(seq)
+        self.cache = self.model.new_cache()
+        self.state = {"seq": seq, "L": length, "epoch": 0, "tokens": [], "rounds": [], "run": 0,
+                      "verified": 0, "done": False, "busy": 0.0, "t_first": None, "t_last": None,
+                      "sampler": Sampler.make(self.job.temperature, self.job.seed * 1_000_003 + seq * 2 + 2,
+                                              self.dev)}
+
+    def _verify(self, pos: int, epoch: int, out: torch.Tensor, exit_state, a: float, prefill: bool = False) -> None:
+        st, job, model = self.state, self.job, self.model
+        logits = model.head(out)[0, -1]
+        sampler: Sampler = st["sampler"]
+        q = sampler.probs(model.head(exit_state)[0, -1]) if exit_state is not None and not sampler.greedy else None
+        d = self._draft_for(pos, epoch)
+        gen = pos + 1 - st["L"]  # generated index of the token being decided
+        seq = st["seq"]
+        forced = job.forced[job.schedule[seq][1]] if job.forced else None
+        ok, tok = sampler.verify(d, q, logits, None if forced is None else forced.accept(gen))
+        st["tokens"].append(tok)
+        st["verified"] += 1
+        if ok:
+            st["run"] += 1
+        else:
+            st["rounds"].append(st["run"])
+            st["run"] = 0
+            st["epoch"] += 1
+            if self.world > 2:
+                self.board.set(EpochBoard.key(seq, st["epoch"]))
+        max_new = job.max_new[job.schedule[seq][1]]
+        done = len(st["tokens"]) >= max_new or tok in self.eos
+        if done and ok:
+            st["rounds"].append(st["run"])  # the last, unfinished round
+        vb = self.v_out.next()
+        vb.copy_(torch.tensor((TOKEN, pos, st["epoch"], int(ok), tok, int(done))))
+        self.v_out.send(vb)
+        b = time.perf_counter()
+        if prefill:
+            st["t_first"] = b
+            self._event("prefill", a, b, tok)
+        else:
+            st["busy"] += b - a
+            self._event("verify", a, b, tok, pos=pos, accepted=bool(ok))
+        st["t_last"] = b
+        self._beat()
+        if done:
+            st["done"] = True
+            self.log.seqs[seq] = {"tokens": st["tokens"], "t_first": st["t_first"], "t_last": b,
+                                  "rounds": st["rounds"], "verified": st["verified"]}
+
+    def run(self) -> StageLog:
+        if self.first:
+            self.run_first()
+        elif self.last:
+            self.run_last()
+        else:
+            self.run_middle()
+        return self.log
