@@ -1,0 +1,188 @@
+"""Plotly figures for the dashboard pages: pure functions from data to a figure, no Streamlit, so
+tests can inspect the figure spec directly.
+
+Conventions: times in ms, throughput in tokens/s, speedup in ×; every axis has a title with its
+unit; colours come from dashboard.theme (Okabe-Ito).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboard import theme
+from sim.plan import Event
+
+_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50), hovermode="closest",
+               legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0))
+
+
+def _fig(title: str, x: str, y: str, height: int = 420) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=dict(text=title, x=0, font=dict(size=15)), xaxis_title=x, yaxis_title=y, height=height,
+                      **_LAYOUT)
+    return fig
+
+
+# --- Profile page -------------------------------------------------------------------------
+def layer_latency(profile, n_index: int, ctx_index: int) -> go.Figure:
+    """Per-layer median latency with p10–p90 whiskers, with embedding and head as extra bars so
+    their cost reads against a layer's."""
+    n = int(profile.n_values[n_index])
+    ctx = int(profile.context_values[ctx_index])
+    med = profile.layers.median_ms[:, n_index, ctx_index]
+    p10 = profile.layers.p10_ms[:, n_index, ctx_index]
+    p90 = profile.layers.p90_ms[:, n_index, ctx_index]
+    fig = _fig(f"Per-layer latency (n = {n} new token{'s' if n > 1 else ''}, context = {ctx})",
+               "component", "latency (ms)")
+    labels = [f"L{i}" for i in range(len(med))]
+    fig.add_bar(x=labels, y=med, name="decoder layer", marker_color=theme.OKABE_ITO["blue"],
+                error_y=dict(type="data", symmetric=False, array=np.maximum(p90 - med, 0),
+                             arrayminus=np.maximum(med - p10, 0), color="#444", thickness=1),
+                hovertemplate="%{x}: %{y:.3f} ms (median)<extra>p10–p90 whiskers</extra>")
+    for name, table, colour in (("embedding", profile.embedding, theme.OKABE_ITO["green"]),
+                                ("head (norm + LM head)", profile.head, theme.OKABE_ITO["vermillion"])):
+        m, lo, hi = (float(getattr(table, k)[n_index]) for k in ("median_ms", "p10_ms", "p90_ms"))
+        fig.add_bar(x=[name.split(" ")[0]], y=[m], name=name, marker_color=colour,
+                    error_y=dict(type="data", symmetric=False, array=[max(hi - m, 0)], arrayminus=[max(m - lo, 0)],
+                                 color="#444", thickness=1),
+                    hovertemplate=f"{name}: %{{y:.3f}} ms (median)<extra></extra>")
+    fig.add_hline(y=float(np.median(med)), line_dash="dot", line_color="#666",
+                  annotation_text="median layer", annotation_position="top left")
+    fig.update_layout(bargap=0.15, xaxis=dict(categoryorder="array", categoryarray=["embedding", *labels, "head"]))
+    return fig
+
+
+def acceptance_curves(acc: pd.DataFrame, metric: str = "match") -> go.Figure:
+    """α (metric="match") or β (metric="beta") versus exit layer: the overall mean, its p10–p90
+    spread across prompts as a band, and one line per prompt category."""
+    sym = "α" if metric == "match" else "β"
+    what = "greedy acceptance α (draft = full token)" if metric == "match" else "sampling acceptance β"
+    fig = _fig(f"{what} versus exit layer", "exit layer E", f"{sym} (fraction)")
+    per_prompt = acc.groupby(["exit_layer", "prompt_id"])[metric].mean().reset_index()
+    spread = per_prompt.groupby("exit_layer")[metric].quantile([0.1, 0.9]).unstack()
+    overall = acc.groupby("exit_layer")[metric].mean()
+    x = overall.index.to_numpy()
+    fig.add_scatter(x=np.concatenate([x, x[::-1]]),
+                    y=np.concatenate([spread[0.9].reindex(x).to_numpy(), spread[0.1].reindex(x).to_numpy()[::-1]]),
+                    fill="toself", fillcolor="rgba(0,114,178,0.15)", line=dict(width=0), name="p10–p90 across prompts",
+                    hoverinfo="skip")
+    fig.add_scatter(x=x, y=overall.to_numpy(), mode="lines+markers", name=f"all prompts ({sym})",
+                    line=dict(color=theme.OKABE_ITO["blue"], width=3),
+                    hovertemplate=f"E = %{{x}}: {sym} = %{{y:.3f}}<extra>all prompts</extra>")
+    palette = [c for k, c in theme.OKABE_ITO.items() if k not in ("blue", "black")]
+    for i, (cat, sub) in enumerate(acc.groupby("category")):
+        line = sub.groupby("exit_layer")[metric].mean()
+        fig.add_scatter(x=line.index, y=line.to_numpy(), mode="lines", name=str(cat),
+                        line=dict(color=palette[i % len(palette)], width=1.3,
+                                  dash=["solid", "dash", "dot", "dashdot"][(i // len(palette)) % 4]),
+                        hovertemplate=f"E = %{{x}}: {sym} = %{{y:.3f}}<extra>{cat}</extra>")
+    fig.update_yaxes(range=[0, 1.02])
+    return fig
+
+
+# --- What-if planner ----------------------------------------------------------------------
+def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | None, selected: list[dict] | None,
+                    num_layers: int) -> go.Figure:
+    """Predicted speedup versus exit layer: AR (1×), EESD at its best γ, PPSD for each stage count
+    (solid, from the simulator), the closed forms (dashed), the best plan (star) and the plans the
+    controls select (open markers).
+
+    curves: columns scheme ("eesd" / "ppsd"), k, exit_layer, speedup, detail
+    closed: columns scheme, k, exit_layer, speedup
+    best / each selected: {exit_layer, speedup, label}"""
+    fig = _fig("Predicted speedup over AR versus exit layer", "exit layer E", "speedup over AR (×)", height=480)
+    fig.add_hline(y=1.0, line_color=theme.SCHEME_COLOURS["ar"], line_width=1.5,
+                  annotation_text="AR = 1×", annotation_position="bottom right")
+    for (scheme, k), sub in curves.groupby(["scheme", "k"], sort=True):
+        sub = sub.sort_values("exit_layer")
+        if scheme == "eesd":
+            name, colour = "EESD (best γ)", theme.SCHEME_COLOURS["eesd"]
+        else:
+            name, colour = f"PPSD k = {int(k)}", theme.ppsd_colour(int(k))
+        fig.add_scatter(x=sub["exit_layer"], y=sub["speedup"], mode="lines+markers", name=name,
+                        line=dict(color=colour, width=2.5), marker=dict(size=5), customdata=sub["detail"],
+                        hovertemplate="E = %{x}: %{y:.2f}× (%{customdata})<extra>" + name + "</extra>")
+    for (scheme, k), sub in closed.groupby(["scheme", "k"], sort=True):
+        sub = sub.sort_values("exit_layer")
+        if scheme == "eesd":
+            name, colour = "EESD closed form", theme.SCHEME_COLOURS["eesd"]
+        else:
+            name, colour = f"PPSD k = {int(k)} closed form", theme.ppsd_colour(int(k))
+        fig.add_scatter(x=sub["exit_layer"], y=sub["speedup"], mode="lines", name=name,
+                        line=dict(color=colour, width=1.5, dash="dash"), legendgroup="closed",
+                        hovertemplate="E = %{x}: %{y:.2f}× (formula)<extra>" + name + "</extra>")
+    for i, sel in enumerate(selected or []):
+        if i == 0:
+            fig.add_vline(x=sel["exit_layer"], line_dash="dot", line_color="#777")
+        fig.add_scatter(x=[sel["exit_layer"]], y=[sel["speedup"]], mode="markers", name=f"selected: {sel['label']}",
+                        marker=dict(size=15, symbol=["circle-open", "diamond-open"][i % 2],
+                                    color=theme.OKABE_ITO["black"], line=dict(width=3)),
+                        hovertemplate=f"selected: {sel['label']}<br>%{{y:.2f}}×<extra></extra>")
+    if best is not None and best.get("exit_layer") is not None:
+        fig.add_scatter(x=[best["exit_layer"]], y=[best["speedup"]], mode="markers+text", name="best plan",
+                        marker=dict(size=20, symbol="star", color=theme.OKABE_ITO["yellow"],
+                                    line=dict(color=theme.OKABE_ITO["black"], width=1.5)),
+                        text=[f"best: {best['label']}"], textposition="top center",
+                        hovertemplate=f"best: {best['label']}<br>%{{y:.2f}}×<extra></extra>")
+    elif best is not None:
+        fig.add_annotation(text="best plan: plain AR (no scheme beats it here)", xref="paper", yref="paper",
+                           x=0.99, y=0.98, showarrow=False, bgcolor="#FFF8DC")
+    fig.update_xaxes(range=[0.5, num_layers - 0.5], dtick=max(1, num_layers // 15))
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def stage_times(rows: pd.DataFrame, title: str) -> go.Figure:
+    """Per-stage time for one token (stacked: layers, head, hop) so an unbalanced stage stands out.
+    rows: columns stage, part, ms"""
+    fig = _fig(title, "stage", "time per token (ms)", height=320)
+    colours = {"layers": theme.OKABE_ITO["blue"], "exit head": theme.OKABE_ITO["orange"],
+               "head": theme.OKABE_ITO["vermillion"], "hop": theme.OKABE_ITO["yellow"]}
+    for part, sub in rows.groupby("part", sort=False):
+        fig.add_bar(x=sub["stage"], y=sub["ms"], name=part, marker_color=colours.get(part, theme.OTHER_EVENT_COLOUR),
+                    hovertemplate="%{x}: %{y:.2f} ms<extra>" + str(part) + "</extra>")
+    fig.update_layout(barmode="stack")
+    return fig
+
+
+# --- Timeline -----------------------------------------------------------------------------
+def gantt(events: list[Event], title: str, max_events: int = 4000) -> go.Figure:
+    """One row per stage/device, one bar per event (times in ms), coloured by kind. Horizontal
+    bars with `base` are used instead of px.timeline because the times are durations, not dates."""
+    fig = _fig(title, "time since start (ms)", "", height=max(260, 90 + 55 * len({e.row for e in events})))
+    events = events[:max_events]
+    rows = list(dict.fromkeys(e.row for e in events))
+    by_kind: dict[str, list[Event]] = {}
+    for e in events:
+        by_kind.setdefault(e.name, []).append(e)
+    for kind, evs in by_kind.items():
+        fig.add_bar(
+            y=[e.row for e in evs], x=[e.dur_s * 1e3 for e in evs], base=[e.start_s * 1e3 for e in evs],
+            orientation="h", name=kind, marker=dict(color=theme.event_colour(kind), line=dict(width=0.5, color="#333")),
+            customdata=[["" if e.token is None else e.token, e.start_s * 1e3, e.dur_s * 1e3] for e in evs],
+            hovertemplate=kind + " token %{customdata[0]}<br>start %{customdata[1]:.2f} ms, %{customdata[2]:.2f} ms"
+                          "<extra>%{y}</extra>")
+    fig.update_layout(barmode="overlay", bargap=0.25)
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(rows)), title="stage / device")
+    return fig
+
+
+# --- Validation ---------------------------------------------------------------------------
+def predicted_vs_measured(rows: pd.DataFrame) -> go.Figure:
+    fig = _fig("Predicted versus measured speedup", "measured speedup over AR (×)", "predicted speedup over AR (×)")
+    hi = float(np.nanmax([rows["predicted_speedup"].max(), rows["measured_speedup"].max(), 1.0])) * 1.1
+    fig.add_scatter(x=[0, hi], y=[0, hi], mode="lines", name="y = x (perfect prediction)",
+                    line=dict(color="#777", dash="dash"), hoverinfo="skip")
+    modes = rows["mode"] if "mode" in rows.columns else pd.Series(["?"] * len(rows))
+    for mode in modes.unique():
+        sub = rows[modes == mode]
+        colour = theme.SCHEME_COLOURS.get(str(mode), theme.OKABE_ITO["blue"])
+        labels = sub["plan"] if "plan" in sub.columns else sub.index.astype(str)
+        fig.add_scatter(x=sub["measured_speedup"], y=sub["predicted_speedup"], mode="markers", name=str(mode).upper(),
+                        marker=dict(size=11, color=colour, line=dict(width=1, color="#222")), text=labels,
+                        hovertemplate="%{text}<br>measured %{x:.2f}×, predicted %{y:.2f}×<extra></extra>")
+    fig.update_xaxes(range=[0, hi])
+    fig.update_yaxes(range=[0, hi], scaleanchor="x", scaleratio=1)
+    return fig

@@ -1,0 +1,206 @@
+"""Finding and reading the folders the dashboard shows (no Streamlit here, so tests call it directly).
+
+Sources are plain folders: profile folders (profile.json, written by `ppsd profile`) and
+validation folders (validation.json, written by `ppsd validate`). They are looked for under the
+data roots: `$PPSD_DATA_DIRS` (os.pathsep-separated) when set, else `examples/` and `runs/`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ppsd.errors import UserError
+from ppsd.paths import EXAMPLES_DIR, RUNS_DIR, cache_dir
+from profiler.schema import PROFILE_FILE
+from sim.plan import Event
+
+DATA_DIRS_ENV = "PPSD_DATA_DIRS"
+VALIDATION_FILE = "validation.json"
+# Deep enough for runs/<name>/<sub>/ but bounded, so a huge tree under runs/ cannot stall a page.
+MAX_DEPTH = 4
+MAX_ZIP_BYTES = 200 * 1024 * 1024
+
+
+def data_roots() -> list[Path]:
+    """Where profile and validation folders are looked for, in display order."""
+    env = os.environ.get(DATA_DIRS_ENV)
+    if env is not None:
+        return [Path(p).expanduser() for p in env.split(os.pathsep) if p.strip()]
+    return [EXAMPLES_DIR, RUNS_DIR]
+
+
+def runs_root() -> Path:
+    """Where new profiles started from the dashboard are written: the last data root (runs/ by
+    default), so they show up in the sidebar once done."""
+    roots = data_roots()
+    return roots[-1] if roots else RUNS_DIR
+
+
+def _find(roots: list[Path], marker: str) -> list[Path]:
+    found: list[Path] = []
+    for root in roots:
+        if not root.is_dir():
+            continue
+        base_depth = len(root.resolve().parts)
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            # skip hidden and half-written folders (atomic_dir writes `.name.partial`)
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            if len(here.resolve().parts) - base_depth >= MAX_DEPTH:
+                dirnames[:] = []
+            if marker in filenames:
+                found.append(here)
+    return found
+
+
+def find_profiles(roots: list[Path] | None = None) -> list[Path]:
+    return _find(data_roots() if roots is None else roots, PROFILE_FILE)
+
+
+def find_validations(roots: list[Path] | None = None) -> list[Path]:
+    return _find(data_roots() if roots is None else roots, VALIDATION_FILE)
+
+
+def display_name(path: Path, roots: list[Path] | None = None) -> str:
+    """`examples/smollm2-135m-cpu` style label: the path relative to its root's parent."""
+    for root in data_roots() if roots is None else roots:
+        try:
+            return str(path.resolve().relative_to(root.resolve().parent))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def source_summary(meta: dict) -> dict[str, str]:
+    """The facts every page header shows about a profile: model, device, date, versions."""
+    model = meta.get("model") or {}
+    hw = meta.get("hardware") or {}
+    versions = meta.get("versions") or {}
+    device = hw.get("device_name") or hw.get("device") or "?"
+    if hw.get("threads"):
+        device += f" ({hw['threads']} thread{'s' if hw['threads'] != 1 else ''})"
+    return {
+        "model": f"{model.get('id', '?')} ({model.get('num_layers', '?')} layers, {model.get('dtype', '?')})",
+        "device": device,
+        "date": str(meta.get("created", "?"))[:19].replace("T", " "),
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items() if v),
+        "kind": meta.get("kind", "measured"),
+    }
+
+
+# --- uploads ------------------------------------------------------------------------------
+def extract_profile_zip(data: bytes, name: str = "upload.zip", into: Path | None = None) -> Path:
+    """Unpack an uploaded zip of a profile folder into the cache and return the folder that holds
+    profile.json. Content-addressed, so uploading the same zip twice reuses one folder."""
+    if len(data) > MAX_ZIP_BYTES:
+        raise UserError(f"{name} is larger than {MAX_ZIP_BYTES >> 20} MB", "zip only the profile folder")
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    dest = (into or cache_dir() / "uploads") / digest
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        raise UserError(f"{name} is not a zip file", "upload a .zip of a folder written by `ppsd profile`") from None
+    with zf:
+        members = zf.infolist()
+        total = sum(m.file_size for m in members)
+        if total > 4 * MAX_ZIP_BYTES:
+            raise UserError(f"{name} unpacks to {total >> 20} MB", "zip only the profile folder")
+        # refuse absolute paths and `..` (a zip may name any path; keep it inside dest)
+        for m in members:
+            parts = Path(m.filename).parts
+            if m.filename.startswith(("/", "\\")) or ".." in parts:
+                raise UserError(f"{name} contains the unsafe path {m.filename!r}", "zip the folder with relative paths")
+        if not dest.exists():
+            tmp = dest.with_name(dest.name + ".partial")
+            tmp.mkdir(parents=True, exist_ok=True)
+            zf.extractall(tmp)
+            os.replace(tmp, dest)
+    found = sorted(_find([dest], PROFILE_FILE), key=lambda p: len(p.parts))
+    if not found:
+        raise UserError(f"{name} holds no {PROFILE_FILE}", "zip a folder written by `ppsd profile --out DIR`")
+    return found[0]
+
+
+# --- validation folders -------------------------------------------------------------------
+@dataclass
+class Validation:
+    path: Path
+    meta: dict
+    rows: pd.DataFrame
+
+    @property
+    def label(self) -> str:
+        return f"{self.meta.get('model', '?')} on {self.meta.get('device_name', '?')} ({str(self.meta.get('created', ''))[:10]})"
+
+    def timeline_files(self) -> dict[str, dict[str, Path]]:
+        """{slug: {"measured": path, "simulated": path}} for the traces the runtime recorded."""
+        out: dict[str, dict[str, Path]] = {}
+        folder = self.path / "timelines"
+        if not folder.is_dir():
+            return out
+        for f in sorted(folder.glob("*.json")):
+            stem = f.name[: -len(".json")]
+            if "." not in stem:
+                continue
+            slug, kind = stem.rsplit(".", 1)
+            out.setdefault(slug, {})[kind] = f
+        return out
+
+
+VALIDATION_COLUMNS = ["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "predicted_tokens_per_s",
+                      "measured_tokens_per_s", "measured_tokens_per_s_p10", "measured_tokens_per_s_p90",
+                      "predicted_speedup", "measured_speedup", "speedup_error_pct", "tokens_per_s_error_pct",
+                      "outputs_match_ar"]
+
+
+def load_validation(path: Path) -> Validation:
+    file = Path(path) / VALIDATION_FILE
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {file} ({exc.__class__.__name__})", "re-run `ppsd validate`") from None
+    if not isinstance(meta, dict) or meta.get("schema_version") != 1:
+        raise UserError(f"{file} has schema_version {meta.get('schema_version') if isinstance(meta, dict) else None!r}, "
+                        "the dashboard reads 1", "re-run `ppsd validate` with this ppsd")
+    rows = pd.DataFrame(meta.get("rows") or [])
+    csv = Path(path) / "validation.csv"
+    if rows.empty and csv.exists():
+        rows = pd.read_csv(csv)
+    for col in ("predicted_speedup", "measured_speedup"):
+        if col not in rows.columns:
+            raise UserError(f"{file} rows lack {col}", "re-run `ppsd validate` with this ppsd")
+    return Validation(Path(path), meta, rows)
+
+
+def events_from_chrome_trace(trace: dict) -> list[Event]:
+    """The inverse of sim.timeline.to_chrome_trace for complete ("X") events; row names come from the
+    thread_name metadata, times back to seconds."""
+    names: dict[tuple, str] = {}
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            names[(e.get("pid"), e.get("tid"))] = (e.get("args") or {}).get("name", str(e.get("tid")))
+    events = []
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") != "X":
+            continue
+        args = dict(e.get("args") or {})
+        token = args.pop("token", None)
+        events.append(Event(name=e.get("name", "?"), row=names.get((e.get("pid"), e.get("tid")), str(e.get("tid"))),
+                            start_s=float(e.get("ts", 0)) / 1e6, dur_s=float(e.get("dur", 0)) / 1e6,
+                            token=token, args=args))
+    return events
+
+
+def read_chrome_trace(path: Path) -> list[Event]:
+    try:
+        return events_from_chrome_trace(json.loads(Path(path).read_text()))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as exc:
+        raise UserError(f"cannot read the trace {path} ({exc.__class__.__name__})", "re-run `ppsd validate`") from None

@@ -1,0 +1,156 @@
+"""Streamlit helpers shared by the pages: the selected source, cached loading, page headers and
+the error boundary that turns lower-layer errors into one-line messages."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+import streamlit as st
+
+from dashboard import data
+from ppsd.errors import UserError
+from profiler.schema import PROFILE_FILE, Profile, load_profile
+
+log = logging.getLogger("ppsd.dashboard")
+
+PROFILE_KEY = "profile_path"
+UPLOADS_KEY = "uploaded_profiles"
+
+
+@contextlib.contextmanager
+def guard(what: str = ""):
+    """Show a UserError as its one line (problem; fix) and anything unexpected as one line too;
+    the traceback goes to the server log, never to the page. Streamlit's own stop/rerun signals
+    derive from BaseException and pass through."""
+    try:
+        yield
+    except UserError as exc:
+        st.error(exc.one_line())
+    except Exception as exc:  # noqa: BLE001 - the page must not show a raw traceback
+        log.exception("dashboard error%s", f" in {what}" if what else "")
+        st.error(f"{what + ': ' if what else ''}{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                 " (details in the server log)")
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _load(path: str, mtime: float) -> Profile:
+    # keyed on mtime so a re-written profile folder is re-read
+    return load_profile(path)
+
+
+def load(path: str | Path) -> Profile:
+    path = Path(path)
+    file = path / PROFILE_FILE
+    mtime = file.stat().st_mtime if file.exists() else 0.0
+    return _load(str(path), mtime)
+
+
+@st.cache_data(show_spinner=False, ttl=5)
+def _discovered(roots: tuple[str, ...]) -> list[str]:
+    # short ttl: a profile written by the *Profile a model* page appears within seconds; keyed on
+    # the roots so changing $PPSD_DATA_DIRS is seen at once
+    return [str(p) for p in data.find_profiles([Path(r) for r in roots])]
+
+
+def discovered_profiles() -> list[str]:
+    return _discovered(tuple(str(r) for r in data.data_roots()))
+
+
+discovered_profiles.clear = _discovered.clear  # the Profile-a-model page clears it when a run ends
+
+
+def source_options() -> dict[str, str]:
+    """{label: path} of every selectable profile, examples first, then runs, then uploads."""
+    opts: dict[str, str] = {}
+    for p in discovered_profiles():
+        opts[data.display_name(Path(p))] = p
+    for label, p in (st.session_state.get(UPLOADS_KEY) or {}).items():
+        opts[f"uploaded: {label}"] = p
+    return opts
+
+
+def sidebar_sources() -> None:
+    """The sidebar's source picker, upload box and the selected source's facts."""
+    with st.sidebar:
+        st.subheader("Data source")
+        upload = st.file_uploader("Upload a profile folder (.zip)", type=["zip"], key="upload_zip",
+                                  help="A zip of a folder written by `ppsd profile --out DIR` (holding profile.json).")
+        if upload is not None:
+            with guard("upload"):
+                path = data.extract_profile_zip(upload.getvalue(), upload.name)
+                uploads = st.session_state.setdefault(UPLOADS_KEY, {})
+                if upload.name not in uploads:
+                    uploads[upload.name] = str(path)
+                    st.session_state[PROFILE_KEY] = f"uploaded: {upload.name}"
+        opts = source_options()
+        if not opts:
+            st.info("No profile folders yet. Put one under "
+                    + " or ".join(f"`{r}`" for r in data.data_roots())
+                    + ", upload a zip, or use *Profile a model*.")
+            st.session_state.pop(PROFILE_KEY, None)
+            return
+        labels = list(opts)
+        if st.session_state.get(PROFILE_KEY) not in labels:
+            st.session_state[PROFILE_KEY] = labels[0]
+        label = st.selectbox("Profile", labels, key=PROFILE_KEY,
+                             help="Profile folders found under " + ", ".join(str(r) for r in data.data_roots())
+                             + ", plus uploads.")
+        with guard("profile"):
+            show_source_facts(load(opts[label]), compact=True)
+
+
+def selected_path() -> str | None:
+    label = st.session_state.get(PROFILE_KEY)
+    return source_options().get(label) if label else None
+
+
+def current_profile() -> Profile | None:
+    path = selected_path()
+    if path is None:
+        return None
+    try:
+        return load(path)
+    except UserError as exc:
+        st.error(exc.one_line())
+        return None
+
+
+def require_profile() -> Profile:
+    """The selected profile, or an empty-state message and stop."""
+    profile = current_profile()
+    if profile is None:
+        if selected_path() is None:
+            st.info("No profile selected. Profile folders are read from "
+                    + ", ".join(f"`{r}`" for r in data.data_roots())
+                    + ". Create one on the *Profile a model* page or with "
+                    "`ppsd profile --out runs/NAME`, or upload a zip in the sidebar.")
+        st.stop()
+    return profile
+
+
+def show_source_facts(profile: Profile, compact: bool = False) -> None:
+    facts = data.source_summary(profile.meta)
+    if facts["kind"] == "estimated":
+        st.badge("estimated", icon=":material/warning:", color="orange",
+                 help="Latencies in this profile are estimated (synthetic or roofline), not measured on hardware.")
+    else:
+        st.badge("measured", icon=":material/check:", color="green",
+                 help="Latencies in this profile were measured on the device named below.")
+    text = (f"**Model** {facts['model']}  \n**Device** {facts['device']}  \n**Date** {facts['date']}  \n"
+            f"**Versions** {facts['versions'] or '–'}")
+    if compact:
+        st.caption(text)
+    else:
+        st.markdown(text)
+
+
+def page_header(title: str, profile: Profile | None = None, blurb: str | None = None) -> None:
+    st.title(title)
+    if blurb:
+        st.caption(blurb)
+    if profile is not None:
+        facts = data.source_summary(profile.meta)
+        badge = " :orange-badge[estimated]" if facts["kind"] == "estimated" else ""
+        st.markdown(f"{facts['model']} · {facts['device']} · {facts['date']}{badge}")

@@ -1,0 +1,77 @@
+"""Overview: the answer first. The recommended plan for the selected profile (same sweep and
+defaults as `ppsd plan`), its predicted speedup, AR tokens/s, and why."""
+
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+
+from dashboard import charts, predict, theme, ui, whatif
+
+profile = ui.require_profile()
+path = ui.selected_path()
+ui.page_header("Will self-speculative decoding pay off here?", None,
+               "Early-exit self-speculative decoding drafts tokens with the first E layers and checks them with the "
+               "rest. This page says which exit layer and scheme decode fastest on the selected profile.")
+ui.show_source_facts(profile)
+
+stamp = predict.mtime(path)
+table, best, reason = predict.sweep(path, stamp)
+ar = table[table["scheme"] == "ar"]
+ar_tps = float(ar["tokens_per_s"].iloc[0]) if not ar.empty else None
+
+m = st.columns(4)
+m[0].metric("recommended plan", best["plan"], help="The fastest plan in the sweep (same as `ppsd plan`). "
+            + theme.GLOSSARY["eesd"] + " " + theme.GLOSSARY["ppsd"])
+m[1].metric("predicted speedup", theme.fmt_x(best["speedup"]), help=theme.GLOSSARY["speedup"])
+m[2].metric("AR decoding", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
+m[3].metric("with the recommended plan", theme.fmt_tps(best["tokens_per_s"]))
+
+
+def explain() -> str:
+    """One paragraph: acceptance at the chosen exit against what a draft costs there."""
+    n = profile.num_layers
+    layers = [profile.layer_ms(l, 1) for l in range(n)]
+    head, embed = profile.head_ms(1), profile.embed_ms(1)
+    full = sum(layers) + head + embed
+    if best["scheme"] == "ar" or best.get("exit_layer") is None or (isinstance(best["exit_layer"], float)
+                                                                    and math.isnan(best["exit_layer"])):
+        return (f"No speculative plan beats plain decoding on this profile. A full pass costs {theme.fmt_ms(full)}; "
+                f"the exit head alone costs {theme.fmt_ms(head)}, and at every exit layer the drafts are accepted "
+                f"too rarely to pay for it. {reason}")
+    e = int(best["exit_layer"])
+    alpha = whatif.alphas(profile).get(e)
+    draft = sum(layers[:e]) + head + embed
+    a_txt = f"α = {alpha:.2f}" if alpha is not None else "the measured acceptance"
+    text = (f"At exit layer {e} of {n}, the draft matches the full model's token at {a_txt} of positions. "
+            f"A draft costs {theme.fmt_ms(draft)} ({draft / full:.0%} of a {theme.fmt_ms(full)} full pass, "
+            f"of which the exit head is {theme.fmt_ms(head)}). ")
+    if best["scheme"] == "ppsd":
+        text += (f"In a {int(best['stages'])}-stage pipeline (stages {best['stage_bounds']}) an accepted draft lets "
+                 f"stage 1 start the next token while the later stages verify, so accepted tokens cost about one "
+                 f"stage's time and a rejection costs a full pass plus the flush. ")
+    elif best["scheme"] == "eesd":
+        g = int(best["draft_len"])
+        if alpha is not None and alpha < 1:
+            per_round = (1 - alpha ** (g + 1)) / (1 - alpha)
+            text += f"Drafting γ = {g} tokens per round commits about {per_round:.2f} tokens per verification. "
+    return text + f"Simulator: {reason}"
+
+
+st.subheader("Why")
+with ui.guard("explanation"):
+    st.write(explain())
+
+st.subheader("Speedup at every exit layer", help=theme.GLOSSARY["speedup"])
+closed = predict.closed_forms(path, stamp, predict.DEFAULT_DEVICES, profile.hop_ms(), 1.0, 0.0)
+fig = charts.speedup_vs_exit(whatif.curves(table), closed,
+                             {"exit_layer": best["exit_layer"] if best["scheme"] != "ar" else None,
+                              "speedup": best["speedup"], "label": best["plan"]}, [], profile.num_layers)
+st.plotly_chart(fig, key="chart_overview")
+st.caption(f"Defaults: up to {predict.DEFAULT_DEVICES} devices, measured hop {theme.fmt_ms(profile.hop_ms())}, "
+           f"greedy decoding, {predict.DEFAULT_TOKENS} tokens. Change them on the What-if planner.")
+c = st.columns(3)
+c[0].page_link("views/planner.py", label="What-if planner", icon=":material/tune:")
+c[1].page_link("views/profile.py", label="Evidence: the profile", icon=":material/timer:")
+c[2].page_link("views/validation.py", label="Prediction vs measurement", icon=":material/fact_check:")

@@ -1,0 +1,109 @@
+"""What-if planner: predicted speedup versus exit layer for AR, EESD (best γ) and PPSD (each stage
+count), the closed forms beside them, the best plan, and the plans the controls pick.
+
+Speed: the sweep depends only on devices, hop, acceptance scale and temperature and is cached per
+setting; exit layer, draft length and stage count pick rows out of it (see dashboard/predict.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import streamlit as st
+
+from dashboard import charts, predict, theme, ui, whatif
+from sim.plan import Plan
+
+profile = ui.require_profile()
+path = ui.selected_path()
+ui.page_header("What-if planner", profile, "Move a control; the prediction follows. Solid lines are the simulator, "
+               "dashed the textbook formulas.")
+N = profile.num_layers
+stamp = predict.mtime(path)
+# widget keys carry the profile, so switching profiles starts from that profile's defaults
+pk = hashlib.sha1(path.encode()).hexdigest()[:8]
+
+base, best0, _ = predict.sweep(path, stamp)
+left, right = st.columns([1, 3], gap="medium")
+with left:
+    st.markdown("**Hardware and acceptance**")
+    devices = st.slider("devices", 1, 8, predict.DEFAULT_DEVICES, key=f"pl_dev_{pk}", help=theme.GLOSSARY["devices"])
+    hop = st.slider("hop latency (ms)", 0.0, max(5.0, round(profile.hop_ms() * 4, 1)),
+                    round(profile.hop_ms(), 2), 0.05, key=f"pl_hop_{pk}", format="%.2f ms",
+                    help=theme.GLOSSARY["hop"] + f" Measured: {theme.fmt_ms(profile.hop_ms())}.")
+    scale = st.slider("acceptance scale", 0.25, 2.0, 1.0, 0.05, key=f"pl_scale_{pk}", format="%.2f×",
+                      help=theme.GLOSSARY["alpha_scale"])
+    temp = st.slider("temperature", 0.0, 1.5, 0.0, 0.1, key=f"pl_temp_{pk}", help=theme.GLOSSARY["temperature"])
+    st.markdown("**Plan**")
+    e0 = int(best0["exit_layer"]) if best0["scheme"] != "ar" else N // 2
+    exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
+    gamma = st.slider("draft length γ (EESD)", 1, max(predict.DEFAULT_GAMMAS), 4, key=f"pl_gamma_{pk}",
+                      help=theme.GLOSSARY["draft_len"])
+    k_max = max(2, min(8, N - exit_layer + 1))
+    stages = st.slider("stages k (PPSD)", 2, k_max, min(2, k_max), key=f"pl_k_{pk}", help=theme.GLOSSARY["stages"])
+
+table, best, reason = predict.sweep(path, stamp, devices=devices, hop_ms=hop, alpha_scale=scale, temperature=temp)
+closed = predict.closed_forms(path, stamp, devices, hop, scale, temp)
+
+
+def pick(scheme: str) -> dict:
+    """The selected EESD or PPSD plan: a row of the cached sweep when it holds one, else one
+    cached simulation (e.g. more stages than devices, which the sweep leaves out)."""
+    row = whatif.find_plan(table, scheme, exit_layer, draft_len=gamma, stages=stages)
+    if row is not None:
+        return row.to_dict()
+    plan = Plan(scheme, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop,
+                placement=whatif.round_robin(stages, devices) if scheme == "ppsd" else None)
+    res = predict.simulate_one(path, stamp, plan.to_dict(), scale, temp)
+    return {"plan": plan.label() + (" (shared devices)" if plan.placement else ""), "scheme": scheme,
+            "exit_layer": exit_layer, "speedup": res["speedup_vs_ar"], "tokens_per_s": res["tokens_per_s"],
+            "mean_accepted": res["mean_accepted"], "stage_bounds": ",".join(map(str, res["stage_bounds"] or []))}
+
+
+sel_e, sel_p = pick("eesd"), pick("ppsd")
+with right:
+    fig = charts.speedup_vs_exit(
+        whatif.curves(table), closed,
+        {"exit_layer": best["exit_layer"] if best["scheme"] != "ar" else None, "speedup": best["speedup"],
+         "label": best["plan"]},
+        [{"exit_layer": exit_layer, "speedup": sel_p["speedup"], "label": sel_p["plan"]},
+         {"exit_layer": exit_layer, "speedup": sel_e["speedup"], "label": sel_e["plan"]}], N)
+    st.plotly_chart(fig, key="chart_speedup")
+    ar_tps = float(table.loc[table["scheme"] == "ar", "tokens_per_s"].iloc[0]) if (table["scheme"] == "ar").any() \
+        else None
+    m = st.columns(4)
+    m[0].metric("best plan", best["plan"], theme.fmt_x(best["speedup"]), delta_color="off",
+                help=f"Recommended by the simulator: {reason}")
+    m[1].metric("AR", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
+    m[2].metric(f"selected {sel_p['plan']}", theme.fmt_x(sel_p["speedup"]), theme.fmt_tps(sel_p["tokens_per_s"]),
+                delta_color="off", help=theme.GLOSSARY["ppsd"])
+    m[3].metric(f"selected {sel_e['plan']}", theme.fmt_x(sel_e["speedup"]), theme.fmt_tps(sel_e["tokens_per_s"]),
+                delta_color="off", help=theme.GLOSSARY["eesd"])
+    st.caption(f"Why: {reason}")
+
+st.subheader("Where the selected PPSD plan spends a token", help=theme.GLOSSARY["stages"])
+with ui.guard("stage breakdown"):
+    plan = predict.resolve(path, Plan("ppsd", exit_layer=exit_layer, stages=stages, hop_ms=hop))
+    st.plotly_chart(charts.stage_times(whatif.stage_breakdown(profile, plan),
+                                       f"Per-stage time for one token, {plan.label()}"), key="chart_stages")
+    st.caption("The slowest stage bounds the pipeline's rate while drafts are accepted; a rejection costs the "
+               "whole pass plus the hops.")
+
+st.subheader("Top plans")
+top = table.sort_values("speedup", ascending=False).head(12)
+st.dataframe(
+    top[["plan", "scheme", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s", "speedup",
+         "mean_accepted"]],
+    hide_index=True, width="stretch",
+    column_config={
+        "scheme": st.column_config.TextColumn("scheme", help="ar / eesd / ppsd"),
+        "exit_layer": st.column_config.NumberColumn("E", help=theme.GLOSSARY["exit_layer"]),
+        "draft_len": st.column_config.NumberColumn("γ", help=theme.GLOSSARY["draft_len"]),
+        "stages": st.column_config.NumberColumn("k", help=theme.GLOSSARY["stages"]),
+        "stage_bounds": st.column_config.TextColumn("stage bounds", help="layer cut points 0, E, …, N"),
+        "tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
+        "speedup": st.column_config.NumberColumn("speedup", format="%.2f×", help=theme.GLOSSARY["speedup"]),
+        "mean_accepted": st.column_config.NumberColumn("tokens / round", format="%.2f",
+                                                       help="Tokens committed per verification round."),
+    },
+)

@@ -1,0 +1,58 @@
+"""Validation page: how far the simulator's predictions were from real decoding, per plan.
+Reads validation folders written by `ppsd validate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from dashboard import charts, data, theme, ui
+
+ui.page_header("Validation", None, "Predicted versus measured speedup for the same plans on the same machine.")
+
+folders = data.find_validations()
+if not folders:
+    st.info("No validation results yet. Produce one with\n\n"
+            "```\nppsd validate --profile examples/smollm2-135m-cpu --out runs/validate-smollm2\n```\n\n"
+            "It decodes a few plans for real (AR, EESD, PPSD), compares with the simulator and writes "
+            "`validation.json` into the folder; it then appears here. Folders are looked for under "
+            + ", ".join(f"`{r}`" for r in data.data_roots()) + ".")
+    st.stop()
+
+labels = {data.display_name(p): p for p in folders}
+choice = st.selectbox("validation run", list(labels), key="val_choice",
+                      help="Folders holding validation.json under the data roots.")
+val = data.load_validation(Path(labels[choice]))
+meta = val.meta
+rows = val.rows
+
+m = st.columns(4)
+m[0].metric("MAPE, speedup", theme.fmt_pct(meta.get("mape_speedup_pct")), help=theme.GLOSSARY["mape"])
+m[1].metric("MAPE, tokens/s", theme.fmt_pct(meta.get("mape_tokens_per_s_pct")),
+            help="Mean absolute percentage error of predicted against measured tokens/s.")
+m[2].metric("plans", len(rows))
+if "outputs_match_ar" in rows.columns:
+    ok = int(rows["outputs_match_ar"].astype(bool).sum())
+    m[3].metric("outputs identical to AR", f"{ok} / {len(rows)}",
+                help="Greedy EESD and PPSD must produce exactly the AR tokens (lossless).")
+st.caption(f"Model {meta.get('model', '?')} · device {meta.get('device_name', '?')} · "
+           f"created {str(meta.get('created', '?'))[:19]} · profile `{meta.get('profile', '?')}`")
+
+st.plotly_chart(charts.predicted_vs_measured(rows), key="chart_validation")
+
+st.subheader("Per-plan error")
+show = [c for c in data.VALIDATION_COLUMNS if c in rows.columns]
+st.dataframe(
+    rows[show], hide_index=True, width="stretch",
+    column_config={
+        "predicted_tokens_per_s": st.column_config.NumberColumn("predicted tokens/s", format="%.1f"),
+        "measured_tokens_per_s": st.column_config.NumberColumn("measured tokens/s", format="%.1f"),
+        "measured_tokens_per_s_p10": st.column_config.NumberColumn("measured p10 tokens/s", format="%.1f"),
+        "measured_tokens_per_s_p90": st.column_config.NumberColumn("measured p90 tokens/s", format="%.1f"),
+        "predicted_speedup": st.column_config.NumberColumn("predicted ×", format="%.2f×"),
+        "measured_speedup": st.column_config.NumberColumn("measured ×", format="%.2f×"),
+        "speedup_error_pct": st.column_config.NumberColumn("speedup error", format="%.1f%%"),
+        "tokens_per_s_error_pct": st.column_config.NumberColumn("tokens/s error", format="%.1f%%"),
+    },
+)

@@ -1,0 +1,151 @@
+"""Turning simulator results into what the planner and overview pages plot (no Streamlit here).
+
+The sweep itself is `sim.api.sweep` (the exact fast path); this module only reshapes its results,
+adds the closed-form curves for comparison and breaks a PPSD plan's per-token cost down by stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from sim.plan import Plan, Result
+
+TABLE_COLUMNS = ["plan", "scheme", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s",
+                 "speedup", "mean_accepted", "acceptance_rate"]
+
+
+def results_table(results: list[Result]) -> pd.DataFrame:
+    """One row per simulated plan, in the units the pages show."""
+    rows = []
+    for r in results:
+        p = r.plan
+        rows.append({
+            "plan": p.label(),
+            "scheme": p.mode,
+            "exit_layer": p.exit_layer,
+            "draft_len": p.draft_len if p.mode == "eesd" else None,
+            "stages": p.num_stages if p.mode == "ppsd" else None,
+            "stage_bounds": ",".join(map(str, p.stage_bounds)) if (p.mode == "ppsd" and p.stage_bounds) else None,
+            "tokens_per_s": float(r.tokens_per_s),
+            "speedup": float(r.speedup_vs_ar) if r.speedup_vs_ar is not None else float("nan"),
+            "mean_accepted": float(r.mean_accepted),
+            "acceptance_rate": r.acceptance_rate,
+            "placement": ",".join(map(str, p.devices())),
+        })
+    df = pd.DataFrame(rows, columns=[*TABLE_COLUMNS, "placement"])
+    return df
+
+
+def curves(table: pd.DataFrame) -> pd.DataFrame:
+    """Speedup per exit layer: EESD at its best γ (one curve), PPSD one curve per stage count."""
+    out = []
+    eesd = table[table["scheme"] == "eesd"]
+    if not eesd.empty:
+        best = eesd.loc[eesd.groupby("exit_layer")["speedup"].idxmax()]
+        out.append(pd.DataFrame({"scheme": "eesd", "k": 0, "exit_layer": best["exit_layer"].astype(int),
+                                 "speedup": best["speedup"],
+                                 "detail": [f"γ = {int(g)}" for g in best["draft_len"]]}))
+    ppsd = table[table["scheme"] == "ppsd"]
+    for k, sub in ppsd.groupby("stages"):
+        # several placements/bounds of one (E, k) may be swept: keep the fastest
+        best = sub.loc[sub.groupby("exit_layer")["speedup"].idxmax()]
+        out.append(pd.DataFrame({"scheme": "ppsd", "k": int(k), "exit_layer": best["exit_layer"].astype(int),
+                                 "speedup": best["speedup"],
+                                 "detail": [f"stages [{b}]" if b else f"k = {int(k)}" for b in best["stage_bounds"]]}))
+    if not out:
+        return pd.DataFrame(columns=["scheme", "k", "exit_layer", "speedup", "detail"])
+    return pd.concat(out, ignore_index=True)
+
+
+def alphas(profile, scale: float = 1.0, temperature: float = 0.0, category: str | None = None) -> dict[int, float]:
+    """Acceptance per exit layer as the closed forms use it: greedy match rate at T = 0, mean β
+    when sampling; times the what-if scale, kept below 1 so the formulas stay finite."""
+    acc = profile.acceptance
+    acc = acc[acc["head"] == "shared"]
+    if category is not None:
+        acc = acc[acc["category"] == category]
+    col = "match" if temperature <= 0 else "beta"
+    return {int(e): float(min(v * scale, 0.999)) for e, v in acc.groupby("exit_layer")[col].mean().items()}
+
+
+def _layer_costs(profile) -> np.ndarray:
+    return np.array([profile.layer_ms(l, 1) for l in range(profile.num_layers)])
+
+
+def closed_forms(profile, alpha: dict[int, float], gammas, stage_counts, hop_ms: float = 0.0) -> pd.DataFrame:
+    """The textbook curves, with costs from the profile.
+
+    EESD (Leviathan et al. 2023): (1 − α^(γ+1)) / ((1 − α)(γc + 1)), c = draft cost / full pass,
+    best γ per exit. PPSD: an accepted token costs the slowest stage, a rejected one the full pass
+    plus the hops: S = T_AR / (α·max_stage + (1 − α)·(T_AR + (k − 1)·hop)); with balanced stages,
+    no head and no hop this is the 1 / (1 − α(1 − E/N)) of the design notes."""
+    from sim.partition import balanced_bounds
+
+    layers = _layer_costs(profile)
+    head = profile.head_ms(1)
+    embed = profile.embed_ms(1)
+    full = float(layers.sum() + head + embed)
+    n = profile.num_layers
+    rows = []
+    for e, a in sorted(alpha.items()):
+        if not 1 <= e < n:
+            continue
+        c = float(layers[:e].sum() + head + embed) / full
+        best = max((1 - a ** (g + 1)) / ((1 - a) * (g * c + 1)) for g in gammas)
+        rows.append(("eesd", 0, e, best))
+        for k in stage_counts:
+            if k > n - e + 1:
+                continue
+            bounds = balanced_bounds(e, n, k, layer_cost=layers.tolist(), head_cost=head)
+            stage = [float(layers[bounds[i]:bounds[i + 1]].sum()) for i in range(k)]
+            stage[0] += head + embed  # stage 1 drafts with the exit head
+            stage[-1] += head
+            slowest = max(stage) + (hop_ms if k > 1 else 0.0)
+            rows.append(("ppsd", k, e, full / (a * slowest + (1 - a) * (full + (k - 1) * hop_ms))))
+    return pd.DataFrame(rows, columns=["scheme", "k", "exit_layer", "speedup"])
+
+
+def stage_breakdown(profile, plan: Plan) -> pd.DataFrame:
+    """Per-stage time for one token of a resolved PPSD plan: its layers, the exit head (stage 1),
+    the full head (last stage) and the outgoing hop. Shows which stage bounds throughput."""
+    bounds = plan.stage_bounds
+    layers = _layer_costs(profile)
+    k = len(bounds) - 1
+    hop = plan.hop_ms if plan.hop_ms is not None else profile.hop_ms()
+    rows = []
+    for i in range(k):
+        name = f"stage {i + 1} (L{bounds[i]}–L{bounds[i + 1] - 1})"
+        rows.append((name, "layers", float(layers[bounds[i]:bounds[i + 1]].sum())))
+        if i == 0:
+            rows.append((name, "exit head", profile.exit_head_ms(plan.exit_head, 1)))
+        if i == k - 1:
+            rows.append((name, "head", profile.head_ms(1)))
+        else:
+            rows.append((name, "hop", hop))
+    return pd.DataFrame(rows, columns=["stage", "part", "ms"])
+
+
+def round_robin(stages: int, devices: int) -> tuple[int, ...] | None:
+    """Placement of k stages on d devices: one each when they fit, else stage i on device i mod d."""
+    if stages <= devices:
+        return None
+    return tuple(i % devices for i in range(stages))
+
+
+def find_plan(table: pd.DataFrame, scheme: str, exit_layer: int, draft_len: int | None = None,
+              stages: int | None = None) -> pd.Series | None:
+    sub = table[(table["scheme"] == scheme) & (table["exit_layer"] == exit_layer)]
+    if scheme == "eesd":
+        sub = sub[sub["draft_len"] == draft_len]
+    elif scheme == "ppsd":
+        sub = sub[sub["stages"] == stages]
+    if sub.empty:
+        return None
+    return sub.loc[sub["speedup"].idxmax()]
+
+
+def with_hop(plan: Plan, hop_ms: float | None) -> Plan:
+    return replace(plan, hop_ms=hop_ms)

@@ -1,0 +1,287 @@
+"""The dashboard through Streamlit's AppTest (no browser): every page renders on the example and a
+synthetic profile, the planner's controls move the plotted data, empty states and bad folders
+show messages, and the pure helpers (uploads, progress parsing, traces) do their job."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard import data, jobs, whatif
+from dashboard_fixtures import EXAMPLE, make_malformed, make_synthetic, make_validation
+from ppsd.errors import UserError
+from ppsd.paths import PROJECT_ROOT
+
+APP = str(PROJECT_ROOT / "dashboard" / "app.py")
+PAGES = ["overview", "profile", "planner", "timeline", "validation", "profile_model"]
+CHARTS = {"overview": 1, "profile": 2, "planner": 2, "timeline": 2, "validation": 1, "profile_model": 0}
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("dash")
+    make_synthetic(root / "examples")
+    make_validation(root / "runs")
+    return root
+
+
+def _app(monkeypatch, roots: list[Path], profile_label: str | None = None) -> AppTest:
+    monkeypatch.setenv(data.DATA_DIRS_ENV, os.pathsep.join(map(str, roots)))
+    at = AppTest.from_file(APP, default_timeout=120)
+    if profile_label:
+        at.session_state["profile_path"] = profile_label
+    return at.run()
+
+
+def _problems(at: AppTest) -> list[str]:
+    return [e.value for e in at.exception] + [e.value for e in at.error]
+
+
+def _spec(at: AppTest, key: str) -> dict:
+    """The plotly figure spec a chart element sends to the browser, found by its widget key."""
+    for el in at.get("plotly_chart"):
+        if key in el.proto.id:
+            return json.loads(el.proto.spec)
+    raise AssertionError(f"no plotly chart with key {key}; ids: {[e.proto.id for e in at.get('plotly_chart')]}")
+
+
+def _trace(spec: dict, name_prefix: str) -> dict:
+    return next(t for t in spec["data"] if str(t.get("name", "")).startswith(name_prefix))
+
+
+def _all_pages(at: AppTest) -> dict[str, AppTest]:
+    seen = {}
+    for page in PAGES:
+        at.switch_page(f"views/{page}.py").run()
+        assert not _problems(at), f"{page}: {_problems(at)}"
+        assert len(at.get("plotly_chart")) >= CHARTS[page], f"{page} drew {len(at.get('plotly_chart'))} charts"
+        seen[page] = at
+    return seen
+
+
+def test_every_page_renders_on_the_example_profile(monkeypatch, data_root):
+    assert (EXAMPLE / "profile.json").exists(), "the committed example profile is missing"
+    at = _app(monkeypatch, [EXAMPLE.parent, data_root / "runs"], "examples/smollm2-135m-cpu")
+    assert at.session_state["profile_path"] == "examples/smollm2-135m-cpu"
+    _all_pages(at)
+    # the example is a measured profile: the sidebar names model, device and date
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "SmolLM2" in captions or "smollm2" in captions.lower()
+
+
+def test_every_page_renders_on_a_synthetic_profile_with_badge(monkeypatch, data_root):
+    at = _app(monkeypatch, [data_root / "examples", data_root / "runs"])
+    assert at.session_state["profile_path"] == "examples/synth"
+    _all_pages(at)
+    badges = [m.value for m in at.sidebar.markdown]
+    assert any("estimated" in b for b in badges), badges
+
+
+def test_overview_recommendation_matches_the_simulator(monkeypatch, data_root):
+    from profiler.schema import load_profile
+    from sim import api
+
+    at = _app(monkeypatch, [data_root / "examples"])
+    best, _ = api.recommend(api.sweep(load_profile(data_root / "examples" / "synth")))
+    shown = at.metric[0].value
+    assert shown == best.plan.label()
+    assert at.metric[1].value == f"{best.speedup_vs_ar:.2f}×"
+
+
+def test_planner_controls_change_the_plotted_data(monkeypatch, data_root):
+    at = _app(monkeypatch, [data_root / "examples"])
+    at.switch_page("views/planner.py").run()
+    assert not _problems(at)
+    exit_slider = next(s for s in at.slider if s.label == "exit layer E")
+    stage_slider = next(s for s in at.slider if s.label == "stages k (PPSD)")
+
+    before = _spec(at, "chart_speedup")
+    stages_before = _spec(at, "chart_stages")
+    x0 = _trace(before, "selected: PPSD")["x"][0]
+    exit_slider.set_value(4 if x0 != 4 else 6).run()
+    assert not _problems(at)
+    after = _spec(at, "chart_speedup")
+    assert _trace(after, "selected: PPSD")["x"][0] == (4 if x0 != 4 else 6)
+    assert _spec(at, "chart_stages") != stages_before  # the stage breakdown follows the exit layer
+
+    y_k2 = _trace(after, "selected: PPSD")["y"][0]
+    stage_slider.set_value(3).run()
+    assert not _problems(at)
+    k3 = _spec(at, "chart_speedup")
+    sel = _trace(k3, "selected: PPSD")
+    assert "k=3" in sel["name"] and sel["y"][0] != y_k2
+    stage_names = {x for bar in _spec(at, "chart_stages")["data"] for x in bar["x"]}
+    assert len(stage_names) == 3
+
+    # the sweep-level controls move the curves themselves
+    curve = _trace(k3, "PPSD k = 2")["y"]
+    next(s for s in at.slider if s.label == "hop latency (ms)").set_value(2.0).run()
+    assert not _problems(at)
+    assert _trace(_spec(at, "chart_speedup"), "PPSD k = 2")["y"] != curve
+    next(s for s in at.slider if s.label == "acceptance scale").set_value(1.5).run()
+    assert not _problems(at)
+    next(s for s in at.slider if s.label == "devices").set_value(3).run()
+    names = [t["name"] for t in _spec(at, "chart_speedup")["data"]]
+    assert "PPSD k = 3" in names and "PPSD k = 4" not in names
+
+
+def test_planner_answers_a_control_change_within_half_a_second(monkeypatch, data_root):
+    """Script time of a rerun after each control change, sweep cache warm for the exit/γ/k
+    controls and cold for the sweep-level ones (hop, scale, temperature, devices)."""
+    roots = [EXAMPLE.parent] if (EXAMPLE / "profile.json").exists() else [data_root / "examples"]
+    at = _app(monkeypatch, roots)
+    at.switch_page("views/planner.py").run()
+    timings = {}
+    for label, value in [("exit layer E", 10), ("draft length γ (EESD)", 6), ("stages k (PPSD)", 3),
+                         ("hop latency (ms)", 1.0), ("acceptance scale", 1.2), ("temperature", 0.0),
+                         ("devices", 3)]:
+        slider = next(s for s in at.slider if s.label == label)
+        t = time.perf_counter()
+        slider.set_value(value).run()
+        timings[label] = time.perf_counter() - t
+        assert not _problems(at), label
+    print("planner rerun seconds:", {k: round(v, 3) for k, v in timings.items()})
+    slow = {k: v for k, v in timings.items() if v > 0.5}
+    assert not slow, f"controls slower than 0.5 s: {slow}"
+
+
+def test_empty_state_pages_render_without_profiles(monkeypatch, tmp_path):
+    at = _app(monkeypatch, [tmp_path / "nothing-here"])
+    for page in PAGES:
+        at.switch_page(f"views/{page}.py").run()
+        assert not _problems(at), f"{page}: {_problems(at)}"
+        if page != "profile_model":
+            assert at.info, f"{page} shows no empty-state message"
+    assert any("ppsd validate" in i.value for i in at.info)
+
+
+def test_a_malformed_profile_is_one_line_not_a_traceback(monkeypatch, tmp_path):
+    make_malformed(tmp_path / "examples")
+    at = _app(monkeypatch, [tmp_path / "examples"])
+    assert not at.exception
+    assert at.error and "schema_version" in at.error[0].value and "\n" not in at.error[0].value
+
+
+def test_profile_page_controls(monkeypatch, data_root):
+    at = _app(monkeypatch, [data_root / "examples"])
+    at.switch_page("views/profile.py").run()
+    before = _spec(at, "chart_latency")
+    at.select_slider(key="prof_n").set_value(4).run()
+    title = _spec(at, "chart_latency")["layout"]["title"]["text"]
+    assert "n = 4" in title and title != before["layout"]["title"]["text"]
+    at.radio(key="prof_metric").set_value("β (sampling acceptance)").run()
+    assert "β" in _spec(at, "chart_acceptance")["layout"]["title"]["text"]
+    assert not _problems(at)
+
+
+def test_validation_page_shows_scatter_table_and_mape(monkeypatch, data_root):
+    at = _app(monkeypatch, [data_root / "runs"])
+    at.switch_page("views/validation.py").run()
+    assert not _problems(at)
+    assert at.metric[0].value == "6.1%"
+    spec = _spec(at, "chart_validation")
+    assert spec["data"][0]["name"].startswith("y = x")
+    assert len(at.dataframe[0].value) == 4
+
+
+def test_profile_a_model_shows_progress_and_one_line_failure(monkeypatch, data_root, tmp_path):
+    fake = ("import json,sys,time\n"
+            "for i in range(3): print(json.dumps({'phase':'latency','done':i,'total':3}), file=sys.stderr, flush=True)\n"
+            "print('loading model', flush=True)\n"
+            "print('ppsd profile: error: model nope not found; give a folder, .gguf or smollm2-135m', file=sys.stderr)\n"
+            "sys.exit(2)\n")
+    job = jobs.start([sys.executable, "-c", fake], tmp_path / "out", tmp_path / "logs")
+    assert job.proc.wait(timeout=30) == 2
+    prog = job.progress()
+    assert (prog.phase, prog.done, prog.total) == ("latency", 2, 3)
+    assert prog.log == ["loading model", "ppsd profile: error: model nope not found; give a folder, .gguf or smollm2-135m"]
+
+    at = _app(monkeypatch, [data_root / "examples"])
+    at.session_state["profile_job"] = job
+    at.session_state["profile_job_seen_end"] = id(job)
+    at.switch_page("views/profile_model.py").run()
+    assert [e.value for e in at.error] == ["ppsd profile: error: model nope not found; give a folder, .gguf or smollm2-135m"]
+    assert not at.exception
+
+
+def test_profile_a_model_running_job_has_a_progress_bar(monkeypatch, data_root, tmp_path):
+    slow = ("import json,sys,time\n"
+            "print(json.dumps({'phase':'acceptance','done':5,'total':20}), file=sys.stderr, flush=True)\n"
+            "time.sleep(30)\n")
+    job = jobs.start([sys.executable, "-c", slow], tmp_path / "out", tmp_path / "logs")
+    try:
+        deadline = time.time() + 10
+        while job.progress().phase is None and time.time() < deadline:
+            time.sleep(0.05)
+        at = _app(monkeypatch, [data_root / "examples"])
+        at.session_state["profile_job"] = job
+        at.switch_page("views/profile_model.py").run()
+        bars = at.get("progress")
+        assert bars and bars[0].proto.value == 25 and "acceptance: 5 / 20" in bars[0].proto.text
+        assert not _problems(at)
+    finally:
+        job.stop()
+    assert job.returncode is not None
+
+
+def test_profile_command_line():
+    cmd = jobs.profile_command("smollm2-135m", "cpu", None, next(iter(jobs.SIZES)), Path("/x/runs/a"))
+    assert cmd[1:6] == ["-m", "ppsd", "profile", "--model", "smollm2-135m"]
+    assert "--out" in cmd and "/x/runs/a" in cmd and "--limit" in cmd
+    assert jobs.error_line(["Traceback (most recent call last):", "  File x", "ValueError: boom"], 1) == "ValueError: boom"
+
+
+def test_zip_upload_roundtrip_and_unsafe_paths(data_root, tmp_path):
+    src = data_root / "examples" / "synth"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for f in src.iterdir():
+            zf.write(f, f"synth/{f.name}")
+    path = data.extract_profile_zip(buf.getvalue(), "synth.zip", into=tmp_path)
+    assert (path / "profile.json").exists() and path.name == "synth"
+    assert data.extract_profile_zip(buf.getvalue(), "synth.zip", into=tmp_path) == path  # reused
+
+    evil = io.BytesIO()
+    with zipfile.ZipFile(evil, "w") as zf:
+        zf.writestr("../escape/profile.json", "{}")
+    with pytest.raises(UserError, match="unsafe path"):
+        data.extract_profile_zip(evil.getvalue(), "evil.zip", into=tmp_path)
+    with pytest.raises(UserError, match="not a zip"):
+        data.extract_profile_zip(b"not a zip", "x.zip", into=tmp_path)
+
+
+def test_chrome_trace_roundtrip_and_discovery(data_root):
+    val = data.load_validation(data_root / "runs" / "validate-synth")
+    files = val.timeline_files()
+    assert set(files["ppsd-e6-k2"]) == {"measured", "simulated"}
+    events = data.read_chrome_trace(files["ppsd-e6-k2"]["measured"])
+    assert {e.row for e in events} == {"stage 1", "stage 2"} and {"draft", "hop", "verify", "flush"} <= {e.name for e in events}
+    assert events[0].token == 0 and abs(events[0].dur_s - 0.010) < 1e-9
+    assert data.find_profiles([data_root]) == [data_root / "examples" / "synth"]
+
+
+def test_closed_forms_match_the_design_notes():
+    """With uniform layers, no head and no hop the PPSD closed form is 1 / (1 − α(1 − E/N))."""
+    class Flat:
+        num_layers = 8
+
+        def layer_ms(self, l, n=1):
+            return 1.0
+
+        def head_ms(self, n=1):
+            return 0.0
+
+        def embed_ms(self, n=1):
+            return 0.0
+
+    df = whatif.closed_forms(Flat(), {2: 0.8}, range(1, 5), [4], hop_ms=0.0)
+    ppsd = df[(df.scheme == "ppsd") & (df.k == 4)].speedup.iloc[0]
+    assert ppsd == pytest.approx(1 / (1 - 0.8 * (1 - 2 / 8)))
