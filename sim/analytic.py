@@ -1,0 +1,118 @@
+"""Closed forms: the simulator's oracle and the planner's quick estimates (pure functions).
+
+They assume i.i.d. acceptance with rate α, an endless stream and costs at one context. Under those
+assumptions they are exact for the model the engines implement (sim/engine.py):
+
+AR     t_AR = embed + Σ layers + head per token.
+EESD   a round drafts γ tokens (draft = embed + layers [0,E) + exit head each) and verifies once
+       (layers [E,N) + head on γ+1 positions, embed + layers [0,E) of the last draft); it commits
+       (1 − α^(γ+1)) / (1 − α) tokens on average (Leviathan et al. 2023).
+PPSD   renewal argument over "cycles" (restart → first rejection): a cycle that accepts a drafts
+       commits a+1 tokens and lasts D(a) + hop, where D(a) is the deterministic tandem-pipeline
+       departure time of its (a+1)-th token from the last stage (unbalanced stages, hops between
+       stages, co-run slowdown while the pipeline fills) and the hop carries the correction back to
+       stage 1. a ~ Geometric: P(a) = (1 − α) α^a. Time per token = E[D(a) + hop] · (1 − α).
+       Balanced stages, free hops, no heads, no slowdown: D(a) = (k + a)τ, which gives
+       S = 1 / (1 − α(1 − E/N)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+# --- ideal formulas (the papers') --------------------------------------------------------------
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """E[tokens committed by one EESD round] = (1 − α^(γ+1)) / (1 − α)."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
+    """Speedup of speculative decoding when a draft costs c full passes and verification one pass."""
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
+
+
+def ppsd_ideal_speedup(alpha: float, exit_layer: int, num_layers: int) -> float:
+    """Balanced stages, free hops, heads ignored: S = 1 / (1 − α(1 − E/N))."""
+    return 1.0 / (1.0 - alpha * (1.0 - exit_layer / num_layers))
+
+
+# --- with real costs -----------------------------------------------------------------------
+
+def eesd_time_per_token(draft_ms: float, verify_ms: float, alpha: float, gamma: int) -> float:
+    return (gamma * draft_ms + verify_ms) / expected_tokens_per_round(alpha, gamma)
+
+
+def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
+                        factors: Sequence[float] | None = None, num_devices: int | None = None) -> list[float]:
+    """D(i), i < count: when the i-th token after a restart leaves the last stage, for a pipeline
+    that is empty at time 0 and whose stage 1 drafts back to back. Token i's pass at stage m takes
+    stage_ms[m] · factors[min(devices, m + 1 + i)] (the co-run slowdown while the pipeline fills)."""
+    k = len(stage_ms)
+    devices = k if num_devices is None else num_devices
+    fac = [1.0] * (devices + 1) if factors is None else list(factors)
+
+    def f(i: int, m: int) -> float:
+        return fac[min(min(devices, m + 1 + i), len(fac) - 1)]
+
+    prev = [0.0] * k  # departure of the previous token from each stage
+    out = []
+    for i in range(count):
+        t = prev[0] + stage_ms[0] * f(i, 0)
+        prev[0] = t
+        for m in range(1, k):
+            t = max(t + hop_ms, prev[m]) + stage_ms[m] * f(i, m)
+            prev[m] = t
+        out.append(t)
+    return out
+
+
+def ppsd_time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
+                        factors: Sequence[float] | None = None, num_devices: int | None = None) -> float:
+    """Expected ms per committed token of PPSD (see module doc); exact for the engines' model."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha {alpha} outside [0, 1]")
+    k = len(stage_ms)
+    if alpha >= 1.0 - 1e-12:  # never flushes: the slowest (slowed-down) stage sets the pace
+        d = pipeline_departures(stage_ms, hop_ms, 4 * k + 8, factors, num_devices)
+        return d[-1] - d[-2]
+    # P(a) = (1-α) α^a; stop where the remaining mass is below 1e-17
+    count = k + 2 if alpha <= 0.0 else min(200_000, int(math.log(1e-17) / math.log(alpha)) + k + 2)
+    d = pipeline_departures(stage_ms, hop_ms, count, factors, num_devices)
+    total, p = 0.0, 1.0 - alpha
+    for a in range(count):
+        total += p * (d[a] + hop_ms)
+        p *= alpha
+    return total * (1.0 - alpha)
+
+
+# --- from a profile and a plan ---------------------------------------------------------------
+
+def plan_time_per_token(profile, plan, alpha: float, context: float | None = None) -> dict:
+    """Closed-form ms per token of a resolved plan and of AR on the same profile at one context
+    (default: the smallest profiled), with the speedup. Uses the profile's co-run slowdown."""
+    import numpy as np
+
+    from sim.costs import corun_factors, cost_model
+
+    cm = cost_model(profile, plan.exit_head)
+    c = np.array([float(profile.context_values[0]) if context is None else float(context)])
+    ar = float(cm.ar_step(c)[0])
+    if plan.mode == "ar":
+        t = ar
+    elif plan.mode == "eesd":
+        g = plan.draft_len
+        t = eesd_time_per_token(float(cm.draft_step(c, plan.exit_layer)[0]),
+                                float(cm.verify_step(c, c + g, plan.exit_layer, g)[0]), alpha, g)
+    else:
+        stages = [float(s[0]) for s in cm.stage_steps(c, plan.stage_bounds)]
+        devices = len(set(plan.devices()))
+        if devices != len(stages):
+            raise ValueError("the closed form needs one device per stage; simulate shared placements")
+        t = ppsd_time_per_token(stages, float(plan.hop_ms or 0.0), alpha, corun_factors(profile, devices), devices)
+    return {"time_per_token_ms": t, "ar_time_per_token_ms": ar, "speedup_vs_ar": ar / t,
+            "tokens_per_s": 1000.0 / t}

@@ -1,0 +1,275 @@
+"""The event-level SimPy model of AR, EESD and PPSD (the reference; `sim/fast.py` replays it exactly).
+
+The model in words
+- Times come from the profile via `CostModel`, at each token's own context (it grows as tokens are
+  generated) and with the new-token count of each pass (γ+1 in an EESD verification).
+- AR and EESD run on one device, one pass after another. An EESD round drafts γ' = min(γ, tokens
+  left in the generation − 1) tokens at contexts c, c+1, ..., then verifies at c; it keeps the
+  leading matches and one token from the verifier.
+- PPSD: stage m runs layers [b_m, b_{m+1}); stage 1 adds the embedding and the exit head, the last
+  stage the final norm + LM head. Devices are `simpy.Resource`s, so stages placed on one device
+  serialise. Stages are processes linked by stores; a hop is a delay between them. Stage 1 never
+  waits: when token j leaves it, token j+1 (fed with j's draft) enters at once. When token j
+  leaves the last stage it is committed; if its draft did not match (or the generation ends) the
+  last stage drops everything queued behind it at once, and a hop later the flush reaches the other
+  stages, which abandon their current pass (its time so far stays spent) and drop stale tokens,
+  and stage 1 restarts with the corrected token.
+- Co-run slowdown: stages working at the same time on one machine share memory bandwidth. The
+  i-th token after a restart, at stage m, runs while min(devices, m + i) stages compute (stage 1
+  always drafts ahead, so the pipeline is full from its k-th token on) and its pass is slowed by the
+  profile's factor for that many processes; the first stage-1 pass after a restart runs alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from sim.costs import PPSDCosts
+from sim.plan import Event
+from sim.streams import Stream
+
+
+@dataclass
+class RunStats:
+    """What an engine measured in the model (times in ms)."""
+
+    time_ms: float
+    tokens: int
+    rounds_a: list[int] = field(default_factory=list)  # accepted drafts per round
+    rounds_rejected: list[bool] = field(default_factory=list)  # did the round end at a mismatch
+    stage_busy_ms: list[float] = field(default_factory=list)
+    device_busy_ms: dict[int, float] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+
+
+def _seg_ends(stream: Stream) -> np.ndarray:
+    """seg_end[j]: index one past the last token of j's generation."""
+    t = stream.tokens
+    starts = np.flatnonzero(stream.seg_start)
+    ends = np.append(starts[1:], t)
+    return np.repeat(ends, np.diff(np.append(starts, t)))
+
+
+# --- AR ---------------------------------------------------------------------------------------
+
+def run_ar(ar_ms: np.ndarray, record: bool = False) -> RunStats:
+    env = simpy.Environment()
+    events: list[Event] = []
+    costs = ar_ms.tolist()
+
+    def decode():
+        for j, c in enumerate(costs):
+            start = env.now
+            yield env.timeout(c)
+            if record:
+                events.append(Event("forward", "device 0", start / 1e3, c / 1e3, token=j))
+
+    env.process(decode())
+    env.run()
+    return RunStats(env.now, len(costs), stage_busy_ms=[env.now], device_busy_ms={0: env.now}, events=events)
+
+
+# --- EESD -------------------------------------------------------------------------------------
+
+def run_eesd(stream: Stream, gamma: int, draft_ms, verify_ms, record: bool = False) -> RunStats:
+    """draft_ms(context) and verify_ms(context, gamma) price one draft and one verification."""
+    env = simpy.Environment()
+    match = stream.match.tolist()
+    ctx = stream.context.tolist()
+    seg_end = _seg_ends(stream).tolist()
+    t = stream.tokens
+    stats = RunStats(0.0, 0)
+    row = "device 0"
+
+    def decode():
+        p = 0
+        while p < t:
+            g = min(gamma, seg_end[p] - p - 1)  # no drafting past the generation's end
+            start = env.now
+            for q in range(g):
+                c = draft_ms(ctx[p] + q)
+                s = env.now
+                yield env.timeout(c)
+                if record:
+                    stats.events.append(Event("draft", row, s / 1e3, c / 1e3, token=p + q))
+            v = verify_ms(ctx[p], g)
+            s = env.now
+            yield env.timeout(v)
+            a = 0
+            while a < g and match[p + a]:
+                a += 1
+            if record:
+                stats.events.append(Event("verify", row, s / 1e3, v / 1e3, token=p,
+                                          args={"drafts": g, "accepted": a, "round_ms": env.now - start}))
+            stats.rounds_a.append(a)
+            stats.rounds_rejected.append(a < g)
+            p += a + 1
+
+    env.process(decode())
+    env.run()
+    stats.time_ms = env.now
+    stats.tokens = t
+    stats.stage_busy_ms = [env.now]
+    stats.device_busy_ms = {0: env.now}
+    return stats
+
+
+# --- PPSD -------------------------------------------------------------------------------------
+
+class _Pipeline:
+    """PPSD as SimPy processes. Tokens travel as (epoch, position, index_in_cycle); a flush bumps
+    the epoch, and a stage drops any token from an older epoch than it has heard of."""
+
+    def __init__(self, stream: Stream, costs: PPSDCosts, record: bool):
+        self.env = env = simpy.Environment()
+        self.k = k = costs.k
+        self.t = stream.tokens
+        self.match = stream.match.tolist()
+        seg = stream.seg_start.tolist()
+        self.new_gen = seg[1:] + [True]  # new_gen[j]: token j+1 starts a new generation
+        self.cost = [c.tolist() for c in costs.stage]
+        self.hop = costs.hop_ms
+        self.costs = costs
+        self.record = record
+        shared = len(set(costs.placement)) < k
+        devs = {d: simpy.Resource(env, capacity=1) for d in sorted(set(costs.placement))}
+        self.device = [devs[d] for d in costs.placement] if shared else None
+        self.inbox = [simpy.Store(env) for _ in range(k)]
+        self.view = [0] * k  # the newest epoch each stage has heard of
+        self.epoch = 0
+        self.restart_to = None  # (epoch, position) waiting for stage 1
+        self.procs = [env.process(self._stage1())] + [env.process(self._stage(m)) for m in range(1, k)]
+        self.computing = [None] * k  # (epoch, start) of the pass in progress, or None
+        self.busy = [0.0] * k
+        self.done = env.event()
+        self.rounds_a: list[int] = []
+        self.rounds_rejected: list[bool] = []
+        self.events: list[Event] = []
+        self.committed = 0
+        self.rows = [f"stage {m + 1} (device {costs.placement[m]})" for m in range(k)]
+
+    # a pass of one token through one stage; returns False when a flush cut it short
+    def _pass(self, m: int, epoch: int, j: int, i: int):
+        dur = self.cost[m][min(j, self.t - 1)] * self.costs.factor(i, m)
+        env = self.env
+        req = None
+        try:
+            if self.device is not None:
+                self.computing[m] = (epoch, None)
+                req = self.device[m].request()
+                yield req
+            start = env.now
+            self.computing[m] = (epoch, start)
+            yield env.timeout(dur)
+        except simpy.Interrupt:
+            start = self.computing[m][1]
+            if start is not None:
+                self.busy[m] += env.now - start
+                if self.record and env.now > start:
+                    self.events.append(Event("flush", self.rows[m], start / 1e3, (env.now - start) / 1e3,
+                                             token=j, args={"epoch": epoch}))
+            self.computing[m] = None
+            if req is not None:
+                if req.triggered:
+                    self.device[m].release(req)
+                else:
+                    req.cancel()  # still queued for the device
+            return False
+        self.computing[m] = None
+        if req is not None:
+            self.device[m].release(req)
+        self.busy[m] += dur
+        if self.record:
+            self.events.append(Event("draft" if m == 0 else "verify", self.rows[m], start / 1e3, dur / 1e3,
+                                     token=j, args={"epoch": epoch, "index_in_cycle": i}))
+        return True
+
+    def _send(self, m: int, item):
+        """Hand a token to stage m after one hop."""
+        if self.hop > 0:
+            if self.record:
+                self.events.append(Event("hop", f"hop {m}→{m + 1}", self.env.now / 1e3, self.hop / 1e3,
+                                         token=item[1]))
+            ev = self.env.timeout(self.hop)
+            ev.callbacks.append(lambda _e, box=self.inbox[m], it=item: box.put(it))
+        else:
+            self.inbox[m].put(item)
+
+    def _stage1(self):
+        epoch, j, i = 0, 0, 0
+        while True:
+            if self.restart_to is not None:
+                (epoch, j), i = self.restart_to, 0
+                self.restart_to = None
+            ok = yield from self._pass(0, epoch, j, i)
+            if not ok:
+                continue
+            self._send(1, (epoch, j, i))
+            j, i = j + 1, i + 1  # the draft of token j feeds token j+1 at once
+
+    def _stage(self, m: int):
+        last = m == self.k - 1
+        while True:
+            epoch, j, i = yield self.inbox[m].get()
+            if epoch != self.view[m]:
+                continue  # flushed while queued or in flight
+            ok = yield from self._pass(m, epoch, j, i)
+            if not ok:
+                continue
+            if not last:
+                self._send(m + 1, (epoch, j, i))
+                continue
+            self._commit(j, i)
+            if self.done.triggered:
+                return
+
+    def _commit(self, j: int, i: int):
+        self.committed += 1
+        end_of_gen = self.new_gen[j]
+        if j == self.t - 1:
+            self.rounds_a.append(i)
+            self.rounds_rejected.append(False)
+            self.done.succeed()
+            return
+        if self.match[j] and not end_of_gen:
+            return  # the pass already running on token j+1 stands
+        rejected = not end_of_gen
+        self.rounds_a.append(i)
+        self.rounds_rejected.append(rejected)
+        self.epoch += 1
+        self.view[self.k - 1] = self.epoch  # the last stage drops its queue at once
+        if self.record:
+            self.events.append(Event("flush", self.rows[-1], self.env.now / 1e3, 0.0, token=j + 1,
+                                     args={"reason": "mismatch" if rejected else "new generation"}))
+        ev = self.env.timeout(self.hop)
+        ev.callbacks.append(lambda _e, e=self.epoch, pos=j + 1: self._flush(e, pos))
+
+    def _flush(self, epoch: int, position: int):
+        """The correction reaches the other stages: abandon stale work, restart stage 1."""
+        if self.done.triggered:
+            return
+        self.restart_to = (epoch, position)
+        for m in range(self.k - 1):
+            self.view[m] = epoch
+            cur = self.computing[m]
+            if cur is not None and cur[0] != epoch:
+                self.procs[m].interrupt("flush")
+
+    def run(self) -> RunStats:
+        self.env.run(until=self.done)
+        end = self.env.now
+        for m, cur in enumerate(self.computing):  # passes still running at the last commit
+            if cur is not None and cur[1] is not None:
+                self.busy[m] += end - cur[1]
+        dev: dict[int, float] = {}
+        for m, d in enumerate(self.costs.placement):
+            dev[d] = dev.get(d, 0.0) + self.busy[m]
+        return RunStats(end, self.committed, self.rounds_a, self.rounds_rejected, list(self.busy), dev,
+                        self.events)
+
+
+def run_ppsd(stream: Stream, costs: PPSDCosts, record: bool = False) -> RunStats:
+    return _Pipeline(stream, costs, record).run()

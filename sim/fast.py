@@ -1,0 +1,122 @@
+"""Exact vectorised replay of the event model (sim/engine.py), for sweeps and long runs.
+
+Same stream, same costs, same rules; only the bookkeeping differs:
+- EESD: round boundaries follow from run lengths of matches (one cheap pointer chase), costs are
+  array sums.
+- PPSD: the stream splits into cycles at each restart (mismatch or new generation). A cycle starts
+  with every stage free, so each is a deterministic tandem pipeline with stage 1 feeding back to
+  back: D_m(i) = max(D_{m-1}(i) + hop, D_m(i-1)) + w_m(i). Per stage this is a cumulative sum plus
+  a running maximum, done for all cycles at once with a segmented scan. Stale tokens (drafted
+  behind the mismatch) are replayed too, clipped at the flush, only for busy-time accounting.
+Tested equal to the SimPy model (tests/test_sim_engines.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.costs import CostModel, PPSDCosts
+from sim.engine import RunStats, _seg_ends
+from sim.streams import Stream
+
+
+def fast_ar(ar_ms: np.ndarray) -> RunStats:
+    total = float(np.sum(ar_ms))
+    return RunStats(total, len(ar_ms), stage_busy_ms=[total], device_busy_ms={0: total})
+
+
+def eesd_rounds(stream: Stream, gamma: int):
+    """(start position, drafts γ', accepted a) of every EESD round, vectorised but for the chase."""
+    t = stream.tokens
+    seg_end = _seg_ends(stream)
+    pos = np.arange(t)
+    zeros = np.flatnonzero(~stream.match)
+    nz = np.append(zeros, t)[np.searchsorted(zeros, pos)]  # first mismatch at or after p
+    run = np.minimum(nz, seg_end) - pos  # leading matches from p within the generation
+    g = np.minimum(gamma, seg_end - pos - 1)
+    a = np.minimum(run, g)
+    nxt = (pos + a + 1).tolist()
+    starts = []
+    p = 0
+    while p < t:
+        starts.append(p)
+        p = nxt[p]
+    s = np.asarray(starts, dtype=np.int64)
+    return s, g[s], a[s]
+
+
+def fast_eesd(stream: Stream, gamma: int, cm: CostModel, exit_layer: int) -> RunStats:
+    s, g, a = eesd_rounds(stream, gamma)
+    c = stream.context[s]
+    total = float(np.sum(cm.verify_step(c, c + g, exit_layer, g)))
+    for q in range(int(g.max()) if len(g) else 0):
+        sel = g > q
+        total += float(np.sum(cm.draft_step(c[sel] + q, exit_layer)))
+    return RunStats(total, stream.tokens, a.tolist(), (a < g).tolist(), [total], {0: total})
+
+
+def _seg_cumsum(w: np.ndarray, first: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    cs = np.cumsum(w)
+    base = (cs - w)[first]
+    return cs - np.repeat(base, lens)
+
+
+def _seg_cummax(v: np.ndarray, cyc: np.ndarray) -> np.ndarray:
+    # shift each cycle above the previous one so a plain running maximum never crosses cycles
+    big = float(v.max() - v.min()) + 1.0
+    off = cyc * big
+    return np.maximum.accumulate(v + off) - off
+
+
+def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
+    if costs.num_devices < costs.k:
+        raise ValueError("the fast replay needs one device per stage; use the event engine")
+    t, k, h = stream.tokens, costs.k, costs.hop_ms
+    match, seg = stream.match, stream.seg_start
+    restart = seg.copy()
+    restart[1:] |= ~match[:-1]  # a mismatch at j restarts the pipeline at j+1
+    starts = np.flatnonzero(restart)
+    ends = np.append(starts[1:], t) - 1
+    a = ends - starts
+    nxt = np.minimum(ends + 1, t - 1)
+    rejected = (~match[ends]) & (ends + 1 < t) & ~seg[nxt]
+    ncyc = len(starts)
+    # factor table per stage over the index in cycle (constant from i = k on)
+    ftab = np.array([[costs.factor(i, m) for i in range(k + 1)] for m in range(k)])
+    stage_cost = [np.asarray(c, dtype=float) for c in costs.stage]
+
+    extra = k + 2
+    while True:
+        lens = a + 1 + extra
+        cyc = np.repeat(np.arange(ncyc), lens)
+        first = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        i = np.arange(len(cyc)) - np.repeat(first, lens)
+        j = np.minimum(np.repeat(starts, lens) + i, t - 1)
+        ic = np.minimum(i, k)
+        w = [stage_cost[m][j] * ftab[m][ic] for m in range(k)]
+        dep = [_seg_cumsum(w[0], first, lens)]
+        for m in range(1, k):
+            wcum = _seg_cumsum(w[m], first, lens)
+            dep.append(wcum + _seg_cummax(dep[m - 1] + h - (wcum - w[m]), cyc))
+        last_useful = first + a
+        end_rel = dep[-1][last_useful]  # the cycle's final commit, from its restart
+        flush_rel = end_rel + h
+        flush_rel[-1] = end_rel[-1]  # the run ends at the last commit
+        # enough stale tokens replayed? the last one must leave stage 1 only after the flush
+        if np.all(dep[0][first + lens - 1] >= flush_rel) or extra > 4096:
+            break
+        extra *= 4
+    dur = end_rel + h
+    dur[-1] = end_rel[-1]
+    total = float(np.sum(dur))
+    useful = i <= np.repeat(a, lens)
+    busy = [total]  # stage 1 drafts without pause
+    for m in range(1, k):
+        f = np.repeat(end_rel if m == k - 1 else flush_rel, lens)
+        start = dep[m] - w[m]
+        stale = np.clip(np.minimum(dep[m], f) - start, 0.0, None)
+        busy.append(float(np.sum(np.where(useful, w[m], stale))))
+    dev: dict[int, float] = {}
+    for m, d in enumerate(costs.placement):
+        dev[d] = dev.get(d, 0.0) + busy[m]
+    return RunStats(total, t, a.tolist(), rejected.tolist(), busy, dev)

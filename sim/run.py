@@ -1,0 +1,190 @@
+"""simulate / sweep / recommend behind sim/api.py: streams in, engines run, Results out."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from ppsd.errors import UserError
+from sim import engine as ev
+from sim import fast
+from sim.costs import cost_model, ppsd_costs, resolve_plan
+from sim.plan import Plan, Result
+from sim.streams import Stream, bernoulli_stream, check_alpha, check_tokens, trace_stream
+
+DEFAULT_TOKENS = 2000
+
+
+def make_stream(profile, plan: Plan, *, tokens, acceptance, alpha, category, prompt_ids, seed, temperature,
+                alpha_scale: float = 1.0) -> Stream:
+    tokens = check_tokens(tokens)
+    if acceptance not in ("trace", "bernoulli"):
+        raise UserError(f"unknown acceptance source {acceptance!r}", "use --acceptance trace or bernoulli")
+    if temperature is not None and temperature < 0:
+        raise UserError(f"temperature {temperature} is negative", "give a temperature >= 0")
+    if acceptance == "bernoulli":
+        return bernoulli_stream(profile, check_alpha(alpha), tokens or DEFAULT_TOKENS, seed)
+    if plan.mode == "ar":
+        exits = sorted(_exit_layers(profile, plan.exit_head))
+        exit_layer = exits[0] if exits else 1
+    else:
+        exit_layer = plan.exit_layer
+    return trace_stream(profile, exit_layer, tokens=tokens, category=category, prompt_ids=prompt_ids,
+                        temperature=temperature or 0.0, seed=seed, head=plan.exit_head, alpha_scale=alpha_scale)
+
+
+def _exit_layers(profile, head):
+    from sim.streams import _traces
+
+    return _traces(profile, head).keys()
+
+
+def run_plan(profile, plan: Plan, stream: Stream, engine: str, record: bool) -> tuple[ev.RunStats, float]:
+    """Run a resolved plan on a stream; returns (stats, AR time in ms on the same contexts)."""
+    cm = cost_model(profile, plan.exit_head)
+    ar_ms = cm.ar_step(stream.context)
+    ar_total = float(np.sum(ar_ms))
+    use_event = engine == "event" or record
+    if plan.mode == "ar":
+        stats = ev.run_ar(ar_ms, record) if use_event else fast.fast_ar(ar_ms)
+    elif plan.mode == "eesd":
+        e = plan.exit_layer
+        if use_event:
+            @lru_cache(maxsize=None)
+            def draft(c):
+                return float(cm.draft_step(np.array([c]), e)[0])
+
+            @lru_cache(maxsize=None)
+            def verify(c, g):
+                arr = np.array([c])
+                return float(cm.verify_step(arr, arr + g, e, g)[0])
+
+            stats = ev.run_eesd(stream, plan.draft_len, draft, verify, record)
+        else:
+            stats = fast.fast_eesd(stream, plan.draft_len, cm, e)
+    else:
+        costs = ppsd_costs(profile, plan, stream.context)
+        if use_event or costs.num_devices < costs.k:
+            stats = ev.run_ppsd(stream, costs, record)
+        else:
+            stats = fast.fast_ppsd(stream, costs)
+    return stats, ar_total
+
+
+def to_result(plan: Plan, stream: Stream, stats: ev.RunStats, ar_ms: float, engine: str, seed: int) -> Result:
+    time_s = stats.time_ms / 1e3
+    rounds = len(stats.rounds_a)
+    accepted = int(sum(stats.rounds_a))
+    judged = accepted + int(sum(stats.rounds_rejected))
+    busy = [b / stats.time_ms if stats.time_ms > 0 else 0.0 for b in stats.stage_busy_ms]
+    devices = plan.devices()
+    dev_busy = [stats.device_busy_ms.get(d, 0.0) / stats.time_ms if stats.time_ms > 0 else 0.0
+                for d in sorted(set(devices))]
+    hist = dict(sorted(Counter(stats.rounds_a).items())) if plan.mode != "ar" else {}
+    return Result(
+        plan=plan, source="simulated", tokens=stats.tokens, time_s=time_s,
+        tokens_per_s=stats.tokens / time_s if time_s > 0 else float("inf"),
+        speedup_vs_ar=ar_ms / stats.time_ms if stats.time_ms > 0 else None,
+        mean_accepted=(stats.tokens / rounds) if (plan.mode != "ar" and rounds) else 1.0,
+        accepted_hist={int(k): int(v) for k, v in hist.items()},
+        acceptance_rate=(accepted / judged if judged else None) if plan.mode != "ar" else None,
+        stage_busy=busy, device_busy=dev_busy, timeline=stats.events,
+        extra={"engine": "event" if stats.events or engine == "event" else engine,
+               "acceptance_source": stream.source, "stream_alpha": stream.alpha,
+               "ar_tokens_per_s": stats.tokens / (ar_ms / 1e3) if ar_ms > 0 else None,
+               "rounds": rounds, "generations": int(stream.seg_start.sum()), "seed": seed,
+               "label": plan.label()},
+    )
+
+
+def simulate(profile, plan: Plan, *, tokens=None, acceptance="trace", alpha=None, category=None, prompt_ids=None,
+             seed=0, temperature=0.0, engine="event", timeline=False) -> Result:
+    if engine not in ("event", "fast"):
+        raise UserError(f"unknown engine {engine!r}", "use engine event or fast")
+    plan = resolve_plan(plan, profile)
+    stream = make_stream(profile, plan, tokens=tokens, acceptance=acceptance, alpha=alpha, category=category,
+                         prompt_ids=prompt_ids, seed=seed, temperature=temperature)
+    stats, ar_ms = run_plan(profile, plan, stream, engine, timeline)
+    return to_result(plan, stream, stats, ar_ms, engine, seed)
+
+
+def _progress(phase: str, done: int, total: int):
+    if os.environ.get("PPSD_PROGRESS") == "jsonl":
+        print('{"phase": "%s", "done": %d, "total": %d}' % (phase, done, total), file=sys.stderr, flush=True)
+
+
+def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=None, alpha_scale=1.0,
+          temperature=0.0, tokens=DEFAULT_TOKENS, category=None, exit_head="shared", seed=0) -> list[Result]:
+    n = profile.num_layers
+    tokens = check_tokens(tokens) or DEFAULT_TOKENS
+    gammas = sorted(set(int(g) for g in gammas))
+    if not gammas or gammas[0] < 1 or gammas[-1] > 64:
+        raise UserError(f"draft lengths {gammas} are out of range", "use draft lengths between 1 and 64")
+    if int(devices) < 1:
+        raise UserError(f"--devices {devices} must be at least 1", f"use --devices between 1 and {n}")
+    if hop_ms is not None and hop_ms < 0:
+        raise UserError(f"hop latency {hop_ms} ms is negative", "give a hop latency >= 0")
+    if alpha_scale < 0:
+        raise UserError(f"alpha scale {alpha_scale} is negative", "give --alpha-scale F with F >= 0")
+    exits = sorted(e for e in _exit_layers(profile, exit_head) if 1 <= e <= n - 1)
+    if not exits:
+        raise UserError(f"profile {profile.path} has no acceptance traces for exit layers 1..{n - 1}",
+                        "re-run `ppsd profile` with acceptance measurement")
+    results: list[Result] = []
+    ar_plan = resolve_plan(Plan("ar", hop_ms=hop_ms), profile)
+    first = trace_stream(profile, exits[0], tokens=tokens, category=category, temperature=temperature, seed=seed,
+                         head=exit_head)
+    stats, ar_ms = run_plan(profile, ar_plan, first, "fast", False)
+    results.append(to_result(ar_plan, first, stats, ar_ms, "fast", seed))
+    for done, e in enumerate(exits):
+        _progress("sweep", done, len(exits))
+        stream = trace_stream(profile, e, tokens=tokens, category=category, temperature=temperature, seed=seed,
+                              head=exit_head, alpha_scale=alpha_scale)
+        for g in gammas:
+            plan = resolve_plan(Plan("eesd", exit_layer=e, draft_len=g, hop_ms=hop_ms, exit_head=exit_head), profile)
+            stats, ar_ms = run_plan(profile, plan, stream, "fast", False)
+            results.append(to_result(plan, stream, stats, ar_ms, "fast", seed))
+        for k in range(2, min(int(devices), n - e + 1) + 1):
+            plan = resolve_plan(Plan("ppsd", exit_layer=e, stages=k, hop_ms=hop_ms, exit_head=exit_head), profile)
+            stats, ar_ms = run_plan(profile, plan, stream, "fast", False)
+            results.append(to_result(plan, stream, stats, ar_ms, "fast", seed))
+    _progress("sweep", len(exits), len(exits))
+    results.sort(key=lambda r: -(r.speedup_vs_ar or 0.0))
+    return results
+
+
+def recommend(results: Sequence[Result]) -> tuple[Result, str]:
+    best = max(results, key=lambda r: r.speedup_vs_ar or 0.0)
+    by_mode: dict[str, Result] = {}
+    for r in results:
+        m = r.plan.mode
+        if m not in by_mode or (r.speedup_vs_ar or 0) > (by_mode[m].speedup_vs_ar or 0):
+            by_mode[m] = r
+    if best.plan.mode == "ar" or (best.speedup_vs_ar or 0) <= 1.0:
+        others = [r for m, r in by_mode.items() if m != "ar"]
+        if others:
+            o = max(others, key=lambda r: r.speedup_vs_ar or 0)
+            reason = (f"stay with AR: no early-exit plan beats plain decoding here "
+                      f"(best is {o.plan.label()} at {o.speedup_vs_ar:.2f}× AR, α={_alpha(o)})")
+        else:
+            reason = "AR is the only plan simulated"
+        ar = by_mode.get("ar", best)
+        return ar, reason
+    other_mode = "eesd" if best.plan.mode == "ppsd" else "ppsd"
+    tail = ""
+    if other_mode in by_mode:
+        o = by_mode[other_mode]
+        tail = f"; best {other_mode.upper()} is {o.plan.label()} at {o.speedup_vs_ar:.2f}×"
+    reason = (f"{best.plan.label()} is fastest: {best.speedup_vs_ar:.2f}× AR, {best.tokens_per_s:.1f} tokens/s, "
+              f"α={_alpha(best)}, {best.mean_accepted:.2f} tokens per round{tail}")
+    return best, reason
+
+
+def _alpha(r: Result) -> str:
+    a = r.extra.get("stream_alpha")
+    return "?" if a is None else f"{a:.2f}"
