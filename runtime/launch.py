@@ -201,7 +201,7 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
 
 
-def run_torchrun(job) -> list | None:
+def run_torchrun(job, model=None) -> list | None:
     """This process is one stage (rank from the environment). Rank 0 returns every rank's log."""
     import torch.distributed as dist
 
@@ -223,7 +223,7 @@ def run_torchrun(job) -> list | None:
         import torch
 
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-    stage = _build_stage(rank, world, job, None, EpochBoard(store=store), None)
+    stage = _build_stage(rank, world, job, model, EpochBoard(store=store), None)
     log = stage.run()
     group = dist.new_group(backend="gloo")  # objects travel on CPU whatever the data backend
     logs = [None] * world if rank == 0 else None

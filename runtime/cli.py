@@ -1,0 +1,76 @@
+"""`ppsd run` (decode for real: AR, EESD or PPSD) and `ppsd validate` (simulator vs measurement).
+
+No torch at import time: the handlers import the runtime lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="decode for real with AR, EESD or PPSD and measure it",
+                       description="Decode prompts for real and report tokens/s (median of repeats), prefill and "
+                       "load time, accepted lengths and per-stage busy time. Speculative modes also run AR "
+                       "in the same session for the speedup and the losslessness check.")
+    p.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default), tiny-llama, a folder, a .gguf")
+    p.add_argument("--mode", choices=("ar", "eesd", "ppsd"), default="ppsd")
+    p.add_argument("--exit", type=int, dest="exit_layer", help="exit layer E (1..N-1); needed for eesd/ppsd")
+    p.add_argument("--draft-len", type=int, default=4, help="EESD drafts per round γ (default 4)")
+    p.add_argument("--stages", type=int, default=2, help="PPSD pipeline stages k (default 2)")
+    p.add_argument("--stage-bounds", help="PPSD layer cuts, e.g. 0,15,30 (default: balanced by layer count)")
+    p.add_argument("--prompts", default=None, help="JSONL in Spec-Bench format, or spec-bench (default: built-in)")
+    p.add_argument("--limit", type=int, default=4, help="number of prompts (default 4)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force-trace", help="FILE of 0/1, accept-all or reject-all: acceptance follows it (timing only)")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--port", type=int, help="rendezvous port for the stage processes (default: a free one)")
+    p.add_argument("--stage-timeout", type=float, default=60.0, help="seconds without progress before a stage "
+                   "counts as hung (default 60)")
+    p.add_argument("--oversubscribe", action="store_true", help="allow more stages than CPU cores (slow)")
+    p.add_argument("--no-ar", action="store_true", help="skip the AR baseline run")
+    p.add_argument("--timeline", help="write the measured timeline as a Chrome trace to this file")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_run)
+
+    v = sub.add_parser("validate", help="run plans for real and compare with the simulator's prediction",
+                       description="Measure AR and default EESD/PPSD plans on the profile's model and prompts, "
+                       "predict each with the simulator from the same profile and traces, and write the "
+                       "validation folder (validation.json, validation.csv, timelines/).")
+    v.add_argument("--profile", required=True, help="profile folder (from ppsd profile)")
+    v.add_argument("--plans", help="semicolon-separated plans, e.g. 'eesd:10:3;ppsd:15:2' (mode:exit:γ-or-k); "
+                   "default: 3 exit layers × EESD and PPSD")
+    v.add_argument("--out", help="validation folder (default runs/validation-<time>)")
+    v.add_argument("--limit", type=int, help="use only the first K profiled prompts")
+    v.add_argument("--repeats", type=int, default=3)
+    v.add_argument("--warmup", type=int, default=1)
+    v.add_argument("--force-trace", action="store_true", help="replay the profile's traces instead of the drafts")
+    v.add_argument("--stage-timeout", type=float, default=60.0)
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=cmd_validate)
+
+
+def cmd_run(args) -> int:
+    from runtime.runner import run_command
+
+    return run_command(args)
+
+
+def cmd_validate(args) -> int:
+    from runtime.validate import validate_command
+
+    return validate_command(args)
+
+
+def print_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+

@@ -1,0 +1,165 @@
+"""Run a plan for real, several times, and turn what happened into a `Result` (source "measured").
+
+Protocol: `warmup` untimed passes over the prompts, then `repeats` timed ones. Each repetition's
+speed is its decode tokens (after the first token) over its decode time (after the first token);
+prefill and model loading are reported separately. tokens_per_s is the median over repetitions,
+with p10/p90 and min/max as the spread. The timeline holds the first measured repetition.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from runtime.acceptance import ForcedTrace, Sampler
+from runtime.decoding import SeqRecord, generate_ar, generate_eesd
+from sim.plan import Event, Plan, Result
+
+
+@dataclass
+class Job:
+    """A plan plus what to decode and how to time it."""
+
+    plan: Plan
+    prompts: list[list[int]]
+    max_new: list[int]
+    temperature: float = 0.0
+    seed: int = 0
+    forced: list[ForcedTrace | None] | None = None  # per prompt
+    stop_at_eos: bool = True
+    warmup: int = 1
+    repeats: int = 3
+    timeout_s: float = 60.0
+    port: int | None = None
+    timeline: bool = True
+
+
+@dataclass
+class Measurement:
+    result: Result
+    outputs: list[list[int]]  # tokens per prompt (first measured repetition)
+    records: list[list[SeqRecord]] = field(default_factory=list)  # [repetition][prompt]
+
+
+def _seq_seed(seed: int, seq: int) -> int:
+    return seed * 1_000_003 + seq * 2 + 1
+
+
+def _run_in_process(model, job: Job) -> list[list[SeqRecord]]:
+    plan, eos = job.plan, (model.eos_token_ids if job.stop_at_eos else None)
+    reps: list[list[SeqRecord]] = []
+    seq = 0
+    origin = None
+    for rep in range(-job.warmup, job.repeats):
+        recs = []
+        for i, prompt in enumerate(job.prompts):
+            sampler = Sampler.make(job.temperature, _seq_seed(job.seed, seq), model.device)
+            seq += 1
+            record = job.timeline and rep == 0
+            if record and origin is None:
+                origin = time.perf_counter()
+            if plan.mode == "ar":
+                r = generate_ar(model, prompt, job.max_new[i], sampler, eos, origin, record)
+            else:
+                forced = job.forced[i] if job.forced else None
+                r = generate_eesd(model, prompt, job.max_new[i], sampler, plan.exit_layer, plan.draft_len, eos,
+                                  forced, origin, record)
+            recs.append(r)
+        if rep >= 0:
+            reps.append(recs)
+    return reps
+
+
+def _run_pipeline(model, job: Job) -> list[list[SeqRecord]]:
+    from runtime.launch import run_local
+    from runtime.pipeline import PipelineJob
+
+    pjob = _pipeline_job(model, job)
+    logs = run_local(pjob, model=model, port=job.port)
+    return records_from_logs(pjob, logs)
+
+
+def _pipeline_job(model, job: Job):
+    from runtime.pipeline import PipelineJob
+
+    return PipelineJob(
+        model_spec=model.model_id, bounds=tuple(job.plan.stage_bounds), prompts=job.prompts, max_new=job.max_new,
+        temperature=job.temperature, seed=job.seed, forced=job.forced,
+        eos=tuple(sorted(model.eos_token_ids)) if job.stop_at_eos else (), warmup=job.warmup, repeats=job.repeats,
+        timeline_rep=0 if job.timeline else -(10 ** 9), timeout_s=job.timeout_s,
+        device=str(model.device.type), dtype=str(model.dtype).replace("torch.", ""))
+
+
+def records_from_logs(pjob, logs) -> list[list[SeqRecord]]:
+    """Stage logs -> per-repetition, per-prompt SeqRecords (events on one clock from the timeline
+    repetition's start)."""
+    first, last = logs[0], logs[-1]
+    sched = pjob.schedule
+    origin = min((first.seq_start[s] for s, (rep, _) in enumerate(sched) if rep == pjob.timeline_rep), default=0.0)
+    events = sorted((e for log in logs for e in log.events), key=lambda e: e.start_s)
+    for e in events:
+        e.start_s -= origin
+    reps: dict[int, list[SeqRecord]] = {}
+    for s, (rep, _) in enumerate(sched):
+        if rep < 0:
+            continue
+        info = last.seqs[s]
+        rec = SeqRecord(tokens=info["tokens"], prefill_s=info["t_first"] - first.seq_start[s],
+                        decode_s=info["t_last"] - info["t_first"], rounds=info["rounds"], verified=info["verified"],
+                        busy_s=[log.busy.get(s, 0.0) for log in logs])
+        if rep == pjob.timeline_rep and not any(reps.values()):
+            rec.events = events
+        reps.setdefault(rep, []).append(rec)
+    return [reps[r] for r in sorted(reps)]
+
+
+def summarize(plan: Plan, reps: list[list[SeqRecord]], *, load_s: float = 0.0, extra: dict | None = None) -> Measurement:
+    """Per-repetition records -> Result with median and spread."""
+    tps, times, prefill, toks = [], [], [], []
+    for recs in reps:
+        n = sum(r.decode_tokens for r in recs)
+        t = sum(r.decode_s for r in recs)
+        toks.append(n)
+        times.append(t)
+        tps.append(n / t if t > 0 else 0.0)
+        prefill.append(sum(r.prefill_s for r in recs))
+    first = reps[0]
+    rounds = [a for r in first for a in r.rounds]
+    verified = sum(r.verified for r in first)
+    hist = dict(sorted(Counter(rounds).items()))
+    k = len(first[0].busy_s) if first and first[0].busy_s else 1
+    busy = [sum(r.busy_s[i] for recs in reps for r in recs) / max(sum(times), 1e-12) for i in range(k)]
+    med = statistics.median(tps)
+    events: list[Event] = [e for r in first for e in r.events]
+    res = Result(
+        plan=plan, source="measured", tokens=int(statistics.median(toks)), time_s=float(statistics.median(times)),
+        tokens_per_s=float(med), speedup_vs_ar=None,
+        mean_accepted=(float(np.mean([a + 1 for a in rounds])) if rounds else 1.0),
+        accepted_hist=hist,
+        acceptance_rate=(sum(rounds) / verified if verified else None) if plan.mode != "ar" else None,
+        stage_busy=[round(b, 4) for b in busy], device_busy=[round(b, 4) for b in busy],
+        timeline=events,
+        extra={
+            "tokens_per_s_p10": float(np.percentile(tps, 10)), "tokens_per_s_p90": float(np.percentile(tps, 90)),
+            "tokens_per_s_min": float(min(tps)), "tokens_per_s_max": float(max(tps)),
+            "tokens_per_s_reps": [round(x, 4) for x in tps], "repeats": len(reps),
+            "prefill_s": float(statistics.median(prefill)), "load_s": round(load_s, 3),
+            **(extra or {}),
+        },
+    )
+    return Measurement(res, [r.tokens for r in first], reps)
+
+
+def measure(model, job: Job, *, load_s: float = 0.0, extra: dict | None = None) -> Measurement:
+    """Run `job` (AR / EESD in this process, PPSD in stage processes) and summarise it."""
+    if job.plan.mode == "ppsd":
+        reps = _run_pipeline(model, job)
+    else:
+        reps = _run_in_process(model, job)
+    ex = {"warmup": job.warmup, "temperature": job.temperature,
+          "forced_trace": (job.forced[0].label if job.forced and job.forced[0] else None), **(extra or {})}
+    return summarize(job.plan, reps, load_s=load_s, extra=ex)

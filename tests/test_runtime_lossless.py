@@ -1,0 +1,86 @@
+"""Greedy EESD and PPSD are token-identical to AR (tiny random model over a grid; embedded model on
+Spec-Bench prompts)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from profiler.model import load_model
+from runtime.acceptance import Sampler
+from runtime.decoding import generate_ar, generate_eesd
+from runtime.launch import run_local
+from runtime.measure import records_from_logs
+from runtime.pipeline import PipelineJob
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(1)
+
+TEXTS = ["Hello world, this is a test prompt.", "Another one: 1 2 3", "x"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def tiny_ar(tiny):
+    prompts = [tiny.encode_prompt(t) for t in TEXTS]
+    return prompts, [generate_ar(tiny, p, 24, Sampler.make(0, 0)).tokens for p in prompts]
+
+
+@pytest.mark.parametrize("exit_layer", [1, 2, 3, 5])
+@pytest.mark.parametrize("gamma", [1, 2, 4, 7])
+def test_eesd_greedy_matches_ar(tiny, tiny_ar, exit_layer, gamma):
+    prompts, ar = tiny_ar
+    for p, ref in zip(prompts, ar):
+        rec = generate_eesd(tiny, p, 24, Sampler.make(0, 0), exit_layer, gamma)
+        assert rec.tokens == ref
+        assert sum(a + 1 for a in rec.rounds) == len(ref) - 1  # every decode token belongs to a round
+
+
+def _pipeline(tiny, prompts, bounds, max_new=24, **kw):
+    job = PipelineJob("tiny-llama", bounds, prompts, [max_new] * len(prompts), warmup=0, repeats=1,
+                      timeout_s=30, **kw)
+    return job, records_from_logs(job, run_local(job, model=tiny))[0]
+
+
+@pytest.mark.parametrize("bounds", [(0, 1, 6), (0, 3, 6), (0, 5, 6), (0, 1, 3, 6), (0, 2, 4, 6), (0, 1, 2, 4, 6)])
+def test_ppsd_greedy_matches_ar(tiny, tiny_ar, bounds):
+    prompts, ar = tiny_ar
+    _, recs = _pipeline(tiny, prompts, bounds)
+    assert [r.tokens for r in recs] == ar
+    for r in recs:
+        assert r.verified == len(r.tokens)
+        assert len(r.busy_s) == len(bounds) - 1
+
+
+def test_ppsd_stops_at_eos_like_ar(tiny):
+    """With an EOS id that AR emits, both stop at the same place."""
+    p = tiny.encode_prompt(TEXTS[0])
+    ref = generate_ar(tiny, p, 24, Sampler.make(0, 0)).tokens
+    eos = {ref[7]}
+    ar = generate_ar(tiny, p, 24, Sampler.make(0, 0), eos).tokens
+    ee = generate_eesd(tiny, p, 24, Sampler.make(0, 0), 4, 3, eos).tokens
+    job = PipelineJob("tiny-llama", (0, 4, 6), [p], [24], eos=tuple(eos), warmup=0, repeats=1, timeout_s=30)
+    pp = records_from_logs(job, run_local(job, model=tiny))[0][0].tokens
+    assert ar == ee == pp == ref[:ref.index(ref[7]) + 1]
+
+
+@pytest.mark.slow
+def test_embedded_model_lossless_on_spec_bench():
+    """SmolLM2-135M, 8 Spec-Bench prompts × 32 tokens: EESD and PPSD == AR, token for token."""
+    from profiler.prompts import load_prompts
+
+    model = load_model("smollm2-135m")
+    prompts = [model.encode_prompt(p.text)[-160:] for p in load_prompts("spec-bench", limit=8)]
+    assert len(prompts) == 8
+    ar = [generate_ar(model, p, 32, Sampler.make(0, 0)).tokens for p in prompts]
+    ee = [generate_eesd(model, p, 32, Sampler.make(0, 0), 20, 4).tokens for p in prompts]
+    assert ee == ar
+    job = PipelineJob("smollm2-135m", (0, 20, 30), prompts, [32] * 8, warmup=0, repeats=1, timeout_s=120)
+    pp = [r.tokens for r in records_from_logs(job, run_local(job, model=model))[0]]
+    assert pp == ar
