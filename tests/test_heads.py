@@ -1,0 +1,171 @@
+"""Trained exit heads on the tiny model: training helps where it must, round trips, refusals, and
+the reduced-vocabulary head's rejections."""
+
+import json
+
+import pytest
+import torch
+
+from ppsd.cli import main
+from ppsd.errors import UserError
+from profiler.heads.collect import Records
+from profiler.heads.evaluate import score, summarise
+from profiler.heads.store import ExitHeads, FrozenHead, HeadsMeta, LinearAdapter, load_heads, read_meta
+from profiler.heads.train import fit_exit
+from profiler.model import load_model
+from profiler.schema import ACCEPTANCE_COLUMNS
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return load_model("tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny):
+    """A head folder trained through the CLI on the built-in prompts (tiny, seconds)."""
+    root = tmp_path_factory.mktemp("heads")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PPSD_CACHE", str(root / "cache"))
+    out = root / "heads"
+    rc = main(["heads", "train", "--model", "tiny-llama", "--exits", "2,4", "--prompts", "builtin",
+               "--per-category", "1", "--heldout-per-category", "1", "--max-new-tokens", "8", "--epochs", "2",
+               "--vocab-sizes", "64,128", "--out", str(out), "--quiet"])
+    assert rc == 0
+    yield out
+    mp.undo()
+
+
+def _linear_case(tiny, n, seed):
+    """Exit states x and a last-layer state that is a fixed linear map of them: a linear adapter can
+    reproduce the full model's distribution exactly, so training must close the gap."""
+    g = torch.Generator().manual_seed(1234)
+    mix = torch.randn(tiny.hidden_size, tiny.hidden_size, generator=g) / tiny.hidden_size ** 0.5
+    x = torch.randn(n, tiny.hidden_size, generator=torch.Generator().manual_seed(seed)) * 3.0
+    return x, x @ mix.T
+
+
+def test_training_reduces_loss_and_raises_heldout_agreement(tiny):
+    frozen = FrozenHead(tiny)
+    x, final = _linear_case(tiny, 3000, seed=1)
+    xh, final_h = _linear_case(tiny, 600, seed=2)
+    target_h = frozen.logits(final_h).argmax(-1)
+    naive = (frozen.logits(xh).argmax(-1) == target_h).float().mean().item()
+    for init in ("lstsq", "identity"):
+        # From the identity, distillation alone has the whole way to go: more passes, a larger step.
+        epochs, lr = (4, 1e-3) if init == "lstsq" else (20, 1e-2)
+        fit = fit_exit(x, final, frozen, epochs=epochs, init=init, lr=lr)
+        assert fit.loss_final < 0.5 * fit.loss_naive, (init, fit)
+        with torch.no_grad():
+            held = (frozen.logits(fit.adapter(xh)).argmax(-1) == target_h).float().mean().item()
+        assert held > naive + 0.3 and held > 0.7, (init, naive, held)
+
+
+def test_identity_adapter_is_the_naive_head(tiny):
+    heads = ExitHeads(HeadsMeta("tiny-llama", 6, 64, 320), {3: LinearAdapter(64)}, FrozenHead(tiny))
+    h = torch.randn(2, 5, 64) * 4
+    assert torch.allclose(heads.logits(h, 3), tiny.head(h), atol=1e-4)
+
+
+def test_round_trip_and_training_record(trained, tiny):
+    meta = read_meta(trained)
+    assert meta.exits == [2, 4] and meta.model_id == "tiny-llama" and meta.num_layers == 6
+    for e in ("2", "4"):
+        info = meta.training["per_exit"][e]
+        assert info["loss_final"] <= info["loss_naive"] + 1e-6
+    heads = load_heads(trained, tiny)
+    h = torch.randn(3, 64)
+    a = heads.logits(h, 4)
+    again = load_heads(trained, tiny).logits(h, 4)
+    assert torch.equal(a, again)
+    # The saved adapter is not the identity (it was trained) and differs from the naive head.
+    assert not torch.allclose(heads.adapters[4].weight, torch.eye(64))
+    # Resuming with nothing left to do keeps the weights.
+    rc = main(["heads", "train", "--model", "tiny-llama", "--exits", "2,4", "--prompts", "builtin",
+               "--per-category", "1", "--heldout-per-category", "1", "--max-new-tokens", "8", "--epochs", "2",
+               "--vocab-sizes", "64,128", "--out", str(trained), "--quiet"])
+    assert rc == 0
+    assert torch.equal(load_heads(trained, tiny).logits(h, 4), a)
+
+
+def test_eval_writes_profile_rows(trained, tmp_path, capsys):
+    table, acc, lat = tmp_path / "heldout.csv", tmp_path / "acc.csv.gz", tmp_path / "lat.json"
+    rc = main(["heads", "eval", "--heads", str(trained), "--out", str(table), "--acceptance-out", str(acc),
+               "--latency-out", str(lat), "--quiet"])
+    assert rc == 0
+    import pandas as pd
+
+    summary = pd.read_csv(table)
+    assert set(summary["head"]) == {"shared", "trained", "vocab64", "vocab128"}
+    assert set(summary["exit_layer"]) == {2, 4}
+    rows = pd.read_csv(acc)
+    assert list(rows.columns) == ACCEPTANCE_COLUMNS
+    assert rows["match"].isin([0, 1]).all() and rows["beta"].between(0, 1.0001).all()
+    exit_heads = json.loads(lat.read_text())["exit_heads"]
+    assert {"trained", "vocab64"} <= set(exit_heads)
+    assert all(len(v["median_ms"]) == len(v["n_values"]) for v in exit_heads.values())
+    assert "alpha_naive" in capsys.readouterr().out
+
+
+def _edit_meta(folder, **changes):
+    path = folder / "heads.json"
+    meta = json.loads(path.read_text())
+    meta.update(changes)
+    path.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("change", ["model", "layers", "missing_exit", "missing_file"])
+def test_mismatched_head_folder_is_refused(trained, tmp_path, capsys, change):
+    import shutil
+
+    folder = tmp_path / "h"
+    shutil.copytree(trained, folder)
+    args = ["heads", "eval", "--heads", str(folder), "--model", "tiny-llama", "--no-latency", "--quiet"]
+    if change == "model":
+        _edit_meta(folder, model_id="smollm2-135m")
+    elif change == "layers":
+        _edit_meta(folder, num_layers=30)
+    elif change == "missing_exit":
+        args += ["--exits", "3"]
+    else:
+        (folder / "exit4.safetensors").unlink()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ppsd heads: error:") and "\n" not in err
+
+
+def test_missing_folder_is_refused(tmp_path, capsys):
+    assert main(["heads", "eval", "--heads", str(tmp_path / "nope"), "--quiet"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_vocab_drafts_outside_subset_are_rejections(tiny):
+    """Records where the exit state equals the last layer's: the full heads always agree, but the
+    full model's tokens are put at the end of the frequency order, outside every subset, so the
+    reduced-vocabulary head must count each of them as a rejection."""
+    torch.manual_seed(0)
+    n = 200
+    h = torch.randn(n, 64) * 3
+    frozen = FrozenHead(tiny)
+    target = frozen.logits(h).argmax(-1)
+    outside = set(target.tolist())
+    order = torch.tensor([t for t in range(320) if t not in outside] + sorted(outside))
+    V = 320 - len(outside)
+    heads = ExitHeads(HeadsMeta("tiny-llama", 6, 64, 320, exits=[3]), {3: LinearAdapter(64)}, frozen, order)
+    records = Records(exits={3: h}, final=h, target=target, position=torch.arange(n),
+                      prompt_index=torch.zeros(n, dtype=torch.long), prompt_ids=["p"], categories=["qa"])
+    rows = score(heads, records, [3], [V])
+    by_head = summarise(rows).query("category == 'all'").set_index("head")
+    assert by_head.loc["shared", "alpha"] == 1.0 and by_head.loc["trained", "alpha"] == 1.0
+    assert by_head.loc[f"vocab{V}", "alpha"] == 0.0
+    assert by_head.loc[f"vocab{V}", "beta"] < 1.0
+    vh = heads.vocab_head(V)
+    drafts = vh.draft(h, 3)
+    assert not vh.contains(target).any() and vh.contains(drafts).all()
+
+
+def test_bad_exits_and_vocab_sizes_are_refused(tmp_path, capsys):
+    assert main(["heads", "train", "--model", "tiny-llama", "--exits", "0,9", "--out", str(tmp_path / "x"),
+                 "--quiet"]) == 2
+    assert "outside 1..5" in capsys.readouterr().err
