@@ -1,0 +1,104 @@
+"""The event simulation against the closed forms (1% over >= 20,000 Bernoulli tokens)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from profiler.synthetic import write_synthetic_profile
+from sim import analytic, api
+from sim.plan import Plan
+
+ALPHAS = (0.2, 0.4, 0.6, 0.8, 0.95)
+TOKENS = 20_000
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """SmolLM2-like real costs: unbalanced stages (12.6 ms head), hops, co-run slowdown, verify cost
+    growing with the number of positions."""
+    return write_synthetic_profile(tmp_path_factory.mktemp("real"), num_layers=30, layer_ms=2.8, head_ms=12.6,
+                                   embed_ms=0.13, hop_ms=0.3, corun_slowdown=1.3, per_token_fraction=0.04)
+
+
+@pytest.fixture(scope="module")
+def ideal(tmp_path_factory):
+    return write_synthetic_profile(tmp_path_factory.mktemp("ideal"), num_layers=32, layer_ms=1.0, head_ms=0.0,
+                                   embed_ms=0.0, hop_ms=0.0)
+
+
+def closed(profile, plan, alpha):
+    return analytic.plan_time_per_token(profile, api.resolve_plan(plan, profile), alpha)["speedup_vs_ar"]
+
+
+def sim(profile, plan, alpha, engine, seed=11):
+    return api.simulate(profile, plan, acceptance="bernoulli", alpha=alpha, tokens=TOKENS, seed=seed,
+                        engine=engine).speedup_vs_ar
+
+
+def check(profile, plan, alpha, engine):
+    """Within 1% of the closed form evaluated at the draw's own acceptance frequency (a 20,000-token
+    draw of Bernoulli(0.4) can land at 0.406, which alone moves EESD by 1%); the draw itself must be
+    within 1% of α."""
+    r = api.simulate(profile, plan, acceptance="bernoulli", alpha=alpha, tokens=TOKENS, seed=11, engine=engine)
+    a_hat = r.extra["stream_alpha"]
+    assert a_hat == pytest.approx(alpha, abs=0.01)
+    assert r.speedup_vs_ar == pytest.approx(closed(profile, plan, a_hat), rel=0.01), plan
+
+
+GRID_PPSD = [Plan("ppsd", exit_layer=e, stages=k) for e, k in itertools.product((5, 10, 15, 20), (2, 3, 4))]
+GRID_EESD = [Plan("eesd", exit_layer=e, draft_len=g) for e, g in itertools.product((5, 10, 15, 20), (1, 3, 6))]
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_event_sim_matches_closed_form(real, alpha):
+    """SimPy model vs closed form on a representative subset: every α × k and every α × γ."""
+    for i, k in enumerate((2, 3, 4)):
+        plan = Plan("ppsd", exit_layer=(5, 10, 15)[(i + ALPHAS.index(alpha)) % 3], stages=k)
+        check(real, plan, alpha, "event")
+    for i, g in enumerate((1, 3, 6)):
+        plan = Plan("eesd", exit_layer=(5, 10, 20)[(i + ALPHAS.index(alpha)) % 3], draft_len=g)
+        check(real, plan, alpha, "event")
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_fast_replay_matches_closed_form_on_grid(real, alpha):
+    """The full grid through the exact fast replay (itself tested equal to the SimPy model)."""
+    for plan in GRID_PPSD + GRID_EESD:
+        check(real, plan, alpha, "fast")
+
+
+def test_ppsd_paper_point(ideal):
+    """k = 4, E/N = 1/4, balanced, free hops, α = 0.8056 → 1 / (1 − α(1 − E/N)) = 2.53."""
+    plan = Plan("ppsd", exit_layer=8, stages=4)
+    assert api.resolve_plan(plan, ideal).stage_bounds == (0, 8, 16, 24, 32)
+    assert analytic.ppsd_ideal_speedup(0.8056, 8, 32) == pytest.approx(2.53, abs=0.005)
+    assert closed(ideal, plan, 0.8056) == pytest.approx(analytic.ppsd_ideal_speedup(0.8056, 8, 32), rel=1e-9)
+    assert sim(ideal, plan, 0.8056, "event") == pytest.approx(2.53, rel=0.01)
+    assert api.simulate(ideal, plan, acceptance="bernoulli", alpha=0.8056, tokens=200_000, engine="fast",
+                        seed=3).speedup_vs_ar == pytest.approx(2.53, rel=0.005)
+
+
+@pytest.mark.parametrize("alpha, gamma", [(0.3, 1), (0.6, 3), (0.8, 6), (0.95, 6)])
+def test_eesd_matches_leviathan(ideal, alpha, gamma):
+    """Free heads and verification at the cost of one pass: c = E/N exactly."""
+    plan = Plan("eesd", exit_layer=8, draft_len=gamma)
+    expect = analytic.leviathan_speedup(alpha, gamma, 8 / 32)
+    assert closed(ideal, plan, alpha) == pytest.approx(expect, rel=1e-9)
+    assert sim(ideal, plan, alpha, "event") == pytest.approx(expect, rel=0.01)
+
+
+def test_general_closed_form_reduces_to_ideal(ideal):
+    for alpha, (e, k) in itertools.product((0.0, 0.3, 0.9, 1.0), ((8, 4), (16, 2))):
+        assert closed(ideal, Plan("ppsd", exit_layer=e, stages=k), alpha) == pytest.approx(
+            analytic.ppsd_ideal_speedup(alpha, e, 32), rel=1e-9)
+
+
+def test_real_costs_ppsd_slower_than_ar_at_low_alpha(real):
+    """The exit head in stage 1 and the head again in the last stage: at low α PPSD loses to AR."""
+    plan = Plan("ppsd", exit_layer=15, stages=2)
+    assert sim(real, plan, 0.1, "event") < 1.0
+    assert sim(real, plan, 0.95, "event") > 1.0
+    # and the co-run slowdown keeps a 2-stage pipeline well below 2× even at α = 1
+    assert closed(real, plan, 1.0) < 1.6

@@ -1,0 +1,97 @@
+"""`ppsd simulate` / `ppsd plan`: JSON fields, Chrome trace, bad input (one line, exit 2), no torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ppsd.cli import main
+from profiler.synthetic import write_synthetic_profile
+
+SYN = ["simulate", "--synthetic-layers", "12", "--layer-ms", "2", "--head-ms", "6", "--alpha", "0.6"]
+
+
+@pytest.fixture(scope="module")
+def prof(tmp_path_factory):
+    d = tmp_path_factory.mktemp("p")
+    write_synthetic_profile(d, alpha_by_exit=lambda e: 0.1 + 0.07 * e, num_layers=12, layer_ms=2.0, head_ms=6.0,
+                            hop_ms=0.2, corun_slowdown=1.2)
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bare")
+    write_synthetic_profile(d, num_layers=12)
+    return str(d)
+
+
+def test_simulate_json_fields(prof, capsys):
+    assert main(["simulate", "--profile", prof, "--mode", "ppsd", "--exit", "4", "--stages", "3", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("mode", "exit_layer", "draft_len", "stages", "tokens", "time_s", "tokens_per_s", "speedup_vs_ar",
+                "mean_accepted", "accepted_hist", "acceptance_rate", "stage_busy", "device_busy"):
+        assert key in d, key
+    assert d["mode"] == "ppsd" and d["stages"] == 3 and len(d["stage_busy"]) == 3 and d["tokens"] == 4 * 64
+
+
+def test_simulate_synthetic_trace_out(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert main(SYN + ["--exit", "4", "--tokens", "50", "--hop-us", "300", "--trace-out", str(out),
+                       "--stage-bounds", "0,4,8,12"]) == 0
+    assert "PPSD E=4 k=3" in capsys.readouterr().out
+    names = {e["name"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert {"draft", "verify", "flush", "hop"} <= names
+    assert main(SYN + ["--mode", "eesd", "--exit", "4", "--draft-len", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["draft_len"] == 3
+
+
+def test_plan_json_and_text(prof, capsys):
+    assert main(["plan", "--profile", prof, "--devices", "3", "--tokens", "300", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 1 + 11 * 8 + sum(min(3, 12 - e + 1) - 1 for e in range(1, 12))
+    assert rows[0]["speedup_vs_ar"] == max(r["speedup_vs_ar"] for r in rows)
+    assert main(["plan", "--profile", prof, "--hop-us", "100", "--alpha-scale", "1.2", "--tokens", "300"]) == 0
+    assert "recommendation:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (SYN + ["--exit", "12"], "between 1 and 11"),
+    (SYN + ["--exit", "0"], "between 1 and 11"),
+    (SYN + ["--exit", "10", "--stages", "4"], "between 2 and 3"),
+    (SYN + ["--exit", "4", "--stage-bounds", "0,4,3,12"], "increase strictly"),
+    (SYN + ["--exit", "4", "--stage-bounds", "0,4,8"], "increase strictly from 0 to 12"),
+    (SYN + ["--exit", "4", "--stage-bounds", "0,5,12"], "stage 1 must end at the exit layer"),
+    (["simulate", "--synthetic-layers", "12", "--alpha", "1.2", "--exit", "4"], "[0, 1]"),
+    (["simulate", "--synthetic-layers", "12", "--alpha", "-0.1", "--exit", "4"], "[0, 1]"),
+    (SYN + ["--exit", "4", "--tokens", "0"], "at least 1"),
+    (SYN + ["--exit", "4", "--hop-us", "-5"], ">= 0"),
+])
+def test_bad_input_one_line_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("ppsd simulate: error:") and needle in err
+
+
+def test_bad_profile_inputs(prof, bare, capsys):
+    assert main(["simulate", "--profile", bare, "--exit", "4", "--acceptance", "trace"]) == 2
+    assert "no acceptance data" in capsys.readouterr().err
+    assert main(["simulate", "--profile", prof, "--exit", "4", "--category", "poetry"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown category 'poetry'" in err and "math" in err and "writing" in err
+    assert main(["plan", "--profile", bare]) == 2
+    assert "no acceptance data" in capsys.readouterr().err
+
+
+def test_sim_imports_no_torch():
+    code = ("import sys, sim.api, sim.cli, sim.engine, sim.fast, sim.analytic, sim.run, profiler.synthetic; "
+            "import tempfile; from profiler.synthetic import write_synthetic_profile; from sim.plan import Plan; "
+            "p = write_synthetic_profile(tempfile.mkdtemp(), alpha_by_exit=lambda e: 0.5, num_layers=6); "
+            "sim.api.sweep(p, tokens=50); sim.api.simulate(p, Plan('ppsd', exit_layer=2), timeline=True); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -1,0 +1,164 @@
+"""Engines: hand-counted traces, hand-timed pipelines, fast replay == SimPy model, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.schema import load_profile, save_profile
+from profiler.synthetic import synthetic_meta, write_synthetic_profile
+from sim import api
+from sim import engine as ev
+from sim import fast
+from sim.costs import PPSDCosts
+from sim.plan import Plan
+from sim.streams import Stream
+
+
+def stream(bits, gens=None):
+    m = np.asarray(bits, dtype=bool)
+    seg = np.zeros(len(m), dtype=bool)
+    seg[0] = True
+    for s in gens or []:
+        seg[s] = True
+    return Stream(m, 64.0 + np.arange(len(m), dtype=float), seg, "trace")
+
+
+def eesd_both(bits, gamma, gens=None):
+    s = stream(bits, gens)
+    a = ev.run_eesd(s, gamma, lambda c: 1.0, lambda c, g: 10.0)
+    starts, g, acc = fast.eesd_rounds(s, gamma)
+    assert acc.tolist() == a.rounds_a and (acc < g).tolist() == a.rounds_rejected
+    return a
+
+
+def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None):
+    s = stream(bits, gens)
+    k = len(stage)
+    costs = PPSDCosts([np.full(len(bits), c) for c in stage], hop, tuple(range(k)), factors or [1.0] * (k + 1))
+    a = ev.run_ppsd(s, costs)
+    b = fast.fast_ppsd(s, costs)
+    assert a.rounds_a == b.rounds_a and a.rounds_rejected == b.rounds_rejected
+    assert a.time_ms == pytest.approx(b.time_ms, rel=1e-12, abs=1e-9)
+    assert a.stage_busy_ms == pytest.approx(b.stage_busy_ms, rel=1e-9, abs=1e-9)
+    return a
+
+
+# --- trace-driven token counts equal a hand count (EESD γ = 3) -------------------------------------
+@pytest.mark.parametrize("bits, rounds_a, rejected", [
+    ([0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0]),  # reject at the first draft
+    ([1] * 8, [3, 3], [0, 0]),  # all accepted: γ + 1 tokens a round
+    ([1, 0, 1, 0, 1, 0], [1, 1, 1], [1, 1, 0]),  # alternating (last round shortened to γ' = 1)
+    ([1, 1, 0, 1, 1, 0, 1], [2, 2, 0], [1, 1, 0]),  # reject at the last draft of γ' = 3
+    ([1, 1, 1, 0, 1], [3, 0], [0, 0]),  # all 3 accepted, the mismatch lands on the bonus token
+])
+def test_eesd_hand_counts(bits, rounds_a, rejected):
+    st = eesd_both(bits, 3)
+    assert st.tokens == len(bits)
+    assert st.rounds_a == rounds_a
+    assert st.rounds_rejected == [bool(x) for x in rejected]
+    assert sum(a + 1 for a in st.rounds_a) == len(bits)  # every round commits a + 1 tokens
+    drafts = sum(min(3, len(bits) - p - 1) for p in np.cumsum([0] + [a + 1 for a in rounds_a[:-1]]))
+    assert st.time_ms == pytest.approx(drafts * 1.0 + len(rounds_a) * 10.0)
+
+
+@pytest.mark.parametrize("bits, rounds_a", [
+    ([0, 0, 0, 0, 0, 0], [0] * 6),
+    ([1] * 8, [7]),
+    ([1, 0, 1, 0, 1, 0], [1, 1, 1]),
+    ([1, 1, 0, 1, 1, 0, 1], [2, 2, 0]),
+])
+def test_ppsd_hand_counts(bits, rounds_a):
+    st = ppsd_both(bits)
+    assert st.rounds_a == rounds_a and st.tokens == len(bits)
+
+
+def test_ppsd_hand_timing():
+    # stages 1 ms and 2 ms, hop 0.5 ms. Every token rejected: each costs 1 + 0.5 + 2 and a hop back.
+    st = ppsd_both([0, 0, 0], hop=0.5)
+    assert st.time_ms == pytest.approx(3 * 3.5 + 2 * 0.5)
+    # all accepted: the first token's latency, then one every 2 ms (the slower stage)
+    st = ppsd_both([1, 1, 1], hop=0.5)
+    assert st.time_ms == pytest.approx(3.5 + 2 * 2.0)
+    # co-run slowdown 1.5 with both stages busy: first stage-1 pass alone, the rest slowed
+    st = ppsd_both([1, 1, 1], hop=0.0, factors=[1.0, 1.0, 1.5])
+    assert st.time_ms == pytest.approx(1.0 + 3.0 * 3)
+    # a new generation restarts the pipeline without counting a rejection
+    st = ppsd_both([1, 1, 1, 1], gens=[2], hop=0.5)
+    assert st.rounds_a == [1, 1] and st.rounds_rejected == [False, False]
+    assert st.time_ms == pytest.approx((3.5 + 2.0 + 0.5) + (3.5 + 2.0))
+
+
+@pytest.mark.parametrize("stage, hop, factors", [
+    ((1.0, 2.0), 0.0, None),
+    ((3.0, 1.0, 2.0), 0.4, [1.0, 1.0, 1.2, 1.5]),
+    ((2.0, 2.0, 2.0, 2.0), 0.1, [1.0, 1.0, 1.1, 1.2, 1.3]),
+    ((5.0, 1.0, 1.0, 4.0), 1.0, None),
+])
+def test_fast_equals_event_random_traces(stage, hop, factors):
+    rng = np.random.default_rng(7)
+    for alpha in (0.1, 0.5, 0.9):
+        bits = (rng.random(400) < alpha).astype(int)
+        ppsd_both(bits, stage, hop, gens=[150, 300], factors=factors)
+        eesd_both(bits, 4, gens=[150, 300])
+
+
+@pytest.fixture(scope="module")
+def prof(tmp_path_factory):
+    return write_synthetic_profile(tmp_path_factory.mktemp("p"), alpha_by_exit=lambda e: 0.05 + 0.9 * e / 12,
+                                   num_layers=12, layer_ms=2.0, head_ms=6.0, hop_ms=0.2, corun_slowdown=1.3,
+                                   per_token_fraction=0.05)
+
+
+@pytest.mark.parametrize("plan", [Plan("ar"), Plan("eesd", exit_layer=4, draft_len=3),
+                                  Plan("ppsd", exit_layer=4, stages=2), Plan("ppsd", exit_layer=3, stages=4),
+                                  Plan("ppsd", exit_layer=6, stage_bounds=(0, 6, 9, 12))])
+def test_api_fast_equals_event(prof, plan):
+    for acc in ("trace", "bernoulli"):
+        a = api.simulate(prof, plan, tokens=1500, acceptance=acc, alpha=0.7, engine="event")
+        b = api.simulate(prof, plan, tokens=1500, acceptance=acc, alpha=0.7, engine="fast")
+        assert a.time_s == pytest.approx(b.time_s, rel=1e-10)
+        assert a.accepted_hist == b.accepted_hist and a.tokens == b.tokens == 1500
+        assert a.stage_busy == pytest.approx(b.stage_busy, rel=1e-9)
+
+
+def test_shared_device_serialises(prof):
+    split = api.simulate(prof, Plan("ppsd", exit_layer=4, stages=2), acceptance="bernoulli", alpha=1.0, tokens=300)
+    shared = api.simulate(prof, Plan("ppsd", exit_layer=4, stages=2, placement=(0, 0)), acceptance="bernoulli",
+                          alpha=1.0, tokens=300)
+    # one device: the two stages take turns (no co-run slowdown, but no overlap either)
+    assert shared.time_s > split.time_s
+    assert sum(shared.stage_busy) == pytest.approx(1.0)  # the device never idles, stages never overlap
+    assert len(shared.device_busy) == 1 and shared.device_busy[0] <= 1.0 + 1e-9
+
+
+def test_determinism_per_seed(prof):
+    plan = Plan("ppsd", exit_layer=4, stages=3)
+    for kw in ({"acceptance": "bernoulli", "alpha": 0.6}, {"temperature": 0.7}):
+        a = api.simulate(prof, plan, tokens=800, seed=5, **kw).to_json_dict()
+        b = api.simulate(prof, plan, tokens=800, seed=5, **kw).to_json_dict()
+        c = api.simulate(prof, plan, tokens=800, seed=6, **kw).to_json_dict()
+        assert a == b
+        assert a["time_s"] != c["time_s"]
+
+
+def test_trace_replay_per_prompt_and_category(tmp_path):
+    meta = synthetic_meta(num_layers=6, layer_ms=1.0, head_ms=2.0)
+    rows = []
+    traces = {"a": [1, 1, 0, 1], "b": [0, 0, 1]}
+    for pid, bits in traces.items():
+        for pos, m in enumerate(bits):
+            rows.append(("shared", pid, "math" if pid == "a" else "coding", 2, pos, m, float(m)))
+    df = pd.DataFrame(rows, columns=["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"])
+    meta["acceptance"] = {"temperature": 0.0}
+    save_profile(tmp_path, meta, acceptance=df)
+    p = load_profile(tmp_path)
+    plan = Plan("ppsd", exit_layer=2, stages=2, hop_ms=0.0)
+    r = api.simulate(p, plan)  # each prompt once, a new generation at each
+    assert r.tokens == 7 and r.accepted_hist == {2: 1, 0: 4}
+    assert r.extra["generations"] == 2 and r.acceptance_rate == pytest.approx(2 / 5)
+    r = api.simulate(p, plan, prompt_ids=["b"])
+    assert r.tokens == 3 and r.accepted_hist == {0: 3} and r.extra["generations"] == 1
+    r = api.simulate(p, Plan("eesd", exit_layer=2, draft_len=3), category="math")
+    assert r.tokens == 4 and r.accepted_hist == {2: 1, 0: 1}
