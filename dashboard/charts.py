@@ -14,14 +14,19 @@ import plotly.graph_objects as go
 from dashboard import theme
 from sim.plan import Event
 
-_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50), hovermode="closest",
-               legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0))
+_LAYOUT = dict(template="plotly_white", hovermode="closest")
+# a few entries: one row between title and plot; many entries: a column on the right, so a
+# wrapping legend never runs into the title
+_LEGEND_TOP = dict(margin=dict(l=60, r=20, t=90, b=50),
+                   legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0))
+_LEGEND_RIGHT = dict(margin=dict(l=60, r=10, t=50, b=50),
+                     legend=dict(orientation="v", yanchor="top", y=1.0, xanchor="left", x=1.01))
 
 
-def _fig(title: str, x: str, y: str, height: int = 420) -> go.Figure:
+def _fig(title: str, x: str, y: str, height: int = 420, legend: str = "top") -> go.Figure:
     fig = go.Figure()
-    fig.update_layout(title=dict(text=title, x=0, font=dict(size=15)), xaxis_title=x, yaxis_title=y, height=height,
-                      **_LAYOUT)
+    fig.update_layout(title=dict(text=title, x=0, y=0.98, yanchor="top", font=dict(size=15)), xaxis_title=x,
+                      yaxis_title=y, height=height, **_LAYOUT, **(_LEGEND_TOP if legend == "top" else _LEGEND_RIGHT))
     return fig
 
 
@@ -59,7 +64,7 @@ def acceptance_curves(acc: pd.DataFrame, metric: str = "match") -> go.Figure:
     spread across prompts as a band, and one line per prompt category."""
     sym = "α" if metric == "match" else "β"
     what = "greedy acceptance α (draft = full token)" if metric == "match" else "sampling acceptance β"
-    fig = _fig(f"{what} versus exit layer", "exit layer E", f"{sym} (fraction)")
+    fig = _fig(f"{what} versus exit layer", "exit layer E", f"{sym} (fraction)", legend="right")
     per_prompt = acc.groupby(["exit_layer", "prompt_id"])[metric].mean().reset_index()
     spread = per_prompt.groupby("exit_layer")[metric].quantile([0.1, 0.9]).unstack()
     overall = acc.groupby("exit_layer")[metric].mean()
@@ -92,7 +97,8 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
     curves: columns scheme ("eesd" / "ppsd"), k, exit_layer, speedup, detail
     closed: columns scheme, k, exit_layer, speedup
     best / each selected: {exit_layer, speedup, label}"""
-    fig = _fig("Predicted speedup over AR versus exit layer", "exit layer E", "speedup over AR (×)", height=480)
+    fig = _fig("Predicted speedup over AR versus exit layer", "exit layer E", "speedup over AR (×)", height=480,
+               legend="right")
     fig.add_hline(y=1.0, line_color=theme.SCHEME_COLOURS["ar"], line_width=1.5,
                   annotation_text="AR = 1×", annotation_position="bottom right")
     for (scheme, k), sub in curves.groupby(["scheme", "k"], sort=True):
@@ -128,7 +134,8 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
                         hovertemplate=f"best: {best['label']}<br>%{{y:.2f}}×<extra></extra>")
     elif best is not None:
         fig.add_annotation(text="best plan: plain AR (no scheme beats it here)", xref="paper", yref="paper",
-                           x=0.99, y=0.98, showarrow=False, bgcolor="#FFF8DC")
+                           x=0.99, y=0.02, xanchor="right", yanchor="bottom", showarrow=False,
+                           bgcolor="#FFF8DC")
     fig.update_xaxes(range=[0.5, num_layers - 0.5], dtick=max(1, num_layers // 15))
     fig.update_yaxes(rangemode="tozero")
     return fig
@@ -184,5 +191,5 @@ def predicted_vs_measured(rows: pd.DataFrame) -> go.Figure:
                         marker=dict(size=11, color=colour, line=dict(width=1, color="#222")), text=labels,
                         hovertemplate="%{text}<br>measured %{x:.2f}×, predicted %{y:.2f}×<extra></extra>")
     fig.update_xaxes(range=[0, hi])
-    fig.update_yaxes(range=[0, hi], scaleanchor="x", scaleratio=1)
+    fig.update_yaxes(range=[0, hi])  # same range on both axes, so y = x is the diagonal
     return fig

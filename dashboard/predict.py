@@ -1,26 +1,27 @@
 """Cached calls into the simulator (sim.api) for the pages.
 
-The planner must answer a control change within half a second, so everything a slider can ask
-for is cached by its inputs: the sweep (by profile file, devices, hop, acceptance scale,
-temperature), the closed forms, and single-plan simulations. Exit layer, draft length and stage
-count only pick rows out of a cached sweep.
+The planner must answer a control change within half a second: sweeps come from
+dashboard/sweeps.py (cached per setting, warmed in the background), tables and single-plan
+simulations are cached here by their inputs. Exit layer, draft length and stage count only pick
+rows out of a cached sweep.
 """
 
 from __future__ import annotations
 
+from dataclasses import astuple
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui, whatif
+from dashboard import sweeps, ui, whatif
 from profiler.schema import PROFILE_FILE
 from sim.plan import Plan
 
 # The same defaults `ppsd plan` uses, so the Overview's recommendation is the CLI's.
 DEFAULT_DEVICES = 4
-DEFAULT_GAMMAS = tuple(range(1, 9))
-DEFAULT_TOKENS = 2000
+DEFAULT_GAMMAS = sweeps.GAMMAS
+DEFAULT_TOKENS = sweeps.TOKENS
 
 
 def mtime(path: str) -> float:
@@ -28,35 +29,50 @@ def mtime(path: str) -> float:
     return f.stat().st_mtime if f.exists() else 0.0
 
 
+def key(path: str, hop_ms: float | None = None, alpha_scale: float = 1.0, temperature: float = 0.0) -> sweeps.Key:
+    return sweeps.Key(path, mtime(path), None if hop_ms is None else float(hop_ms), float(alpha_scale),
+                      float(temperature))
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
-def sweep(path: str, stamp: float, devices: int = DEFAULT_DEVICES, hop_ms: float | None = None,
-          alpha_scale: float = 1.0, temperature: float = 0.0, tokens: int = DEFAULT_TOKENS,
-          gammas: tuple[int, ...] = DEFAULT_GAMMAS) -> tuple[pd.DataFrame, dict, str]:
-    """(results table, best plan row as a dict, one-line reason) for one setting of the
-    simulator-level controls. `stamp` (profile.json's mtime) is part of the cache key, so a
-    rewritten profile is swept again."""
+def _table(fields: tuple, devices: int) -> tuple[pd.DataFrame, dict, str, pd.DataFrame]:
     from sim import api
 
-    profile = ui.load(path)
-    results = api.sweep(profile, devices=devices, gammas=range(min(gammas), max(gammas) + 1), hop_ms=hop_ms,
-                        alpha_scale=alpha_scale, temperature=temperature, tokens=tokens)
+    k = sweeps.Key(*fields)
+    entry = sweeps.CACHE.get(k, devices)
+    results, closed = entry.for_devices(devices)
     best, reason = api.recommend(results)
-    table = whatif.results_table(results)
     best_row = whatif.results_table([best]).iloc[0].to_dict()
-    best_row["tokens"] = best.tokens
-    return table, best_row, reason
+    return whatif.results_table(results), best_row, reason, closed.reset_index(drop=True)
 
 
-def sweep_key(path: str, **kw):
-    return sweep(path, mtime(path), **kw)
+def sweep(path: str, devices: int = DEFAULT_DEVICES, hop_ms: float | None = None, alpha_scale: float = 1.0,
+          temperature: float = 0.0) -> tuple[pd.DataFrame, dict, str, pd.DataFrame]:
+    """(results table, best plan row, one-line reason, closed forms) for one setting of the
+    sweep-level controls; with the defaults this is exactly `ppsd plan`'s sweep and choice."""
+    k = key(path, hop_ms, alpha_scale, temperature)
+    sweeps.CACHE.get(k, devices)  # computes now on a cold cache
+    return _table(astuple(k), devices)
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
-def closed_forms(path: str, stamp: float, devices: int, hop_ms: float, alpha_scale: float,
-                 temperature: float) -> pd.DataFrame:
-    profile = ui.load(path)
-    alpha = whatif.alphas(profile, alpha_scale, temperature)
-    return whatif.closed_forms(profile, alpha, DEFAULT_GAMMAS, range(2, max(devices, 2) + 1), hop_ms)
+def warm(path: str, hop_options, scale_options, temperature_options, hop_ms, alpha_scale, temperature,
+         devices: int, measured_hop: float) -> None:
+    """Ask the background worker for the settings one control change away from this one, nearest
+    first: this setting at the most devices (so the device slider only filters), then each other
+    hop, scale and temperature value at the current device count."""
+    def norm(h):
+        return None if h is None or abs(h - measured_hop) < 1e-9 else h
+
+    def nearest(options, cur):
+        return sorted(options, key=lambda o: abs(list(options).index(o) - list(options).index(cur)))
+
+    cur = dict(hop_ms=norm(hop_ms), alpha_scale=alpha_scale, temperature=temperature)
+    wanted = [(key(path, **cur), sweeps.MAX_DEVICES)]
+    alternatives = [key(path, **{**cur, "temperature": t}) for t in temperature_options]
+    alternatives += [key(path, **{**cur, "alpha_scale": s}) for s in nearest(scale_options, alpha_scale)]
+    alternatives += [key(path, **{**cur, "hop_ms": norm(h)}) for h in nearest(hop_options, hop_ms)]
+    wanted += [(k, devices) for k in dict.fromkeys(alternatives)]
+    sweeps.CACHE.warm(wanted)
 
 
 @st.cache_data(show_spinner=False, max_entries=512)

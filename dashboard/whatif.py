@@ -75,36 +75,27 @@ def _layer_costs(profile) -> np.ndarray:
     return np.array([profile.layer_ms(l, 1) for l in range(profile.num_layers)])
 
 
-def closed_forms(profile, alpha: dict[int, float], gammas, stage_counts, hop_ms: float = 0.0) -> pd.DataFrame:
-    """The textbook curves, with costs from the profile.
+def closed_forms(profile, alpha: dict[int, float], gammas, stage_counts, hop_ms: float | None = None) -> pd.DataFrame:
+    """The closed forms of sim/analytic.py (i.i.d. acceptance α, the profile's real costs at the
+    smallest context): EESD at its best γ per exit, PPSD per stage count with balanced stages.
+    They are the simulator's oracle, so a gap between a dashed and a solid curve is what the
+    recorded trace (bursty acceptance, growing context) adds over the textbook assumption."""
+    from sim.analytic import plan_time_per_token
+    from sim.api import resolve_plan
 
-    EESD (Leviathan et al. 2023): (1 − α^(γ+1)) / ((1 − α)(γc + 1)), c = draft cost / full pass,
-    best γ per exit. PPSD: an accepted token costs the slowest stage, a rejected one the full pass
-    plus the hops: S = T_AR / (α·max_stage + (1 − α)·(T_AR + (k − 1)·hop)); with balanced stages,
-    no head and no hop this is the 1 / (1 − α(1 − E/N)) of the design notes."""
-    from sim.partition import balanced_bounds
-
-    layers = _layer_costs(profile)
-    head = profile.head_ms(1)
-    embed = profile.embed_ms(1)
-    full = float(layers.sum() + head + embed)
     n = profile.num_layers
     rows = []
     for e, a in sorted(alpha.items()):
         if not 1 <= e < n:
             continue
-        c = float(layers[:e].sum() + head + embed) / full
-        best = max((1 - a ** (g + 1)) / ((1 - a) * (g * c + 1)) for g in gammas)
+        best = max(plan_time_per_token(profile, Plan("eesd", exit_layer=e, draft_len=int(g)), a)["speedup_vs_ar"]
+                   for g in gammas)
         rows.append(("eesd", 0, e, best))
         for k in stage_counts:
             if k > n - e + 1:
                 continue
-            bounds = balanced_bounds(e, n, k, layer_cost=layers.tolist(), head_cost=head)
-            stage = [float(layers[bounds[i]:bounds[i + 1]].sum()) for i in range(k)]
-            stage[0] += head + embed  # stage 1 drafts with the exit head
-            stage[-1] += head
-            slowest = max(stage) + (hop_ms if k > 1 else 0.0)
-            rows.append(("ppsd", k, e, full / (a * slowest + (1 - a) * (full + (k - 1) * hop_ms))))
+            plan = resolve_plan(Plan("ppsd", exit_layer=e, stages=int(k), hop_ms=hop_ms), profile)
+            rows.append(("ppsd", int(k), e, plan_time_per_token(profile, plan, a)["speedup_vs_ar"]))
     return pd.DataFrame(rows, columns=["scheme", "k", "exit_layer", "speedup"])
 
 

@@ -7,22 +7,22 @@ import math
 
 import streamlit as st
 
-from dashboard import charts, predict, theme, ui, whatif
+from dashboard import charts, data, predict, theme, ui, whatif
 
 profile = ui.require_profile()
 path = ui.selected_path()
-ui.page_header("Will self-speculative decoding pay off here?", None,
+ui.page_header("Will self-speculative decoding pay off here?", profile,
                "Early-exit self-speculative decoding drafts tokens with the first E layers and checks them with the "
                "rest. This page says which exit layer and scheme decode fastest on the selected profile.")
-ui.show_source_facts(profile)
+facts = data.source_summary(profile.meta)
+st.caption(f"Versions: {facts['versions'] or '–'}")
 
-stamp = predict.mtime(path)
-table, best, reason = predict.sweep(path, stamp)
+table, best, reason, closed = predict.sweep(path)
 ar = table[table["scheme"] == "ar"]
 ar_tps = float(ar["tokens_per_s"].iloc[0]) if not ar.empty else None
 
 m = st.columns(4)
-m[0].metric("recommended plan", best["plan"], help="The fastest plan in the sweep (same as `ppsd plan`). "
+m[0].metric("recommended plan", best["plan"].split(" [")[0], help="The fastest plan in the sweep (same as `ppsd plan`). "
             + theme.GLOSSARY["eesd"] + " " + theme.GLOSSARY["ppsd"])
 m[1].metric("predicted speedup", theme.fmt_x(best["speedup"]), help=theme.GLOSSARY["speedup"])
 m[2].metric("AR decoding", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
@@ -64,7 +64,6 @@ with ui.guard("explanation"):
     st.write(explain())
 
 st.subheader("Speedup at every exit layer", help=theme.GLOSSARY["speedup"])
-closed = predict.closed_forms(path, stamp, predict.DEFAULT_DEVICES, profile.hop_ms(), 1.0, 0.0)
 fig = charts.speedup_vs_exit(whatif.curves(table), closed,
                              {"exit_layer": best["exit_layer"] if best["scheme"] != "ar" else None,
                               "speedup": best["speedup"], "label": best["plan"]}, [], profile.num_layers)

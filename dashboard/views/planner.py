@@ -23,17 +23,30 @@ stamp = predict.mtime(path)
 # widget keys carry the profile, so switching profiles starts from that profile's defaults
 pk = hashlib.sha1(path.encode()).hexdigest()[:8]
 
-base, best0, _ = predict.sweep(path, stamp)
+_, best0, _, _ = predict.sweep(path)
+measured_hop = round(profile.hop_ms(), 3)
+# Discrete steps for the controls that need a new sweep: each value one step away is swept in
+# the background (dashboard/sweeps.py), so moving one of them answers from the cache.
+HOP_OPTIONS = sorted({0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, measured_hop})
+SCALE_OPTIONS = [0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0]
+acc_meta = profile.meta.get("acceptance") or {}
+t_rec = float(acc_meta.get("temperature") or 0.0)
+# β is recorded at one temperature, so "sampling" means that temperature: the slider offers it
+TEMP_OPTIONS = [0.0, t_rec] if t_rec > 0 else [0.0]
+
 left, right = st.columns([1, 3], gap="medium")
 with left:
     st.markdown("**Hardware and acceptance**")
     devices = st.slider("devices", 1, 8, predict.DEFAULT_DEVICES, key=f"pl_dev_{pk}", help=theme.GLOSSARY["devices"])
-    hop = st.slider("hop latency (ms)", 0.0, max(5.0, round(profile.hop_ms() * 4, 1)),
-                    round(profile.hop_ms(), 2), 0.05, key=f"pl_hop_{pk}", format="%.2f ms",
-                    help=theme.GLOSSARY["hop"] + f" Measured: {theme.fmt_ms(profile.hop_ms())}.")
-    scale = st.slider("acceptance scale", 0.25, 2.0, 1.0, 0.05, key=f"pl_scale_{pk}", format="%.2f×",
-                      help=theme.GLOSSARY["alpha_scale"])
-    temp = st.slider("temperature", 0.0, 1.5, 0.0, 0.1, key=f"pl_temp_{pk}", help=theme.GLOSSARY["temperature"])
+    hop = st.select_slider("hop latency (ms)", HOP_OPTIONS, measured_hop, key=f"pl_hop_{pk}",
+                           format_func=lambda h: f"{h:g} ms" + (" (measured)" if h == measured_hop else ""),
+                           help=theme.GLOSSARY["hop"] + f" Measured: {theme.fmt_ms(profile.hop_ms())}.")
+    scale = st.select_slider("acceptance scale", SCALE_OPTIONS, 1.0, key=f"pl_scale_{pk}",
+                             format_func=lambda x: f"{x:g}×", help=theme.GLOSSARY["alpha_scale"])
+    temp = st.select_slider("temperature", TEMP_OPTIONS, 0.0, key=f"pl_temp_{pk}",
+                            format_func=lambda t: "0 (greedy)" if t == 0 else f"{t:g} (sampling)",
+                            help=theme.GLOSSARY["temperature"] + (f" β was recorded at T = {t_rec:g}." if t_rec
+                                                                   else " This profile recorded no β."))
     st.markdown("**Plan**")
     e0 = int(best0["exit_layer"]) if best0["scheme"] != "ar" else N // 2
     exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
@@ -42,8 +55,9 @@ with left:
     k_max = max(2, min(8, N - exit_layer + 1))
     stages = st.slider("stages k (PPSD)", 2, k_max, min(2, k_max), key=f"pl_k_{pk}", help=theme.GLOSSARY["stages"])
 
-table, best, reason = predict.sweep(path, stamp, devices=devices, hop_ms=hop, alpha_scale=scale, temperature=temp)
-closed = predict.closed_forms(path, stamp, devices, hop, scale, temp)
+hop_key = None if hop == measured_hop else hop  # the measured hop is the profile's (as `ppsd plan`)
+table, best, reason, closed = predict.sweep(path, devices=devices, hop_ms=hop_key, alpha_scale=scale,
+                                            temperature=temp)
 
 
 def pick(scheme: str) -> dict:
@@ -72,14 +86,16 @@ with right:
     ar_tps = float(table.loc[table["scheme"] == "ar", "tokens_per_s"].iloc[0]) if (table["scheme"] == "ar").any() \
         else None
     m = st.columns(4)
-    m[0].metric("best plan", best["plan"], theme.fmt_x(best["speedup"]), delta_color="off",
-                help=f"Recommended by the simulator: {reason}")
-    m[1].metric("AR", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
-    m[2].metric(f"selected {sel_p['plan']}", theme.fmt_x(sel_p["speedup"]), theme.fmt_tps(sel_p["tokens_per_s"]),
-                delta_color="off", help=theme.GLOSSARY["ppsd"])
-    m[3].metric(f"selected {sel_e['plan']}", theme.fmt_x(sel_e["speedup"]), theme.fmt_tps(sel_e["tokens_per_s"]),
-                delta_color="off", help=theme.GLOSSARY["eesd"])
-    st.caption(f"Why: {reason}")
+    m[0].metric("best plan", best["plan"].split(" [")[0], f"{theme.fmt_x(best['speedup'])} AR", delta_color="off",
+                delta_arrow="off", help=f"Recommended by the simulator: {reason}")
+    m[1].metric("AR tokens/s", f"{ar_tps:.1f}" if ar_tps else "–", help=theme.GLOSSARY["ar"])
+    m[2].metric("selected PPSD", theme.fmt_x(sel_p["speedup"]),
+                f"{sel_p['plan'].removeprefix('PPSD ')} · {theme.fmt_tps(sel_p['tokens_per_s'])}",
+                delta_color="off", delta_arrow="off", help=theme.GLOSSARY["ppsd"])
+    m[3].metric("selected EESD", theme.fmt_x(sel_e["speedup"]),
+                f"{sel_e['plan'].removeprefix('EESD ')} · {theme.fmt_tps(sel_e['tokens_per_s'])}",
+                delta_color="off", delta_arrow="off", help=theme.GLOSSARY["eesd"])
+    st.caption(f"Simulator: {reason}")
 
 st.subheader("Where the selected PPSD plan spends a token", help=theme.GLOSSARY["stages"])
 with ui.guard("stage breakdown"):
@@ -107,3 +123,6 @@ st.dataframe(
                                                        help="Tokens committed per verification round."),
     },
 )
+
+# after the page is drawn: sweep the settings one control step away in the background
+predict.warm(path, HOP_OPTIONS, SCALE_OPTIONS, TEMP_OPTIONS, hop, scale, temp, devices, measured_hop)

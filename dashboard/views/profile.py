@@ -30,12 +30,12 @@ full = float(profile.layers.median_ms[:, ni, ci].sum()) + head + emb
 m = st.columns(5)
 m[0].metric("median layer", theme.fmt_ms(layer_med), help="Median over layers of each layer's median time.")
 m[1].metric("head (norm + LM head)", theme.fmt_ms(head), f"{head / layer_med:.1f} layers" if layer_med else None,
-            delta_color="off", help="The exit head is the same norm + LM head, so every draft pays this too.")
-m[2].metric("embedding", theme.fmt_ms(emb), delta_color="off")
+            delta_color="off", delta_arrow="off", help="The exit head is the same norm + LM head, so every draft pays this too.")
+m[2].metric("embedding", theme.fmt_ms(emb), delta_color="off", delta_arrow="off")
 m[3].metric("hop (one way)", theme.fmt_ms(profile.hop_ms()),
             help=theme.GLOSSARY["hop"] + f" Backend: {(profile.latency.get('hop') or {}).get('backend', '?')}.")
 m[4].metric("full pass (sum of parts)", theme.fmt_ms(full), f"{1000 / full:.1f} tokens/s" if full else None,
-            delta_color="off", help="Sum of all layers, head and embedding at this n and context: the AR step.")
+            delta_color="off", delta_arrow="off", help="Sum of all layers, head and embedding at this n and context: the AR step.")
 
 corun = profile.latency.get("corun") or {}
 if len(corun.get("processes") or []) > 1:

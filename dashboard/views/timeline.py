@@ -18,11 +18,12 @@ ui.page_header("Timeline", profile, "Who works when: drafts, verifications, hops
                "run. Drag to zoom, double-click to reset.")
 N = profile.num_layers
 stamp = predict.mtime(path)
-_, best, _ = predict.sweep(path, stamp)
+_, best, _, _ = predict.sweep(path)
 
 c = st.columns(5)
 modes = ["ppsd", "eesd", "ar"]
-mode = c[0].selectbox("scheme", modes, index=modes.index(best["scheme"]) if best["scheme"] in modes else 0,
+# the recommended scheme first; when that is plain AR, show PPSD (more to see)
+mode = c[0].selectbox("scheme", modes, index=modes.index(best["scheme"]) if best["scheme"] in ("ppsd", "eesd") else 0,
                       format_func=str.upper, key="tl_mode", help=theme.GLOSSARY["ppsd"])
 e_default = int(best["exit_layer"]) if best["scheme"] != "ar" else N // 2
 exit_layer = c[1].number_input("exit layer E", 1, N - 1, e_default, key="tl_exit", help=theme.GLOSSARY["exit_layer"],
