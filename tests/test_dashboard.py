@@ -293,3 +293,18 @@ def test_closed_forms_match_the_design_notes(tmp_path):
     df = whatif.closed_forms(profile, {2: 0.8}, range(1, 5), [4], hop_ms=0.0)
     ppsd = df[(df.scheme == "ppsd") & (df.k == 4)].speedup.iloc[0]
     assert ppsd == pytest.approx(1 / (1 - 0.8 * (1 - 2 / 8)), rel=1e-6)
+
+
+def test_the_dashboard_never_imports_torch(monkeypatch, data_root):
+    """Render every page in a fresh interpreter and check torch stayed out of it."""
+    import subprocess
+
+    code = ("import os, sys\n"
+            "from streamlit.testing.v1 import AppTest\n"
+            f"at = AppTest.from_file({APP!r}, default_timeout=120).run()\n"
+            f"for p in {PAGES!r}:\n"
+            "    at.switch_page(f'views/{p}.py').run()\n"
+            "print('torch' in sys.modules, len(at.exception))\n")
+    env = {**os.environ, data.DATA_DIRS_ENV: str(data_root / "examples")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split()[-2:] == ["False", "0"], out.stdout + out.stderr[-2000:]
