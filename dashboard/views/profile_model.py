@@ -10,7 +10,6 @@ import shlex
 import streamlit as st
 
 from dashboard import data, jobs, ui
-from ppsd.paths import SPEC_BENCH_PATH
 
 JOB_KEY = "profile_job"
 
@@ -50,8 +49,6 @@ if submitted:
     prompts = PROMPTS[prompt_label]
     if prompts == "file":
         prompts = prompt_file.strip()
-    if prompts == "spec-bench":
-        prompts = str(SPEC_BENCH_PATH)
     if not model:
         st.error("no model given; type a folder, .gguf file or hub id next to 'other'")
     elif PROMPTS[prompt_label] == "file" and not prompts:
