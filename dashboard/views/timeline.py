@@ -60,7 +60,14 @@ with meas_col:
         st.info("No measured timeline yet. `ppsd validate` records one per plan (in "
                 "`timelines/<plan>.measured.json`); it then appears here beside the simulation.")
     else:
-        choice = st.selectbox("measured run", list(recorded), key="tl_measured",
+        # default: the recording of the plan simulated on the left (`ppsd validate` names them so),
+        # else the first pipeline run
+        slug = {"ar": "ar", "eesd": f"eesd-e{plan.exit_layer}-g{plan.draft_len}",
+                "ppsd": f"ppsd-e{plan.exit_layer}-k{plan.num_stages}"}[plan.mode]
+        names = list(recorded)
+        same = [i for i, n in enumerate(names) if n.endswith(f": {slug}")]
+        pipes = [i for i, n in enumerate(names) if ": ppsd-" in n]
+        choice = st.selectbox("measured run", names, index=(same or pipes or [0])[0], key="tl_measured",
                               help="Timelines the runtime recorded while decoding for real.")
         measured = data.read_chrome_trace(recorded[choice])
         st.plotly_chart(charts.gantt(measured, f"Measured: {choice.split(': ', 1)[-1]}"), key="chart_gantt_meas")
