@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerate the committed example profile: SmolLM2-135M on this CPU, Spec-Bench prompts
+# (4 per category, 64 new tokens). Run it on an idle machine: the latency tables are only as
+# quiet as the machine. Extra arguments go to `ppsd profile` (e.g. --repeats 30).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-examples/smollm2-135m-cpu}
+"$PY" -m ppsd profile --model smollm2-135m --device cpu --dtype float32 \
+  --prompts spec-bench --per-category 4 --max-new-tokens 64 \
+  --repeats "${REPEATS:-20}" --out "$OUT" "$@"
+du -sh "$OUT"

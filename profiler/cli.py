@@ -1,0 +1,412 @@
+"""`ppsd profile` and `ppsd profile show DIR`.
+
+Torch is imported inside the handlers only, so `ppsd --help` and the other parts start fast.
+
+A run goes through its phases (load, latency, co-run + hop, generate, trace) keeping finished work
+in a folder under the cache (`<cache>/work/profile-<key>`, the key hashing everything that decides
+the result). The profile folder appears only at the end, all at once (temp folder + rename);
+an interrupted run leaves the work folder, and `--resume` with the same arguments picks it up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from ppsd.errors import UserError
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like '1,2,4', got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "profile", help="measure a model on this device: per-layer latency and per-exit acceptance",
+        description="Profile a model: per-layer latency over (new tokens x context), head, embedding, hop "
+                    "and co-run slowdown, then per-exit match traces and beta on a prompt set. Writes one "
+                    "profile folder; `ppsd profile show DIR` prints its summary.")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="smollm2-135m (embedded, default), tiny-llama, a Hugging Face folder, a .gguf file, "
+                        "or a hub id in the local cache")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16")
+    p.add_argument("--prompts", default=None, metavar="FILE|spec-bench",
+                   help="Spec-Bench-format JSONL, or `spec-bench` for the copy beside the checkout "
+                        "(default: the 26 built-in prompts)")
+    p.add_argument("--per-category", type=int, default=None, metavar="K", help="keep K prompts per category")
+    p.add_argument("--limit", type=int, default=None, metavar="K", help="keep at most K prompts")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="greedy tokens generated per prompt (48)")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="temperature of the beta (acceptance probability) column (1.0; 0 = greedy)")
+    p.add_argument("--n-values", type=_int_list, default=[1, 2, 4, 8, 16], metavar="1,2,4,8,16",
+                   help="new tokens per timed step")
+    p.add_argument("--context-values", type=_int_list, default=[64, 256, 1024], metavar="64,256,1024",
+                   help="tokens already in the KV cache per timed step")
+    p.add_argument("--repeats", type=int, default=10, help="timed repeats per latency cell (10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps before each latency cell (2)")
+    p.add_argument("--corun-max", type=int, default=None, metavar="K",
+                   help="measure the co-run slowdown with 2..K concurrent processes (default: cores, at most 4; "
+                        "1 turns it off)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (1, recorded)")
+    p.add_argument("--batch-size", type=int, default=32, help="prompts generated at once (32)")
+    p.add_argument("--skip-acceptance", action="store_true", help="latency only (no prompts, no traces)")
+    p.add_argument("--skip-latency", action="store_true",
+                   help="acceptance only; latency shrinks to a quick n=1 table so the profile stays usable")
+    p.add_argument("--no-hop", action="store_true", help="do not measure the inter-process hop")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="profile folder to write (default runs/profile-<model>-<device>-<time>)")
+    p.set_defaults(func=run_profile)
+    sub = p.add_subparsers(dest="profile_command", metavar="show")
+    show = sub.add_parser("show", help="print the summary of a profile folder")
+    show.add_argument("dir", help="profile folder")
+    show.set_defaults(func=run_show)
+
+
+# --- checks that need no model ----------------------------------------------------------------------
+
+def _check_args(args) -> None:
+    def positive(name, value, minimum=1):
+        if value < minimum:
+            raise UserError(f"--{name} must be at least {minimum} (got {value})", f"give --{name} {minimum} or more")
+
+    positive("max-new-tokens", args.max_new_tokens)
+    positive("repeats", args.repeats)
+    positive("warmup", args.warmup, 0)
+    positive("threads", args.threads)
+    positive("batch-size", args.batch_size)
+    if args.corun_max is not None:
+        positive("corun-max", args.corun_max)
+    if not (args.temperature >= 0):
+        raise UserError(f"--temperature must be 0 or more (got {args.temperature})", "give e.g. --temperature 1.0")
+    for name, values in (("n-values", args.n_values), ("context-values", args.context_values)):
+        if min(values) < 1:
+            raise UserError(f"--{name} must all be at least 1 (got {values})", f"give e.g. --{name} 1,2,4")
+    if args.skip_acceptance and args.skip_latency:
+        raise UserError("--skip-acceptance and --skip-latency together leave nothing to profile",
+                        "drop one of them")
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file", "give a folder path")
+    if out.is_dir() and any(out.iterdir()) and not (out / "profile.json").exists():
+        raise UserError(f"--out {out} exists and is not a profile folder; ppsd will not overwrite it",
+                        "give a new or empty folder, or an earlier profile folder to replace")
+
+
+def _default_out(model: str, device: str) -> Path:
+    from ppsd.paths import RUNS_DIR
+
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model).name.removesuffix(".gguf"))
+    return RUNS_DIR / f"profile-{name}-{device}-{stamp}"
+
+
+def _work_key(args, prompts, corun_max: int) -> str:
+    blob = json.dumps({
+        "model": args.model, "model_path": str(Path(args.model).expanduser().resolve()) if os.sep in args.model else "",
+        "device": args.device, "dtype": args.dtype,
+        "prompts": [[p.prompt_id, p.category, p.text] for p in prompts],
+        "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+        "n": args.n_values, "c": args.context_values, "repeats": args.repeats, "warmup": args.warmup,
+        "corun": corun_max, "threads": args.threads, "skip": [args.skip_acceptance, args.skip_latency, args.no_hop],
+    }, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --- the profile command ------------------------------------------------------------------------------
+
+def run_profile(args) -> int:
+    _check_args(args)
+    out = Path(args.out).expanduser() if args.out else _default_out(args.model, args.device)
+    _check_out(out)
+    from profiler.prompts import load_prompts
+
+    prompts = [] if args.skip_acceptance else load_prompts(args.prompts, args.per_category, args.limit)
+    cores = os.cpu_count() or 1
+    corun_max = args.corun_max if args.corun_max is not None else max(1, min(cores, 4))
+    if args.skip_latency:
+        corun_max = 1
+
+    from ppsd.paths import cache_dir
+
+    work = cache_dir() / "work" / f"profile-{_work_key(args, prompts, corun_max)}"
+    if not args.resume and work.exists():
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+
+    # SIGTERM (a killed job, a closed terminal) ends the run like Ctrl-C: work kept, no output.
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+    try:
+        meta, results = _profile(args, prompts, corun_max, work)
+    except KeyboardInterrupt:
+        raise UserError(f"profiling was interrupted; finished work is kept in {work} and no profile was written",
+                        "rerun the same command with --resume to continue") from None
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+    from ppsd.paths import atomic_dir
+    from profiler.schema import load_profile, save_profile
+
+    acceptance = generations = None
+    if results is not None:
+        from profiler.acceptance import acceptance_table
+
+        acceptance = acceptance_table(results)
+        generations = [r.generation_record() for r in results]
+    with atomic_dir(out) as tmp:
+        tmp.chmod(0o777 & ~_umask())  # a temp folder is private; the profile should not be
+        save_profile(tmp, meta, acceptance=acceptance, generations=generations)
+        load_profile(tmp)  # never hand out a folder this ppsd cannot read back
+    shutil.rmtree(work, ignore_errors=True)
+    profile = load_profile(out)
+    print_summary(profile)
+    print(f"\nprofile written to {out}  ({meta['profiling']['wall_s']:.0f} s)")
+    return 0
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _quiet_transformers() -> None:
+    # Its weight-loading bar would interleave with ours (and repeat once per worker process).
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | None]:
+    """All the measuring; returns profile.json content and the per-prompt acceptance results."""
+    import torch
+
+    from ppsd.paths import atomic_write_json
+    from profiler import latency as lat
+    from profiler.acceptance import profile_acceptance
+    from profiler.model import load_model
+    from profiler.progress import Progress
+
+    t_start = time.perf_counter()
+    phases: dict[str, float] = {}
+    torch.set_num_threads(args.threads)
+    _quiet_transformers()
+    adapter = load_model(args.model, device=args.device, dtype=args.dtype)
+    phases["load"] = time.perf_counter() - t_start
+    N = adapter.num_layers
+    warnings: list[str] = []
+
+    need_ctx = max(args.context_values) + max(args.n_values)
+    if not args.skip_latency and need_ctx > adapter.max_context:
+        raise UserError(f"--context-values {max(args.context_values)} plus {max(args.n_values)} new tokens exceeds "
+                        f"the model's context of {adapter.max_context} tokens",
+                        "give smaller --context-values / --n-values")
+    encoded = [adapter.encode_prompt(p.text) for p in prompts]
+    for p, ids in zip(prompts, encoded):
+        if len(ids) + args.max_new_tokens > adapter.max_context:
+            raise UserError(f"prompt {p.prompt_id} ({p.category}) has {len(ids)} tokens; with --max-new-tokens "
+                            f"{args.max_new_tokens} it exceeds the model's context of {adapter.max_context}",
+                            "drop it from the prompt file, subsample with --per-category/--limit, "
+                            "or lower --max-new-tokens")
+
+    cfg = lat.LatencyConfig(n_values=tuple(sorted(set(args.n_values))),
+                            context_values=tuple(sorted(set(args.context_values))),
+                            warmup=args.warmup, repeats=args.repeats, corun_max=corun_max,
+                            threads=args.threads, measure_hop=not args.no_hop and not args.skip_latency)
+    if args.skip_latency:
+        # Keep the profile usable by the simulator: a quick n=1 table at the smallest context.
+        cfg.n_values, cfg.context_values, cfg.repeats, cfg.whole_step_repeats = (1,), (min(cfg.context_values),), 3, 3
+        warnings.append("latency was skipped (--skip-latency): the tables hold a quick n=1 measurement only")
+
+    grid_cells = len(cfg.n_values) * len(cfg.context_values)
+    corun_rounds = (corun_max if corun_max >= 2 else 0) + (1 if cfg.measure_hop else 0)
+    gen_total = len(prompts) * args.max_new_tokens
+    with Progress(enabled=True) as bar:
+        # --- latency ---------------------------------------------------------------------------
+        lat_file = work / "latency.json"
+        if lat_file.exists():
+            latency = json.loads(lat_file.read_text())
+        else:
+            t0 = time.perf_counter()
+            bar.phase("latency grid", grid_cells)
+            grid = lat.measure_grid(adapter, cfg, tick=lambda: bar.advance("latency grid"))
+            phases["latency"] = time.perf_counter() - t0
+            corun = hop = None
+            if corun_rounds:
+                t0 = time.perf_counter()
+                bar.phase("co-run + hop", corun_rounds)
+                try:
+                    corun, hop = lat.measure_corun_and_hop(args.model, adapter, cfg,
+                                                           tick=lambda: bar.advance("co-run + hop"))
+                except RuntimeError as exc:
+                    # A profile without these is still useful; the simulator then assumes none.
+                    warnings.append(f"co-run / hop measurement failed: {str(exc).splitlines()[0]}")
+                bar.finish("co-run + hop")
+                phases["corun_hop"] = time.perf_counter() - t0
+            latency = {"n_values": list(cfg.n_values), "context_values": list(cfg.context_values), **grid,
+                       "hop": hop, "corun": corun, "phases": dict(phases), "warnings": warnings}
+            atomic_write_json(lat_file, latency)
+        phases.update(latency.pop("phases", {}))
+        warnings = latency.pop("warnings", warnings)
+        if latency.get("whole_step") and latency["whole_step"].get("flagged"):
+            warnings.append("whole step: " + latency["whole_step"]["note"])
+
+        # --- acceptance -----------------------------------------------------------------------
+        results = None
+        if prompts:
+            t0 = time.perf_counter()
+            bar.phase("generate (tokens)", gen_total)
+            bar.phase("trace (prompts)", len(prompts))
+            results = profile_acceptance(adapter, prompts, encoded, args.max_new_tokens, args.temperature,
+                                         work_dir=work / "acceptance", max_batch=args.batch_size,
+                                         on_generate=lambda k: bar.advance("generate (tokens)", k),
+                                         on_prompt=lambda: bar.advance("trace (prompts)"))
+            bar.finish("generate (tokens)")
+            phases["acceptance"] = time.perf_counter() - t0
+
+    meta = _meta(args, adapter, cfg, latency, prompts, results, warnings)
+    meta["profiling"] = {"wall_s": round(time.perf_counter() - t_start, 2),
+                         "phases_s": {k: round(v, 2) for k, v in phases.items()}}
+    return meta, results
+
+
+def _meta(args, adapter, cfg, latency: dict, prompts, results, warnings: list[str]) -> dict:
+    import platform
+
+    import torch
+    import transformers
+
+    from ppsd import __version__
+    from profiler import latency as lat
+
+    acc = None
+    if results is not None:
+        tokens = sum(len(r.token_ids) for r in results)
+        acc = {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+               "prompt_set": args.prompts or "builtin", "per_category": args.per_category, "limit": args.limit,
+               "num_prompts": len(results), "categories": sorted({r.category for r in results}),
+               "heads": ["shared"], "tokens": tokens,
+               "teacher_forced_agree": sum(r.teacher_forced_agree for r in results),
+               "chat_template": bool(getattr(adapter.tokenizer, "chat_template", None)),
+               "generation": "greedy, batched with left padding, stops after an end-of-sequence token"}
+        if acc["teacher_forced_agree"] < tokens:
+            warnings.append(f"the teacher-forced full model disagreed with the generated token at "
+                            f"{tokens - acc['teacher_forced_agree']} of {tokens} positions (float near-ties)")
+    method = "cuda_event" if adapter.device.type == "cuda" else "perf_counter"
+    return {
+        "kind": "measured",
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": {"id": adapter.model_id, "source": adapter.source, "architecture": adapter.architecture,
+                  "num_layers": adapter.num_layers, "hidden_size": adapter.hidden_size,
+                  "vocab_size": adapter.vocab_size, "dtype": str(adapter.dtype).removeprefix("torch."),
+                  "max_context": adapter.max_context},
+        "hardware": lat.machine_info(adapter, args.threads),
+        "versions": {"ppsd": __version__, "python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__},
+        "timing": {"method": method, "warmup": cfg.warmup, "repeats": cfg.repeats, "threads": cfg.threads,
+                   "whole_step_repeats": cfg.whole_step_repeats, "quick": bool(args.skip_latency)},
+        "latency": latency,
+        "acceptance": acc,
+        "warnings": warnings,
+    }
+
+
+# --- the summary ---------------------------------------------------------------------------------------
+
+def summary_rows(profile) -> list[dict]:
+    """Per exit layer: alpha, beta (None without acceptance data) and the draft cost relative to a
+    full pass (embedding + layers [0, E) + shared head, over embedding + all layers + head; n = 1,
+    smallest context)."""
+    N = profile.num_layers
+    layer = [profile.layer_ms(i, 1) for i in range(N)]
+    emb, head = profile.embed_ms(1), profile.head_ms(1)
+    full = emb + sum(layer) + head
+    alpha = beta = {}
+    if profile.has_acceptance:
+        df = profile.acceptance
+        df = df[df["head"] == "shared"]
+        g = df.groupby("exit_layer")
+        alpha = g["match"].mean().to_dict()
+        beta = g["beta"].mean().to_dict()
+    return [{"exit": e, "alpha": alpha.get(e), "beta": beta.get(e),
+             "draft_cost": (emb + sum(layer[:e]) + head) / full if full > 0 else float("nan")}
+            for e in range(1, N)]
+
+
+def print_summary(profile) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    meta = profile.meta
+    lat = profile.latency
+    N = profile.num_layers
+    layer_ms = [profile.layer_ms(i, 1) for i in range(N)]
+    c0 = int(profile.context_values[0])
+    console.print(f"[bold]{profile.model_id}[/] on {profile.device_name}  ({N} layers, "
+                  f"{meta['model'].get('dtype', '?')}, {meta['hardware'].get('threads', '?')} thread(s), "
+                  f"{meta['timing'].get('method', '?')})")
+    console.print(f"decoder layer {sum(layer_ms) / N:.2f} ms (n=1, context {c0}; min {min(layer_ms):.2f}, "
+                  f"max {max(layer_ms):.2f}), head {profile.head_ms(1):.2f} ms, embedding {profile.embed_ms(1):.3f} ms")
+    whole = lat.get("whole_step")
+    if whole:
+        flag = "  [red]FLAGGED[/]" if whole.get("flagged") else ""
+        console.print(f"whole step {whole['median_ms']:.1f} ms; sum of parts {whole['sum_of_parts_ms']:.1f} ms "
+                      f"(ratio {whole['ratio']:.3f}){flag}")
+    hop, corun = lat.get("hop"), lat.get("corun")
+    if hop:
+        console.print(f"hop ({hop['backend']}, {hop['bytes']} B) {hop['median_ms']:.3f} ms "
+                      f"(p10 {hop['p10_ms']:.3f}, p90 {hop['p90_ms']:.3f})")
+    if corun:
+        pairs = ", ".join(f"{p}: {s:.2f}x" for p, s in zip(corun["processes"], corun["slowdown"]))
+        console.print(f"co-run slowdown by concurrent processes: {pairs}")
+    acc = meta.get("acceptance")
+    if acc:
+        console.print(f"acceptance: {acc.get('num_prompts')} prompts ({acc.get('prompt_set')}), "
+                      f"{acc.get('tokens', '?')} generated tokens, beta at T={acc.get('temperature')}")
+    for w in meta.get("warnings") or []:
+        console.print(f"[yellow]warning:[/] {w}")
+
+    table = Table(title="per exit layer (shared head)", show_edge=False)
+    for col in ("exit", "alpha", "beta", "draft cost / full pass"):
+        table.add_column(col, justify="right")
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for row in summary_rows(profile):
+        table.add_row(str(row["exit"]), fmt(row["alpha"]), fmt(row["beta"]), f"{row['draft_cost']:.3f}")
+    console.print(table)
+
+
+def run_show(args) -> int:
+    from profiler.schema import load_profile
+
+    print_summary(load_profile(args.dir))
+    return 0

@@ -1,0 +1,374 @@
+"""Latency profile: what each piece of a decode step costs on this device.
+
+Measured here, written into profile.json's `latency` block (see profiler/schema.py):
+  * every decoder layer for n new tokens at context c (the grid n_values x context_values),
+    plus the embedding and the final norm + LM head for each n;
+  * a whole decode step (n = 1, smallest context) timed as one piece, and the ratio
+    (sum of the parts) / (whole step) as a sanity figure;
+  * the co-run slowdown: per-layer time while p = 1..k processes run decoder layers at once,
+    as pipeline stages sharing a machine would (memory bandwidth is shared);
+  * the one-way hop time of one hidden-state message between two processes over
+    torch.distributed (gloo on CPU; NCCL when there are two GPUs).
+
+Timing: on CPU `time.perf_counter` between the pieces of a step (CPU ops are synchronous, so the
+marks fall exactly between layers); on CUDA, CUDA events recorded between the pieces and read
+after one synchronise per step. Each grid cell gets `warmup` untimed steps, then `repeats` timed
+ones; the tables hold median, p10 and p90.
+
+A step is timed the way decoding runs it: the KV cache holds `c` earlier tokens, the step appends
+its n tokens (so each layer pays the concatenation), and the cache is cropped back afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from profiler.model import KVCache, ModelAdapter, causal_mask
+
+
+@dataclass
+class LatencyConfig:
+    n_values: tuple[int, ...] = (1, 2, 4, 8, 16)
+    context_values: tuple[int, ...] = (64, 256, 1024)
+    warmup: int = 2
+    repeats: int = 10
+    whole_step_repeats: int = 20
+    corun_max: int = 2            # largest number of concurrent processes (1 disables co-run)
+    corun_seconds: float = 1.5    # how long each co-run round keeps every process busy
+    hop_repeats: int = 200
+    threads: int = 1              # torch threads in this process and in every worker
+    measure_hop: bool = True
+    seed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def stats(samples) -> dict:
+    a = np.asarray(samples, dtype=float)
+    p10, med, p90 = np.percentile(a, [10, 50, 90])
+    return {"median_ms": float(med), "p10_ms": float(p10), "p90_ms": float(p90)}
+
+
+# --- timing one step --------------------------------------------------------------------------
+
+class StepClock:
+    """Marks between the pieces of one step; `lap_ms()` returns the gaps in ms.
+
+    CPU: perf_counter. CUDA: events, read after a single synchronise (so marking costs no sync)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: list = []
+
+    def start(self) -> None:
+        self.marks = []
+        self.mark()
+
+    def mark(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append(ev)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def lap_ms(self) -> list[float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
+        return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
+
+
+def filled_cache(adapter: ModelAdapter, context: int, layers: range | None = None, seed: int = 0) -> KVCache:
+    """A KV cache holding `context` tokens of random keys/values in every layer: timing does not
+    depend on their values, and filling it this way costs nothing compared with a prefill."""
+    cfg = adapter.config
+    heads = int(cfg.num_attention_heads)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or adapter.hidden_size // heads)
+    gen = torch.Generator().manual_seed(seed)
+    cache = adapter.new_cache()
+    for layer in layers or range(adapter.num_layers):
+        shape = (1, kv_heads, context, head_dim)
+        cache.keys[layer] = torch.randn(shape, generator=gen).to(adapter.device, adapter.dtype)
+        cache.values[layer] = torch.randn(shape, generator=gen).to(adapter.device, adapter.dtype)
+    return cache
+
+
+@torch.inference_mode()
+def timed_step(adapter: ModelAdapter, cache: KVCache, ids: torch.Tensor, context: int, clock: StepClock) -> list[float]:
+    """One decode step of ids.shape[1] tokens after `context` cached ones, timed piece by piece.
+    Returns [embedding, position setup, layer 0, ..., layer N-1, head] in ms; crops the cache back."""
+    n = ids.shape[1]
+    clock.start()
+    hidden = adapter.embed_tokens(ids)
+    clock.mark()
+    positions = torch.arange(context, context + n, device=hidden.device).unsqueeze(0)
+    cos_sin = adapter.rotary(hidden, position_ids=positions)
+    mask = causal_mask(n, context, hidden.device)
+    clock.mark()
+    for layer in adapter.layers:
+        hidden = layer(hidden, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                       position_embeddings=cos_sin)
+        clock.mark()
+    adapter.head(hidden)
+    clock.mark()
+    laps = clock.lap_ms()
+    cache.crop(context)
+    return laps
+
+
+@torch.inference_mode()
+def whole_step_ms(adapter: ModelAdapter, cache: KVCache, ids: torch.Tensor, context: int) -> float:
+    """One decode step timed as a single piece, through the adapter's own calls."""
+    clock = StepClock(adapter.device)
+    clock.start()
+    hidden = adapter.embed(ids)
+    hidden = adapter.forward_layers(hidden, 0, adapter.num_layers, cache, context)
+    adapter.head(hidden)
+    clock.mark()
+    ms = clock.lap_ms()[0]
+    cache.crop(context)
+    return ms
+
+
+# --- the grid -----------------------------------------------------------------------------------
+
+def measure_grid(adapter: ModelAdapter, cfg: LatencyConfig, tick=lambda: None) -> dict:
+    """Per-layer, embedding and head tables over the (n, context) grid, plus the whole step.
+    `tick()` is called once per grid cell (progress)."""
+    N = adapter.num_layers
+    nv, cv = list(cfg.n_values), list(cfg.context_values)
+    layer_samples = [[[None] * len(cv) for _ in nv] for _ in range(N)]
+    embed_samples: list[list[float]] = [[] for _ in nv]
+    head_samples: list[list[float]] = [[] for _ in nv]
+    gen = torch.Generator().manual_seed(cfg.seed)
+    clock = StepClock(adapter.device)
+    for ci, c in enumerate(cv):
+        cache = filled_cache(adapter, c, seed=cfg.seed + ci)
+        for ni, n in enumerate(nv):
+            ids = torch.randint(0, adapter.vocab_size, (1, n), generator=gen).to(adapter.device)
+            for _ in range(cfg.warmup):
+                timed_step(adapter, cache, ids, c, clock)
+            laps = np.array([timed_step(adapter, cache, ids, c, clock) for _ in range(cfg.repeats)])
+            # laps columns: embedding, position setup, N layers, head
+            embed_samples[ni].extend(laps[:, 0])
+            head_samples[ni].extend(laps[:, -1])
+            for layer in range(N):
+                layer_samples[layer][ni][ci] = laps[:, 2 + layer]
+            tick()
+
+    def table(get, shape):
+        out = {k: np.zeros(shape) for k in ("median_ms", "p10_ms", "p90_ms")}
+        for idx in np.ndindex(*shape):
+            for k, v in stats(get(idx)).items():
+                out[k][idx] = v
+        return {k: v.tolist() for k, v in out.items()}
+
+    layers = table(lambda i: layer_samples[i[0]][i[1]][i[2]], (N, len(nv), len(cv)))
+    embedding = table(lambda i: embed_samples[i[0]], (len(nv),))
+    head = table(lambda i: head_samples[i[0]], (len(nv),))
+
+    # Whole step vs the sum of its parts, at n = 1 and the smallest context.
+    c0 = cv[0]
+    cache = filled_cache(adapter, c0, seed=cfg.seed)
+    ids = torch.randint(0, adapter.vocab_size, (1, 1), generator=gen).to(adapter.device)
+    for _ in range(cfg.warmup):
+        whole_step_ms(adapter, cache, ids, c0)
+    whole = [whole_step_ms(adapter, cache, ids, c0) for _ in range(cfg.whole_step_repeats)]
+    n1 = nv.index(1) if 1 in nv else 0
+    parts = (embedding["median_ms"][n1] + head["median_ms"][n1]
+             + sum(layers["median_ms"][layer][n1][0] for layer in range(N)))
+    whole_med = float(np.median(whole))
+    ratio = parts / whole_med if whole_med > 0 else float("nan")
+    ok = abs(ratio - 1.0) <= 0.10
+    note = ("sum of parts within 10% of the whole step" if ok else
+            f"sum of parts is {ratio:.2f}x the whole step (off by more than 10%): per-piece timing "
+            "is distorted here (timer overhead, a loaded machine or frequency changes); treat the tables with care")
+    whole_step = {"context": c0, "n": int(nv[n1]), "median_ms": whole_med, **{k: v for k, v in stats(whole).items()
+                                                                              if k != "median_ms"},
+                  "repeats": len(whole), "sum_of_parts_ms": parts, "ratio": ratio, "flagged": not ok, "note": note}
+    return {"layers": layers, "embedding": embedding, "head": head, "whole_step": whole_step}
+
+
+# --- co-run slowdown and hop time: worker processes -------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, model_spec: str, device: str, dtype: str, threads: int, context: int,
+            commands, results) -> None:
+    """A stand-in pipeline stage: loads the model, then on command runs all decoder layers
+    (one decode step at a time) for a fixed wall-clock window, or ping-pongs hidden states."""
+    try:
+        torch.set_num_threads(threads)
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+        from profiler.model import load_model
+
+        adapter = load_model(model_spec, device=device, dtype=dtype)
+        N = adapter.num_layers
+        cache = filled_cache(adapter, context, seed=rank)
+        ids = torch.randint(0, adapter.vocab_size, (1, 1))
+        clock = StepClock(adapter.device)
+
+        def one_pass() -> float:
+            laps = timed_step(adapter, cache, ids.to(adapter.device), context, clock)
+            return sum(laps[2:2 + N]) / N  # mean per-layer time of this pass
+
+        for _ in range(3):
+            one_pass()
+        results.put(("ready", rank, None))
+        while True:
+            cmd = commands.get()
+            if cmd[0] == "stop":
+                return
+            if cmd[0] == "corun":
+                _, t_start, duration = cmd
+                time.sleep(max(0.0, t_start - time.time()))
+                samples = []
+                while time.time() < t_start + duration or len(samples) < 3:
+                    samples.append(one_pass())
+                results.put(("corun", rank, samples))
+            elif cmd[0] == "hop":
+                _, port, repeats, hidden_size, backend = cmd
+                results.put(("hop", rank, _ping_pong(rank, port, repeats, hidden_size, backend, device)))
+    except Exception:  # noqa: BLE001 - report to the parent, which decides what to do
+        results.put(("error", rank, traceback.format_exc()))
+
+
+def _ping_pong(rank: int, port: int, repeats: int, hidden_size: int, backend: str, device: str) -> list[float]:
+    """Rank 0 sends one hidden state [1, 1, hidden] and waits for it to come back; one-way time is
+    half the round trip. isend/irecv as the runtime's stages use them."""
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        dev = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+        buf = torch.zeros(1, 1, hidden_size, device=dev)
+        samples = []
+        for i in range(repeats + 10):
+            if rank == 0:
+                t0 = time.perf_counter()
+                dist.isend(buf, dst=1).wait()
+                dist.irecv(buf, src=1).wait()
+                if backend == "nccl":
+                    torch.cuda.synchronize(dev)
+                if i >= 10:  # the first messages set up the connection
+                    samples.append((time.perf_counter() - t0) * 1e3 / 2)
+            else:
+                dist.irecv(buf, src=0).wait()
+                dist.isend(buf, dst=0).wait()
+        dist.barrier()
+        return samples
+    finally:
+        dist.destroy_process_group()
+
+
+class WorkerPool:
+    """k spawned stage-like processes, started once for both co-run and hop measurements."""
+
+    def __init__(self, k: int, model_spec: str, device: str, dtype: str, threads: int, context: int,
+                 timeout_s: float = 180.0):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.timeout_s = timeout_s
+        self.results = ctx.Queue()
+        self.commands = [ctx.Queue() for _ in range(k)]
+        self.procs = [ctx.Process(target=_worker, args=(r, model_spec, device, dtype, threads, context,
+                                                        self.commands[r], self.results), daemon=True)
+                      for r in range(k)]
+        for p in self.procs:
+            p.start()
+        self.collect("ready", range(k))
+
+    def collect(self, kind: str, ranks) -> dict[int, object]:
+        want, got = set(ranks), {}
+        deadline = time.time() + self.timeout_s
+        while want - set(got):
+            try:
+                msg_kind, rank, payload = self.results.get(timeout=max(0.1, deadline - time.time()))
+            except queue.Empty:
+                raise RuntimeError(f"worker processes did not answer {kind!r} within {self.timeout_s:.0f} s") from None
+            if msg_kind == "error":
+                raise RuntimeError(f"worker {rank} failed:\n{payload}")
+            if msg_kind == kind:
+                got[rank] = payload
+        return got
+
+    def send(self, ranks, cmd) -> None:
+        for r in ranks:
+            self.commands[r].put(cmd)
+
+    def close(self) -> None:
+        for q in self.commands:
+            try:
+                q.put(("stop",))
+            except (OSError, ValueError):
+                pass
+        for p in self.procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+
+
+def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyConfig,
+                          tick=lambda: None) -> tuple[dict | None, dict | None]:
+    """Co-run slowdown for p = 1..corun_max and the hop time, from one pool of worker processes.
+    `tick()` is called after each round (progress). Returns (corun, hop); either may be None."""
+    k = max(cfg.corun_max, 2 if cfg.measure_hop else 1)
+    if k < 2:
+        return None, None
+    device = adapter.device.type
+    dtype = str(adapter.dtype).removeprefix("torch.")
+    pool = WorkerPool(k, model_spec, device, dtype, cfg.threads, int(cfg.context_values[0]))
+    corun = hop = None
+    try:
+        if cfg.corun_max >= 2:
+            medians, p10s, p90s, base = [], [], [], None
+            for p in range(1, cfg.corun_max + 1):
+                ranks = range(p)
+                pool.send(ranks, ("corun", time.time() + 0.3, cfg.corun_seconds))
+                got = pool.collect("corun", ranks)
+                per_rank = [np.median(s) for s in got.values()]
+                pooled = np.concatenate([np.asarray(s) for s in got.values()])
+                if base is None:
+                    base = float(np.median(pooled))
+                medians.append(float(np.mean(per_rank)) / base)
+                p10s.append(float(np.percentile(pooled, 10)) / base)
+                p90s.append(float(np.percentile(pooled, 90)) / base)
+                tick()
+            corun = {"processes": list(range(1, cfg.corun_max + 1)), "slowdown": medians, "p10": p10s,
+                     "p90": p90s, "alone_layer_ms": base, "context": int(cfg.context_values[0]),
+                     "threads_per_process": cfg.threads, "seconds_per_round": cfg.corun_seconds}
+        if cfg.measure_hop:
+            backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
+            pool.send([0, 1], ("hop", _free_port(), cfg.hop_repeats, adapter.hidden_size, backend))
+            samples = pool.collect("hop", [0, 1])[0]
+            nbytes = adapter.hidden_size * 4  # one float32 hidden state
+            hop = {"backend": backend, "bytes": nbytes, **stats(samples), "repeats": len(samples),
+                   "method": "isend/irecv round trip / 2, two local processes"}
+            tick()
+    finally:
+        pool.close()
+    return corun, hop
+
+
+def machine_info(adapter: ModelAdapter, threads: int) -> dict:
+    from profiler.model import device_name
+
+    dev = adapter.device
+    return {"device": dev.type, "device_name": device_name(dev), "cores": os.cpu_count() or 1,
+            "threads": threads, "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0}

@@ -1,0 +1,264 @@
+"""`ppsd profile`: the folder it writes, its summary, resume, progress lines and every bad input."""
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ppsd.cli import main
+from profiler.schema import ACCEPTANCE_COLUMNS, SCHEMA_VERSION, load_profile
+
+# A tiny, fast run: the random tiny Llama, 3 prompts, a 2 x 2 latency grid, no extra processes.
+TINY = ["profile", "--model", "tiny-llama", "--limit", "3", "--max-new-tokens", "6", "--n-values", "1,2",
+        "--context-values", "8,16", "--repeats", "2", "--warmup", "1", "--corun-max", "1", "--no-hop"]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PPSD_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tiny_profile(tmp_path_factory):
+    import os
+
+    out = tmp_path_factory.mktemp("prof") / "tiny"
+    old = os.environ.get("PPSD_CACHE")
+    os.environ["PPSD_CACHE"] = str(out.parent / "cache")
+    try:
+        assert main([*TINY, "--out", str(out)]) == 0
+    finally:
+        if old is None:
+            os.environ.pop("PPSD_CACHE")
+        else:
+            os.environ["PPSD_CACHE"] = old
+    return out
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err, "expected an error line"
+    line = err[-1]
+    assert line.startswith("ppsd profile: error: ") and ";" in line
+    assert "Traceback" not in "\n".join(err)
+    return line
+
+
+# --- the folder ---------------------------------------------------------------------------------------
+
+def test_profile_round_trip(tiny_profile):
+    prof = load_profile(tiny_profile)
+    N = prof.num_layers
+    assert prof.meta["schema_version"] == SCHEMA_VERSION and prof.kind == "measured"
+    assert prof.layers.median_ms.shape == (N, 2, 2)
+    assert np.all(prof.layers.median_ms > 0) and np.all(prof.layers.p10_ms <= prof.layers.p90_ms)
+    assert prof.head_ms(1) > 0 and prof.embed_ms(2) > 0
+    assert prof.meta["timing"]["method"] == "perf_counter" and prof.meta["hardware"]["threads"] == 1
+    whole = prof.latency["whole_step"]
+    assert whole["median_ms"] > 0 and whole["ratio"] > 0 and isinstance(whole["flagged"], bool)
+    # acceptance: every exit 1..N-1 for every generated token of every prompt
+    df = prof.acceptance
+    assert list(df.columns) == ACCEPTANCE_COLUMNS
+    gens = prof.generations()
+    assert len(gens) == 3 and {g["prompt_id"] for g in gens} == set(df["prompt_id"])
+    tokens = sum(len(g["token_ids"]) for g in gens)
+    assert len(df) == tokens * (N - 1)
+    assert sorted(df["exit_layer"].unique()) == list(range(1, N))
+    assert set(df["head"]) == {"shared"} and df["match"].isin([0, 1]).all()
+    assert df["beta"].between(0, 1.0001).all()
+    alpha = prof.alpha_by_exit()
+    assert set(alpha) == set(range(1, N)) and all(0 <= a <= 1 for a in alpha.values())
+    for g in gens:
+        assert g["prompt_len"] == len(g["prompt_tokens"]) > 0 and g["prompt"]
+    assert prof.meta["acceptance"]["teacher_forced_agree"] == tokens
+    # no temp leftovers beside or inside the folder
+    assert sorted(p.name for p in tiny_profile.iterdir()) == ["acceptance.csv.gz", "generations.jsonl",
+                                                              "profile.json"]
+    assert not [p for p in tiny_profile.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_show_prints_the_summary(tiny_profile, capsys):
+    assert main(["profile", "show", str(tiny_profile)]) == 0
+    out = capsys.readouterr().out
+    assert "tiny-llama" in out and "alpha" in out and "draft cost" in out
+    from profiler.cli import summary_rows
+
+    rows = summary_rows(load_profile(tiny_profile))
+    assert [r["exit"] for r in rows] == list(range(1, 6))
+    costs = [r["draft_cost"] for r in rows]
+    assert all(0 < c < 1 for c in costs) and costs == sorted(costs)
+
+
+def test_resume_after_interrupt_keeps_finished_prompts(tmp_path, capsys, monkeypatch):
+    import profiler.acceptance as acc
+
+    out = tmp_path / "prof"
+    real = acc.exit_traces
+    calls = {"n": 0}
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(acc, "exit_traces", flaky)
+    assert main([*TINY, "--out", str(out)]) == 2
+    line = _error_line(capsys)
+    assert "interrupted" in line and "--resume" in line
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    work = list((tmp_path / "cache" / "work").iterdir())
+    assert len(work) == 1 and (work[0] / "latency.json").exists()
+    assert len(list((work[0] / "acceptance").glob("*.json"))) == 2
+
+    calls["n"] = -100  # no more interruptions; count what the resumed run redoes
+    assert main([*TINY, "--resume", "--out", str(out)]) == 0
+    assert calls["n"] == -100 + 1          # only the unfinished prompt was traced again
+    assert load_profile(out).acceptance["prompt_id"].nunique() == 3
+    assert not work[0].exists()            # the work folder goes once the profile is written
+
+
+def test_progress_jsonl(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PPSD_PROGRESS", "jsonl")
+    assert main([*TINY, "--skip-latency", "--out", str(tmp_path / "p")]) == 0
+    lines = [json.loads(s) for s in capsys.readouterr().err.splitlines() if s.startswith("{")]
+    phases = {d["phase"] for d in lines}
+    assert {"generate (tokens)", "trace (prompts)"} <= phases
+    for phase in phases:
+        last = [d for d in lines if d["phase"] == phase][-1]
+        assert last["done"] == last["total"] and set(last) == {"phase", "done", "total"}
+    prof = load_profile(tmp_path / "p")
+    assert prof.meta["timing"]["quick"] and prof.layers.median_ms.shape[1:] == (1, 1)
+
+
+def test_skip_acceptance_and_replace_existing_profile(tiny_profile, tmp_path):
+    out = tmp_path / "again"
+    assert main([*TINY, "--skip-acceptance", "--out", str(out)]) == 0
+    assert load_profile(out).meta["acceptance"] is None and not load_profile(out).has_acceptance
+    assert main([*TINY, "--skip-acceptance", "--out", str(out)]) == 0   # a profile folder may be replaced
+
+
+# --- bad input: one line, exit 2, nothing written ---------------------------------------------------
+
+def _assert_no_output(out: Path):
+    assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "no-such-model"], "unknown model"),
+    (["--model", "/nowhere/model.gguf"], "does not exist"),
+    (["--device", "tpu"], "unknown device"),
+    (["--max-new-tokens", "0"], "max-new-tokens"),
+    (["--n-values", "0,1"], "n-values"),
+    (["--skip-acceptance", "--skip-latency"], "nothing to profile"),
+    (["--context-values", "4096"], "context"),
+])
+def test_bad_arguments(tmp_path, capsys, args, words):
+    out = tmp_path / "out"
+    assert main([*TINY, *args, "--out", str(out)]) == 2
+    assert words in _error_line(capsys)
+    _assert_no_output(out)
+
+
+def test_cuda_without_gpu(tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "out"
+    assert main([*TINY, "--device", "cuda", "--out", str(out)]) == 2
+    assert "no CUDA GPU" in _error_line(capsys)
+    _assert_no_output(out)
+
+
+def test_gguf_that_is_not_a_causal_lm(tmp_path, capsys):
+    fake = tmp_path / "notamodel.gguf"
+    fake.write_bytes(b"GGUF" + b"\0" * 64)
+    out = tmp_path / "out"
+    assert main([*TINY[:1], "--model", str(fake), "--skip-acceptance", "--out", str(out)]) == 2
+    assert "could not be loaded as a causal language model" in _error_line(capsys)
+    _assert_no_output(out)
+    assert not list((tmp_path / "cache").glob("models/*"))   # no half-converted model in the cache
+
+
+@pytest.mark.parametrize("content, words", [
+    ("", "holds no prompts"),
+    ("{not json\n", "not valid JSON"),
+    ('{"question_id": 1, "category": "qa"}\n', "turns"),
+])
+def test_bad_prompt_files(tmp_path, capsys, content, words):
+    path = tmp_path / "q.jsonl"
+    path.write_text(content)
+    out = tmp_path / "out"
+    assert main([*TINY, "--prompts", str(path), "--out", str(out)]) == 2
+    assert words in _error_line(capsys)
+    _assert_no_output(out)
+
+
+def test_missing_prompt_file(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main([*TINY, "--prompts", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2
+    assert "does not exist" in _error_line(capsys)
+    _assert_no_output(out)
+
+
+def test_prompt_longer_than_context(tmp_path, capsys):
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"question_id": 7, "category": "rag", "turns": ["x" * 2100]}) + "\n")
+    out = tmp_path / "out"
+    assert main([*TINY, "--prompts", str(path), "--out", str(out)]) == 2
+    line = _error_line(capsys)
+    assert "prompt 7" in line and "context" in line
+    _assert_no_output(out)
+
+
+def test_out_is_not_a_profile_folder(tmp_path, capsys):
+    out = tmp_path / "stuff"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    assert main([*TINY, "--out", str(out)]) == 2
+    assert "not a profile folder" in _error_line(capsys)
+    assert (out / "precious.txt").read_text() == "keep me"
+
+
+def test_show_rejects_bad_schema(tmp_path, capsys, tiny_profile):
+    import shutil
+
+    for version, words in ((None, "no schema_version"), (99, "schema_version 99")):
+        bad = tmp_path / f"bad{version}"
+        shutil.copytree(tiny_profile, bad)
+        meta = json.loads((bad / "profile.json").read_text())
+        if version is None:
+            del meta["schema_version"]
+        else:
+            meta["schema_version"] = version
+        (bad / "profile.json").write_text(json.dumps(meta))
+        assert main(["profile", "show", str(bad)]) == 2
+        assert words in _error_line(capsys)
+    assert main(["profile", "show", str(tmp_path / "nothing")]) == 2
+    assert "does not exist" in _error_line(capsys)
+
+
+# --- the embedded model, end to end -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_smoke_embedded_model(tmp_path, monkeypatch):
+    monkeypatch.delenv("PPSD_CACHE")  # the converted SmolLM2 lives in the user cache
+    out = tmp_path / "smol"
+    args = ["profile", "--limit", "3", "--max-new-tokens", "4", "--n-values", "1,2", "--context-values", "16,64",
+            "--repeats", "2", "--warmup", "1", "--corun-max", "2", "--out", str(out)]
+    assert main(args) == 0
+    prof = load_profile(out)
+    assert prof.num_layers == 30 and prof.layers.median_ms.shape == (30, 2, 2)
+    assert np.all(prof.layers.median_ms > 0)
+    lat = prof.latency
+    assert lat["hop"]["backend"] == "gloo" and lat["hop"]["median_ms"] > 0
+    assert lat["corun"]["processes"] == [1, 2] and lat["corun"]["slowdown"][0] == pytest.approx(1.0)
+    assert prof.corun_slowdown(2) > 0.5
+    df = prof.acceptance
+    assert sorted(df["exit_layer"].unique()) == list(range(1, 30))
+    assert prof.meta["acceptance"]["chat_template"]
+    with gzip.open(out / "acceptance.csv.gz", "rt") as fh:
+        assert fh.readline().strip().split(",") == ACCEPTANCE_COLUMNS
