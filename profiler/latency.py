@@ -210,6 +210,10 @@ def _worker(rank: int, model_spec: str, device: str, dtype: str, threads: int, c
             commands, results) -> None:
     """A stand-in pipeline stage: loads the model, then on command runs all decoder layers
     (one decode step at a time) for a fixed wall-clock window, or ping-pongs hidden states."""
+    import signal
+
+    # Ctrl-C reaches the whole process group; the parent handles it and stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         torch.set_num_threads(threads)
         from transformers.utils import logging

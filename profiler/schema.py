@@ -30,6 +30,15 @@ profile.json (schema_version 1):
     whole_step: {context, median_ms, sum_of_parts_ms, ratio, note}
   acceptance: null or {file, generations_file, temperature, max_new_tokens, prompt_set,
                        num_prompts, categories: [...], heads: [...]}
+
+Additive fields written by `ppsd profile` (readers must not require them):
+  timing.threads, timing.whole_step_repeats, timing.quick (latency skipped: n=1 table only)
+  latency.whole_step.{n, p10_ms, p90_ms, repeats, flagged (|ratio - 1| > 10%)}
+  latency.hop.method; latency.corun.{alone_layer_ms, context, threads_per_process, seconds_per_round}
+  acceptance.{tokens, teacher_forced_agree, chat_template, generation, per_category, limit}
+  warnings: [str]   things a reader should know (a flagged whole-step ratio, a failed hop, ...)
+  profiling: {wall_s, phases_s: {phase: seconds}}
+  generations.jsonl: prompt_tokens is the list of prompt token ids; prompt_len its length
 """
 
 from __future__ import annotations
