@@ -36,7 +36,7 @@ def register(subparsers) -> None:
     tr.add_argument("--max-new-tokens", type=int, default=64, help="greedy tokens generated per prompt (default 64)")
     tr.add_argument("--max-prompt-tokens", type=int, default=384,
                     help="longer prompts keep their first and last halves of this many tokens (default 384)")
-    tr.add_argument("--epochs", type=int, default=1, help="distillation passes after the closed-form fit (default 1)")
+    tr.add_argument("--epochs", type=int, default=2, help="distillation passes after the closed-form fit (default 2)")
     tr.add_argument("--init", choices=["lstsq", "identity"], default="lstsq",
                     help="start from a ridge least-squares fit (default) or from the identity (the naive head)")
     tr.add_argument("--lr", type=float, default=1e-3)

@@ -70,7 +70,7 @@ def _heads_to_score(heads: ExitHeads, vocab_sizes: list[int]) -> list[tuple[str,
 
 
 @torch.inference_mode()
-def score(heads: ExitHeads, records, exits: list[int], vocab_sizes: list[int], chunk: int = 256):
+def score(heads: ExitHeads, records, exits: list[int], vocab_sizes: list[int], chunk: int = 256, progress=None):
     """Acceptance rows (match, β) for every head and exit on collected records."""
     import pandas as pd
 
@@ -98,6 +98,8 @@ def score(heads: ExitHeads, records, exits: list[int], vocab_sizes: list[int], c
                 m, b = cols[(name, e)]
                 m[sl] = (draft == target).numpy()
                 b[sl] = beta.numpy()
+        if progress:
+            progress(sl.stop, n)
     pid = np.asarray(records.prompt_ids, dtype=object)[records.prompt_index.numpy()]
     cat = np.asarray(records.categories, dtype=object)[records.prompt_index.numpy()]
     pos = records.position.numpy()
@@ -172,7 +174,8 @@ def evaluate_heads(adapter, heads: ExitHeads, prompts, exits: list[int] | None =
     progress.phase(f"generating on {len(prompts)} held-out prompts", len(prompts) * max_new_tokens)
     records = collect(adapter, prompts, exits, max_new_tokens, work, batch_size=gen_batch,
                       max_prompt_tokens=max_prompt_tokens, progress=progress.update)
-    acceptance = score(heads, records, exits, vocab_sizes)
+    progress.phase(f"scoring {len(exits)} exits x {2 + len(vocab_sizes)} heads", len(records))
+    acceptance = score(heads, records, exits, vocab_sizes, progress=progress.update)
     result = EvalResult(acceptance, summarise(acceptance), prompts=len(prompts), tokens=len(records))
     if latency and exits:
         # The cost is the same at every exit (one adapter + the head); measure it at the middle one.
