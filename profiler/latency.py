@@ -176,14 +176,14 @@ def measure_grid(adapter: ModelAdapter, cfg: LatencyConfig, tick=lambda: None) -
     embedding = table(lambda i: embed_samples[i[0]], (len(nv),))
     head = table(lambda i: head_samples[i[0]], (len(nv),))
 
-    # Whole step vs the sum of its parts, at n = 1 and the smallest context.
+    # Whole step vs the sum of its parts, at n = 1 (else the smallest n) and the smallest context.
     c0 = cv[0]
+    n1 = nv.index(1) if 1 in nv else 0
     cache = filled_cache(adapter, c0, seed=cfg.seed)
-    ids = torch.randint(0, adapter.vocab_size, (1, 1), generator=gen).to(adapter.device)
+    ids = torch.randint(0, adapter.vocab_size, (1, nv[n1]), generator=gen).to(adapter.device)
     for _ in range(cfg.warmup):
         whole_step_ms(adapter, cache, ids, c0)
     whole = [whole_step_ms(adapter, cache, ids, c0) for _ in range(cfg.whole_step_repeats)]
-    n1 = nv.index(1) if 1 in nv else 0
     parts = (embedding["median_ms"][n1] + head["median_ms"][n1]
              + sum(layers["median_ms"][layer][n1][0] for layer in range(N)))
     whole_med = float(np.median(whole))
