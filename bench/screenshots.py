@@ -52,9 +52,9 @@ def main(argv=None) -> int:
     for s in shots:
         final = args.out / f"dashboard-{s.page}.png"
         s.screenshot.replace(final)
-        print(f"{final.relative_to(ROOT)}: {shrink(final) // 1024} KB, {s.charts} charts"
+        print(f"{final}: {shrink(final) // 1024} KB, {s.charts} charts"
               + (f", PROBLEMS: {s.errors or 'exception'}" if s in bad else ""))
-    tmp.rmdir()
+    tmp.rmdir()  # (screenshots moved out of it)
     return 1 if bad else 0
 
 

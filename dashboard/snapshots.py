@@ -39,7 +39,8 @@ def serve(env: dict | None = None, port: int | None = None, timeout: float = 60.
     port = port or free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "dashboard" / "app.py"),
            "--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
-           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+           "--client.toolbarMode", "viewer"]  # no Deploy button in screenshots
     proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -37,9 +37,20 @@ def explain() -> str:
     full = sum(layers) + head + embed
     if best["scheme"] == "ar" or best.get("exit_layer") is None or (isinstance(best["exit_layer"], float)
                                                                     and math.isnan(best["exit_layer"])):
-        return (f"No speculative plan beats plain decoding on this profile. A full pass costs {theme.fmt_ms(full)}; "
-                f"the exit head alone costs {theme.fmt_ms(head)}, and at every exit layer the drafts are accepted "
-                f"too rarely to pay for it. {reason}")
+        spec = table[table["scheme"] != "ar"].sort_values("speedup", ascending=False)
+        if spec.empty:
+            return f"Only plain decoding was simulated. {reason}"
+        alt = spec.iloc[0]
+        e = int(alt["exit_layer"])
+        alpha = whatif.alphas(profile).get(e)
+        draft = sum(layers[:e]) + head + embed
+        return (f"No speculative plan beats plain decoding on this profile; the closest is {alt['plan']} at "
+                f"{theme.fmt_x(alt['speedup'])}. At exit layer {e} of {n} the draft matches the full model only "
+                f"{'α = ' + format(alpha, '.2f') if alpha is not None else 'rarely'} of the time, while a draft costs "
+                f"{theme.fmt_ms(draft)} ({draft / full:.0%} of a {theme.fmt_ms(full)} full pass; the exit head alone is "
+                f"{theme.fmt_ms(head)}, as much as {head / (sum(layers) / n):.1f} layers). Every rejected draft is "
+                f"paid for and thrown away, so speculation loses. Earlier exits are cheaper but agree even less. "
+                f"A better exit head (try the acceptance scale on the What-if planner) is what would change this.")
     e = int(best["exit_layer"])
     alpha = whatif.alphas(profile).get(e)
     draft = sum(layers[:e]) + head + embed
