@@ -72,6 +72,9 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="profile folder to write (default runs/profile-<model>-<device>-<time>)")
+    from profiler.analytic import add_analytic_arguments  # torch-free
+
+    add_analytic_arguments(p)
     p.set_defaults(func=run_profile)
     sub = p.add_subparsers(dest="profile_command", metavar="show")
     show = sub.add_parser("show", help="print the summary of a profile folder")
@@ -134,6 +137,10 @@ def _work_key(args, prompts, corun_max: int) -> str:
 # --- the profile command ------------------------------------------------------------------------------
 
 def run_profile(args) -> int:
+    if getattr(args, "analytic", False):
+        from profiler.analytic import run_analytic
+
+        return run_analytic(args)
     _check_args(args)
     out = Path(args.out).expanduser() if args.out else _default_out(args.model, args.device)
     _check_out(out)
