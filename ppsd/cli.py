@@ -47,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"ppsd {args.command}: error: {exc.one_line()}", file=sys.stderr)
         return UserError.exit_code
+    except BrokenPipeError:
+        # output piped into `head` and the like: not an error worth a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"ppsd {args.command}: interrupted; rerun (with --resume where offered) to continue", file=sys.stderr)
         return 130
