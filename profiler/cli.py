@@ -69,6 +69,9 @@ def register(subparsers) -> None:
     p.add_argument("--skip-latency", action="store_true",
                    help="acceptance only; latency shrinks to a quick n=1 table so the profile stays usable")
     p.add_argument("--no-hop", action="store_true", help="do not measure the inter-process hop")
+    p.add_argument("--heads", default=None, metavar="DIR",
+                   help="exit-head folder from `ppsd heads train`: also record the trained (and reduced-vocabulary) "
+                        "heads' drafting latency and acceptance traces")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="profile folder to write (default runs/profile-<model>-<device>-<time>)")
@@ -122,6 +125,14 @@ def _default_out(model: str, device: str) -> Path:
     return RUNS_DIR / f"profile-{name}-{device}-{stamp}"
 
 
+def _heads_fingerprint(folder: str) -> str:
+    from profiler.heads.profiling import fingerprint
+    from profiler.heads.store import read_meta
+
+    read_meta(folder)  # a missing or foreign folder is a UserError before any work
+    return fingerprint(folder)
+
+
 def _work_key(args, prompts, corun_max: int) -> str:
     blob = json.dumps({
         "model": args.model, "model_path": str(Path(args.model).expanduser().resolve()) if os.sep in args.model else "",
@@ -130,6 +141,7 @@ def _work_key(args, prompts, corun_max: int) -> str:
         "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
         "n": args.n_values, "c": args.context_values, "repeats": args.repeats, "warmup": args.warmup,
         "corun": corun_max, "threads": args.threads, "skip": [args.skip_acceptance, args.skip_latency, args.no_hop],
+        **({"heads": _heads_fingerprint(args.heads)} if getattr(args, "heads", None) else {}),
     }, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -162,7 +174,7 @@ def run_profile(args) -> int:
     # SIGTERM (a killed job, a closed terminal) ends the run like Ctrl-C: work kept, no output.
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
     try:
-        meta, results = _profile(args, prompts, corun_max, work)
+        meta, results, head_rows = _profile(args, prompts, corun_max, work)
     except KeyboardInterrupt:
         raise UserError(f"profiling was interrupted; finished work is kept in {work} and no profile was written",
                         "rerun the same command with --resume to continue") from None
@@ -178,6 +190,10 @@ def run_profile(args) -> int:
         from profiler.acceptance import acceptance_table
 
         acceptance = acceptance_table(results)
+        if head_rows is not None:
+            import pandas as pd
+
+            acceptance = pd.concat([acceptance, head_rows], ignore_index=True)
         generations = [r.generation_record() for r in results]
     with atomic_dir(out) as tmp:
         tmp.chmod(0o777 & ~_umask())  # a temp folder is private; the profile should not be
@@ -213,8 +229,9 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | None]:
-    """All the measuring; returns profile.json content and the per-prompt acceptance results."""
+def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | None, object]:
+    """All the measuring; returns profile.json content, the per-prompt acceptance results and the
+    trained heads' acceptance rows (None without --heads)."""
     import torch
 
     from ppsd.paths import atomic_write_json
@@ -230,6 +247,11 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
     adapter = load_model(args.model, device=args.device, dtype=args.dtype)
     phases["load"] = time.perf_counter() - t_start
     N = adapter.num_layers
+    heads = None
+    if args.heads:  # another model's heads, a missing weight file: refused before any measuring
+        from profiler.heads.profiling import load_for_profile
+
+        heads = load_for_profile(args.heads, adapter)
     warnings: list[str] = []
 
     need_ctx = max(args.context_values) + max(args.n_values)
@@ -300,10 +322,26 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
             bar.finish("generate (tokens)")
             phases["acceptance"] = time.perf_counter() - t0
 
+        # --- trained exit heads: drafting latency (stage 1's time) and traces on the same generations
+        head_rows = None
+        if heads is not None:
+            from profiler.heads.profiling import profile_heads
+
+            t0 = time.perf_counter()
+            bar.phase("exit heads (prompts)", len(results or []))
+            head_rows, latency["exit_heads"], head_info = profile_heads(
+                adapter, heads, results, args.temperature, cfg.n_values, cfg.repeats,
+                progress=lambda: bar.advance("exit heads (prompts)"))
+            phases["exit_heads"] = time.perf_counter() - t0
+
     meta = _meta(args, adapter, cfg, latency, prompts, results, warnings)
+    if heads is not None:
+        meta["exit_heads"] = head_info
+        if meta["acceptance"]:
+            meta["acceptance"]["heads"] = ["shared", *head_info["names"]]
     meta["profiling"] = {"wall_s": round(time.perf_counter() - t_start, 2),
                          "phases_s": {k: round(v, 2) for k, v in phases.items()}}
-    return meta, results
+    return meta, results, head_rows
 
 
 def _meta(args, adapter, cfg, latency: dict, prompts, results, warnings: list[str]) -> dict:
@@ -402,6 +440,10 @@ def print_summary(profile) -> None:
                       f"{acc.get('tokens', '?')} generated tokens, beta at T={acc.get('temperature')}")
     for w in meta.get("warnings") or []:
         console.print(f"[yellow]warning:[/] {w}")
+    from profiler.heads.profiling import summary_lines  # torch-free
+
+    for line in summary_lines(profile):
+        console.print(line, highlight=False)
 
     table = Table(title="per exit layer (shared head)", show_edge=False)
     for col in ("exit", "alpha", "beta", "draft cost / full pass"):

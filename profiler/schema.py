@@ -39,6 +39,9 @@ Additive fields written by `ppsd profile` (readers must not require them):
   warnings: [str]   things a reader should know (a flagged whole-step ratio, a failed hop, ...)
   profiling: {wall_s, phases_s: {phase: seconds}}
   generations.jsonl: prompt_tokens is the list of prompt token ids; prompt_len its length
+  with `--heads DIR`: latency.exit_heads.<name>.{n_values (= latency.n_values), vocab}; acceptance
+  rows with head "trained" / "vocab<V>" for the exits the folder has (acceptance.heads lists them);
+  exit_heads: {path, model_id, kind, exits, params_per_exit, bytes_per_exit, vocab_sizes, names, training}
 """
 
 from __future__ import annotations
