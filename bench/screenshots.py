@@ -2,7 +2,9 @@
 
     .venv/bin/python bench/screenshots.py [--out docs] [--pages overview planner ...]
 
-Serves the app on the committed example profile (plus any validation folder under runs/), opens
+Serves the app on the committed example profile (plus any validation folder under runs/; the
+committed pictures used `ppsd validate --profile examples/smollm2-135m-cpu --plans
+'eesd:24:2;ppsd:24:2;ppsd:15:2' --limit 2 --repeats 1 --out runs/validation-smollm2-example`), opens
 each page in headless Chromium (see dashboard/snapshots.py) and keeps the pictures small enough
 to commit: if a PNG is over the limit it is re-encoded with a reduced palette.
 """

@@ -133,6 +133,15 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
                         text=[f"best: {best['label']}"], textposition="top center",
                         hovertemplate=f"best: {best['label']}<br>%{{y:.2f}}×<extra></extra>")
     elif best is not None:
+        # AR wins: still mark the closest speculative plan, it is what the user would try next
+        spec = curves.loc[curves["speedup"].idxmax()] if not curves.empty else None
+        if spec is not None:
+            label = ("EESD" if spec["scheme"] == "eesd" else f"PPSD k={int(spec['k'])}") + \
+                f" E={int(spec['exit_layer'])}"
+            fig.add_scatter(x=[spec["exit_layer"]], y=[spec["speedup"]], mode="markers+text",
+                            name="best speculative plan", text=[f"closest: {label}"], textposition="top center",
+                            marker=dict(size=18, symbol="star-open", color=theme.OKABE_ITO["black"], line=dict(width=2)),
+                            hovertemplate=f"best speculative: {label}<br>%{{y:.2f}}× (slower than AR)<extra></extra>")
         fig.add_annotation(text="best plan: plain AR (no scheme beats it here)", xref="paper", yref="paper",
                            x=0.99, y=0.02, xanchor="right", yanchor="bottom", showarrow=False,
                            bgcolor="#FFF8DC")
