@@ -42,7 +42,9 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="> 0: accept with probability β per position")
     p.add_argument("--seed", type=int, default=0, metavar="S")
     p.add_argument("--hop-us", type=float, metavar="X", help="stage-to-stage hop in µs (default: the profile's)")
-    p.add_argument("--exit-head", default="shared", help="exit head name (default shared)")
+    p.add_argument("--exit-head", default="shared", metavar="NAME",
+                   help="which exit head drafts: shared (default), or one the profile has from `ppsd profile "
+                        "--heads` (trained, vocab4096, ...)")
     p.add_argument("--engine", choices=["event", "fast"], default="event")
     p.add_argument("--trace-out", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -59,6 +61,9 @@ def register(subparsers) -> None:
     q.add_argument("--category", metavar="C")
     q.add_argument("--max-draft-len", type=int, default=8, metavar="G", help="EESD γ from 1 to G (default 8)")
     q.add_argument("--top", type=int, default=15, metavar="N", help="rows to print (default 15)")
+    q.add_argument("--exit-head", action="append", metavar="NAME",
+                   help="only plans drafting with this exit head (repeatable; default: every head the profile "
+                        "has, compared side by side)")
     q.add_argument("--json", action="store_true", help="print a JSON array of result objects, best first")
     q.set_defaults(func=plan_cmd)
 
@@ -112,6 +117,9 @@ def simulate_cmd(args) -> int:
                                               embed_ms=args.embed_ms, hop_ms=0.0, corun_slowdown=args.corun)
         else:
             profile = _load(args.profile)
+        from sim.heads import check_head
+
+        check_head(profile, args.exit_head)
         result = api.simulate(profile, plan, tokens=args.tokens, acceptance=acceptance, alpha=args.alpha,
                               category=args.category, seed=args.seed, temperature=args.temperature,
                               engine=args.engine, timeline=bool(args.trace_out))
@@ -141,24 +149,34 @@ def plan_cmd(args) -> int:
     if not 1 <= args.max_draft_len <= 64:
         raise UserError(f"--max-draft-len {args.max_draft_len} is out of range", "give between 1 and 64")
     profile = _load(args.profile)
-    results = api.sweep(profile, devices=args.devices, gammas=range(1, args.max_draft_len + 1),
-                        hop_ms=_hop_ms(args.hop_us), alpha_scale=args.alpha_scale, temperature=args.temperature,
-                        tokens=args.tokens, category=args.category)
+    from sim import heads as hd
+
+    if not profile.has_acceptance:
+        api.sweep(profile, tokens=1)  # the sweep's own error for a profile without traces
+    by_head = hd.sweep_heads(profile, args.exit_head, devices=args.devices,
+                             gammas=range(1, args.max_draft_len + 1), hop_ms=_hop_ms(args.hop_us),
+                             alpha_scale=args.alpha_scale, temperature=args.temperature, tokens=args.tokens,
+                             category=args.category)
+    results = hd.merge(by_head)
     best, reason = api.recommend(results)
-    if args.json:
+    if args.json:  # best first; per head, the object with head_rank 1 is its best plan
         print(json.dumps([r.to_json_dict() for r in results]))
         return 0
-    print(f"{profile.model_id} on {profile.device_name}: {len(results)} plans, {args.tokens} trace-driven tokens each")
-    print(f"{'rank':>4}  {'plan':<28} {'speedup':>8} {'tokens/s':>9} {'α':>5} {'tok/round':>9}")
+    print(f"{profile.model_id} on {profile.device_name}: {len(results)} plans, {args.tokens} trace-driven tokens each"
+          + (f", exit heads {', '.join(by_head)}" if len(by_head) > 1 else ""))
+    print(f"{'rank':>4}  {'plan':<36} {'speedup':>8} {'tokens/s':>9} {'α':>5} {'tok/round':>9}")
     for i, r in enumerate(results[: args.top], 1):
         alpha = r.extra.get("stream_alpha")
-        print(f"{i:>4}  {r.plan.label():<28} {r.speedup_vs_ar:>7.3f}× {r.tokens_per_s:>9.2f} "
+        print(f"{i:>4}  {r.plan.label():<36} {r.speedup_vs_ar:>7.3f}× {r.tokens_per_s:>9.2f} "
               f"{alpha if r.plan.mode != 'ar' else float('nan'):>5.2f} {r.mean_accepted:>9.2f}")
     print("best per mode:")
     for mode in ("ar", "eesd", "ppsd"):
         rs = [r for r in results if r.plan.mode == mode]
         if rs:
             r = rs[0]
-            print(f"  {mode.upper():<5} {r.plan.label():<28} {r.speedup_vs_ar:.3f}× {r.tokens_per_s:.2f} tokens/s")
+            print(f"  {mode.upper():<5} {r.plan.label():<36} {r.speedup_vs_ar:.3f}× {r.tokens_per_s:.2f} tokens/s")
+    if len(by_head) > 1:
+        print("best per exit head (draft ms: the head's cost per drafted token, paid in stage 1):")
+        print("\n".join("  " + line for line in hd.format_comparison(hd.comparison(profile, by_head)).splitlines()))
     print(f"recommendation: {reason}")
     return 0

@@ -58,10 +58,11 @@ class Plan:
     def label(self) -> str:
         if self.mode == "ar":
             return "AR"
+        head = "" if self.exit_head == "shared" else f" {self.exit_head}"  # the shared head goes unnamed
         if self.mode == "eesd":
-            return f"EESD E={self.exit_layer} γ={self.draft_len}"
+            return f"EESD E={self.exit_layer} γ={self.draft_len}{head}"
         bounds = "" if self.stage_bounds is None else " [" + ",".join(map(str, self.stage_bounds)) + "]"
-        return f"PPSD E={self.exit_layer} k={self.num_stages}{bounds}"
+        return f"PPSD E={self.exit_layer} k={self.num_stages}{bounds}{head}"
 
     def validate(self, num_layers: int, num_devices: int | None = None) -> Plan:
         """Raise UserError naming the valid range for anything out of range; return self."""

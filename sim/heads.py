@@ -1,0 +1,112 @@
+"""Exit heads side by side (torch-free): which heads a profile has, and the best plan with each.
+
+A profile made with `ppsd profile --heads DIR` carries, besides the shared head (final norm + LM
+head), a trained head and reduced-vocabulary heads: their drafting cost in `latency.exit_heads`
+and their acceptance traces in the acceptance table (column `head`). A head is usable by the
+simulator when it has both (the shared head's cost is the profile's `head`).
+"""
+
+from __future__ import annotations
+
+from ppsd.errors import UserError
+
+SHARED = "shared"
+
+
+def _order(name: str) -> tuple:
+    if name == SHARED:
+        return (0, 0, name)
+    if name == "trained":
+        return (1, 0, name)
+    if name.startswith("vocab") and name[5:].isdigit():
+        return (2, int(name[5:]), name)
+    return (3, 0, name)
+
+
+def available_heads(profile) -> list[str]:
+    """Heads the simulator can use on this profile, shared first, then trained, then vocab<V> by V."""
+    costed = {SHARED, *(profile.latency.get("exit_heads") or {})}
+    traced = set(profile.heads()) if profile.has_acceptance else costed
+    return sorted(costed & traced, key=_order)
+
+
+def check_head(profile, name: str) -> str:
+    """`name` if the profile can simulate it, else a UserError listing the heads it has."""
+    heads = available_heads(profile)
+    if name not in heads:
+        hint = "" if len(heads) > 1 else " (profile with `ppsd profile --heads DIR` to add trained heads)"
+        raise UserError(f"profile {profile.path} has no exit head {name!r}; it has: {', '.join(heads)}",
+                        f"pass --exit-head one of {', '.join(heads)}{hint}")
+    return name
+
+
+def head_label(name: str) -> str:
+    return "naive (shared)" if name == SHARED else name
+
+
+def sweep_heads(profile, heads: list[str] | None = None, **sweep_kwargs) -> dict:
+    """{head: sweep results (best first)} for each head (default: every available head)."""
+    from sim.run import sweep
+
+    heads = available_heads(profile) if heads is None else [check_head(profile, h) for h in heads]
+    return {h: sweep(profile, exit_head=h, **sweep_kwargs) for h in heads}
+
+
+def merge(by_head: dict) -> list:
+    """All heads' plans in one ranking (AR once: it drafts nothing), best first; each speculative
+    result's extra gets `head_rank` (1 = the best EESD / PPSD plan drafting with its head; None for AR)."""
+    merged, ar_seen = [], False
+    for h, results in by_head.items():
+        rank = 0
+        for r in results:
+            if r.plan.mode == "ar":
+                r.extra["head_rank"] = None
+                if ar_seen:
+                    continue
+                ar_seen = True
+            else:
+                rank += 1
+                r.extra["head_rank"] = rank
+            merged.append(r)
+    merged.sort(key=lambda r: -(r.speedup_vs_ar or 0.0))
+    return merged
+
+
+def comparison(profile, by_head: dict) -> list[dict]:
+    """One row per head: its drafting cost, best α over exits, best EESD, best PPSD and the best plan."""
+    rows = []
+    for h, results in by_head.items():
+        entry = (profile.latency.get("exit_heads") or {}).get(h, {})
+        best = {m: next((r for r in results if r.plan.mode == m), None) for m in ("eesd", "ppsd")}
+        spec = [r for r in best.values() if r is not None]
+        top = max(spec, key=lambda r: r.speedup_vs_ar or 0.0) if spec else None
+        alphas = profile.alpha_by_exit(head=h) if profile.has_acceptance else {}
+        row = {"head": h, "kind": entry.get("kind", SHARED if h == SHARED else "?"),
+               "params": entry.get("params", 0 if h == SHARED else None),
+               "draft_head_ms": round(float(profile.exit_head_ms(h, 1)), 4),
+               "best_alpha": round(max(alphas.values()), 4) if alphas else None,
+               "best_alpha_exit": max(alphas, key=alphas.get) if alphas else None}
+        for m, r in best.items():
+            row[f"best_{m}"] = r.plan.label() if r else None
+            row[f"best_{m}_speedup"] = round(r.speedup_vs_ar, 4) if r else None
+        beats_ar = top is not None and (top.speedup_vs_ar or 0) > 1.0
+        row["best_plan"] = top.plan.label() if beats_ar else "AR"
+        row["best_speedup"] = round(top.speedup_vs_ar, 4) if beats_ar else 1.0
+        row["best_tokens_per_s"] = round(top.tokens_per_s if beats_ar else top.extra.get("ar_tokens_per_s") or 0.0,
+                                         3) if top else None
+        rows.append(row)
+    return rows
+
+
+def format_comparison(rows: list[dict]) -> str:
+    head = (f"{'exit head':<15} {'draft ms':>8} {'best α (E)':>11}  {'best EESD':<30} {'×':>6}  "
+            f"{'best PPSD':<34} {'×':>6}  best plan")
+    lines = [head]
+    fmt = lambda v: "   -" if v is None else f"{v:6.3f}"  # noqa: E731
+    for r in rows:
+        alpha = "-" if r["best_alpha"] is None else f"{r['best_alpha']:.3f} ({r['best_alpha_exit']})"
+        lines.append(f"{head_label(r['head']):<15} {r['draft_head_ms']:>8.3f} {alpha:>11}  "
+                     f"{r['best_eesd'] or '-':<30} {fmt(r['best_eesd_speedup'])}  "
+                     f"{r['best_ppsd'] or '-':<34} {fmt(r['best_ppsd_speedup'])}  "
+                     f"{r['best_plan']} {r['best_speedup']:.3f}×")
+    return "\n".join(lines)
