@@ -7,6 +7,7 @@ import json
 import tempfile
 
 from ppsd.errors import UserError
+from sim import gpus
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -53,7 +54,8 @@ def register(subparsers) -> None:
     q = subparsers.add_parser("plan", help="rank every plan (exit layer × EESD γ × PPSD stages) on a profile",
                               description="Sweep AR, EESD γ 1..8 and PPSD k 2..K at every exit layer; recommend one.")
     q.add_argument("--profile", metavar="DIR", required=True)
-    q.add_argument("--devices", type=int, default=4, metavar="K", help="most PPSD stages / devices (default 4)")
+    q.add_argument("--devices", type=int, default=None, metavar="K",
+                   help="most PPSD stages / GPUs (default: an estimated profile's GPU count, else 4)")
     q.add_argument("--hop-us", type=float, metavar="X", help="hop latency in µs (default: the profile's)")
     q.add_argument("--alpha-scale", type=float, default=1.0, metavar="F", help="what-if: scale acceptance by F")
     q.add_argument("--temperature", type=float, default=0.0)
@@ -117,6 +119,7 @@ def simulate_cmd(args) -> int:
                                               embed_ms=args.embed_ms, hop_ms=0.0, corun_slowdown=args.corun)
         else:
             profile = _load(args.profile)
+            gpus.check_plan(profile, plan)
         from sim.heads import check_head
 
         check_head(profile, args.exit_head)
@@ -144,11 +147,12 @@ def simulate_cmd(args) -> int:
 def plan_cmd(args) -> int:
     from sim import api
 
-    if args.devices < 1:
+    if args.devices is not None and args.devices < 1:
         raise UserError(f"--devices {args.devices} must be at least 1", "give --devices between 1 and the layer count")
     if not 1 <= args.max_draft_len <= 64:
         raise UserError(f"--max-draft-len {args.max_draft_len} is out of range", "give between 1 and 64")
     profile = _load(args.profile)
+    args.devices = gpus.devices_for(profile, args.devices)
     from sim import heads as hd
 
     if not profile.has_acceptance:
@@ -178,5 +182,5 @@ def plan_cmd(args) -> int:
     if len(by_head) > 1:
         print("best per exit head (draft ms: the head's cost per drafted token, paid in stage 1):")
         print("\n".join("  " + line for line in hd.format_comparison(hd.comparison(profile, by_head)).splitlines()))
-    print(f"recommendation: {reason}")
+    print(f"recommendation: {gpus.recommendation(profile, best, reason)}")
     return 0

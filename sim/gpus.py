@@ -1,0 +1,83 @@
+"""GPU counts for multi-GPU PPSD plans (torch-free).
+
+PPSD wants one pipeline stage per GPU. An analytic (estimated) profile says how many GPUs it plans
+for (`ppsd profile --analytic --gpus G`, stored as `hardware.gpu_count`); `ppsd simulate` and
+`ppsd plan` refuse plans that need more, and `ppsd plan` answers "how many GPUs and which exit
+layer" for GPU profiles.
+"""
+
+from __future__ import annotations
+
+from ppsd.errors import UserError
+
+DEFAULT_DEVICES = 4  # `ppsd plan --devices` when the profile sets no GPU count
+
+
+def gpu_count(profile) -> int | None:
+    """GPUs an analytic profile plans for (`estimate.gpu_count`, else `hardware.gpu_count`); None
+    for measured and synthetic profiles, which set no limit here."""
+    meta = profile.meta
+    est = meta.get("estimate")
+    if meta.get("kind") != "estimated" or not isinstance(est, dict):
+        return None
+    n = est.get("gpu_count") or (meta.get("hardware") or {}).get("gpu_count")
+    try:
+        return int(n) if n else None
+    except (TypeError, ValueError):
+        return None
+
+
+def is_gpu_profile(profile) -> bool:
+    return (profile.meta.get("hardware") or {}).get("device") == "cuda"
+
+
+def _fix(option: str, n: int, want: int) -> str:
+    return f"give {option} {n} or fewer, or re-estimate with `ppsd profile --analytic ... --gpus {want}`"
+
+
+def check_plan(profile, plan) -> None:
+    """UserError when a PPSD plan needs more GPUs (distinct stage devices) than the estimate has."""
+    n = gpu_count(profile)
+    if n is None or plan.mode != "ppsd":
+        return
+    used = len(set(plan.devices()))
+    if used > n:
+        raise UserError(f"PPSD with {plan.num_stages} stages needs {used} GPUs but the estimated profile "
+                        f"plans for {n} (hardware.gpu_count)", _fix("--stages", n, used))
+
+
+def devices_for(profile, devices: int | None) -> int:
+    """`ppsd plan --devices`: default every GPU of an estimated profile (else 4); above its GPU
+    count is a UserError."""
+    n = gpu_count(profile)
+    if devices is None:
+        return n if n is not None else DEFAULT_DEVICES
+    if n is not None and devices > n:
+        raise UserError(f"--devices {devices} is above the estimated profile's {n} GPUs (hardware.gpu_count)",
+                        _fix("--devices", n, devices))
+    return devices
+
+
+def recommendation(profile, best, reason: str) -> str:
+    """The planner's answer in GPU terms for GPU profiles ("k GPUs, exit layer E: k stages on k
+    GPUs ..."); the simulator's reason unchanged for CPU and synthetic profiles."""
+    if not is_gpu_profile(profile):
+        return reason
+    p = best.plan
+    speed = f"{best.speedup_vs_ar:.2f}× AR, {best.tokens_per_s:.1f} tokens/s"
+    if p.mode == "ppsd":
+        k = len(set(p.devices()))
+        bounds = ",".join(map(str, p.stage_bounds or ()))
+        head = (f"use {k} GPUs with exit layer {p.exit_layer}: PPSD with {p.num_stages} stages on {k} GPUs "
+                f"(layers {bounds}), {speed}")
+    elif p.mode == "eesd":
+        head = f"use 1 GPU with exit layer {p.exit_layer}: EESD γ={p.draft_len}, {speed} (more GPUs do not pay here)"
+    else:
+        head = f"use 1 GPU and no early exit: plain AR, {best.tokens_per_s:.1f} tokens/s (more GPUs do not pay here)"
+    est = profile.meta.get("estimate") or {}
+    need = int(est.get("min_gpus_for_weights") or 1)
+    used = len(set(p.devices()))
+    if need > used:
+        head += (f"; the weights need ≥ {need} GPUs, so spread its layers over {need} "
+                 "(a plain layer split; the extra hops are not simulated)")
+    return f"{head} — {reason}"
