@@ -36,6 +36,9 @@ def register(sub) -> None:
                    "counts as hung (default 60)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more stages than CPU cores (slow)")
     p.add_argument("--no-ar", action="store_true", help="skip the AR baseline run")
+    p.add_argument("--heads", metavar="DIR", help="exit-head folder from `ppsd heads train`: draft with a trained head")
+    p.add_argument("--exit-head", metavar="NAME", help="shared, trained (default with --heads) or vocab<V> "
+                   "(the trained head over the V most frequent tokens, e.g. vocab4096)")
     p.add_argument("--timeline", help="write the measured timeline as a Chrome trace to this file")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_run)
@@ -53,6 +56,9 @@ def register(sub) -> None:
     v.add_argument("--warmup", type=int, default=1)
     v.add_argument("--force-trace", action="store_true", help="replay the profile's traces instead of the drafts")
     v.add_argument("--stage-timeout", type=float, default=60.0)
+    v.add_argument("--heads", metavar="DIR", help="exit-head folder the profile was made with (`ppsd profile --heads`)")
+    v.add_argument("--exit-head", metavar="NAME", help="shared, trained (default with --heads) or vocab<V>; "
+                   "the profile must hold that head's traces and latency")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_validate)
 

@@ -93,11 +93,12 @@ def generate_ar(model, prompt: list[int], max_new: int, sampler: Sampler, eos: s
     return SeqRecord(tokens, t1 - t0, t2 - t1, busy_s=[t2 - t1], events=clock.events)
 
 
-def draft(model, cache, token: int, pos: int, exit_layer: int, sampler: Sampler):
-    """Layers [0, E) + exit head on one token at `pos` -> (layer-E state [1,1,H], draft token, q)."""
+def draft(model, cache, token: int, pos: int, exit_layer: int, sampler: Sampler, drafter=None):
+    """Layers [0, E) + exit head on one token at `pos` -> (layer-E state [1,1,H], draft token, q).
+    The exit head is the shared one, or `drafter`'s (runtime/heads.py: trained / reduced vocabulary)."""
     ids = torch.tensor([[token]], dtype=torch.long)
     h_exit = model.forward_layers(model.embed(ids), 0, exit_layer, cache, pos)
-    d, q = sampler.choose(model.head(h_exit)[0, -1])
+    d, q = drafter.choose(sampler, h_exit) if drafter is not None else sampler.choose(model.head(h_exit)[0, -1])
     return h_exit, d, q
 
 
@@ -116,7 +117,7 @@ def verify(model, cache, h_exits: list[torch.Tensor], last_draft: int, pos: int,
 @torch.inference_mode()
 def generate_eesd(model, prompt: list[int], max_new: int, sampler: Sampler, exit_layer: int, gamma: int,
                   eos: set[int] | None = None, forced: ForcedTrace | None = None, origin: float | None = None,
-                  timeline: bool = False) -> SeqRecord:
+                  timeline: bool = False, drafter=None) -> SeqRecord:
     """Early-exit self-speculative decoding (draft γ, then verify γ+1 positions at once)."""
     clock = _Clock(time.perf_counter() if origin is None else origin, timeline)
     cache = model.new_cache()
@@ -135,7 +136,7 @@ def generate_eesd(model, prompt: list[int], max_new: int, sampler: Sampler, exit
         h_exits, drafts, qs = [], [], []
         cur = tokens[-1]
         for i in range(g):
-            h_exit, cur, q = draft(model, cache, cur, pos + i, exit_layer, sampler)
+            h_exit, cur, q = draft(model, cache, cur, pos + i, exit_layer, sampler, drafter)
             h_exits.append(h_exit)
             drafts.append(cur)
             qs.append(q)

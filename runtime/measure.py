@@ -36,6 +36,7 @@ class Job:
     timeout_s: float = 60.0
     port: int | None = None
     timeline: bool = True
+    heads_dir: str | None = None  # exit-head folder when plan.exit_head is not "shared"
 
 
 @dataclass
@@ -54,6 +55,11 @@ def _run_in_process(model, job: Job) -> list[list[SeqRecord]]:
     reps: list[list[SeqRecord]] = []
     seq = 0
     origin = None
+    drafter = None
+    if plan.mode == "eesd":
+        from runtime.heads import make_drafter
+
+        drafter = make_drafter(model, plan.exit_layer, job.heads_dir, plan.exit_head)
     for rep in range(-job.warmup, job.repeats):
         recs = []
         for i, prompt in enumerate(job.prompts):
@@ -67,7 +73,7 @@ def _run_in_process(model, job: Job) -> list[list[SeqRecord]]:
             else:
                 forced = job.forced[i] if job.forced else None
                 r = generate_eesd(model, prompt, job.max_new[i], sampler, plan.exit_layer, plan.draft_len, eos,
-                                  forced, origin, record)
+                                  forced, origin, record, drafter)
             recs.append(r)
         if rep >= 0:
             reps.append(recs)
@@ -91,7 +97,8 @@ def _pipeline_job(model, job: Job):
         temperature=job.temperature, seed=job.seed, forced=job.forced,
         eos=tuple(sorted(model.eos_token_ids)) if job.stop_at_eos else (), warmup=job.warmup, repeats=job.repeats,
         timeline_rep=0 if job.timeline else -(10 ** 9), timeout_s=job.timeout_s,
-        device=str(model.device.type), dtype=str(model.dtype).replace("torch.", ""))
+        device=str(model.device.type), dtype=str(model.dtype).replace("torch.", ""),
+        heads_dir=job.heads_dir, exit_head=job.plan.exit_head)
 
 
 def records_from_logs(pjob, logs) -> list[list[SeqRecord]]:

@@ -57,6 +57,8 @@ class PipelineJob:
     dtype: str = "float32"
     model_seed: int = 0
     threads: int = 1
+    heads_dir: str | None = None  # exit-head folder (runtime/heads.py) when exit_head is not "shared"
+    exit_head: str = "shared"
 
     @property
     def schedule(self) -> list[tuple[int, int]]:
@@ -162,6 +164,13 @@ class Stage:
         self.carry = job.temperature > 0 and world > 2
         self.width = self.H * (2 if self.carry else 1)
         self.log = StageLog(rank)
+        # the exit head: stage 1 drafts with it; the verifier recomputes q with it only when sampling.
+        # Only exit E's adapter is loaded, and no other stage loads anything.
+        self.drafter = None
+        if self.first or (self.last and job.temperature > 0):
+            from runtime.heads import make_drafter
+
+            self.drafter = make_drafter(model, self.exit_layer, job.heads_dir, job.exit_head)
         self.row = f"stage {rank + 1}"
         self.origin = 0.0  # events keep absolute perf_counter times (one clock for all local processes)
         self.record = False
@@ -234,7 +243,7 @@ class Stage:
             last_exit = h_exit[:, -1:]
             self._send_header(PREFILL, L - 1, 0, L, seq)
             self._send_payload(h_exit, last_exit if self.carry else None)
-            d, _ = sampler.choose(model.head(last_exit)[0, -1])
+            d, _ = self.drafter.choose(sampler, last_exit)
             self._send_draft(TOKEN, L - 1, 0, d)
             t1 = time.perf_counter()
             self._event("prefill", t0, t1, d, length=L)
@@ -259,7 +268,7 @@ class Stage:
                 step[0, 0] = x
                 h_exit = model.forward_layers(model.embed(step), 0, self.exit_layer, cache, s)
                 self._send_header(TOKEN, s, epoch, 1, seq, h_exit, h_exit if self.carry else None)
-                d, _ = sampler.choose(model.head(h_exit)[0, -1])
+                d, _ = self.drafter.choose(sampler, h_exit)
                 self._send_draft(TOKEN, s, epoch, d)
                 b = time.perf_counter()
                 busy += b - a
@@ -398,7 +407,7 @@ class Stage:
         st, job, model = self.state, self.job, self.model
         logits = model.head(out)[0, -1]
         sampler: Sampler = st["sampler"]
-        q = sampler.probs(model.head(exit_state)[0, -1]) if exit_state is not None and not sampler.greedy else None
+        q = self.drafter.probs(sampler, exit_state) if exit_state is not None and not sampler.greedy else None
         d = self._draft_for(pos, epoch)
         gen = pos + 1 - st["L"]  # generated index of the token being decided
         seq = st["seq"]

@@ -42,6 +42,18 @@ def make_plan(mode: str, num_layers: int, exit_layer: int | None = None, draft_l
     return plan
 
 
+def with_exit_head(model, plan: Plan, heads_dir: str | None, name: str | None) -> Plan:
+    """The plan drafting with `--exit-head` from `--heads` (checked now: another model's heads, a
+    missing exit are a UserError before anything runs)."""
+    from dataclasses import replace
+
+    from runtime.heads import make_drafter, resolve_head_name
+
+    name = resolve_head_name(heads_dir, name)
+    make_drafter(model, plan.exit_layer, heads_dir, name)
+    return replace(plan, exit_head=name) if plan.mode != "ar" else plan
+
+
 def check_resources(plan: Plan, device: str, oversubscribe: bool = False) -> None:
     """More stages than cores (CPU) or GPUs (CUDA) is a UserError naming a k that fits."""
     if plan.mode != "ppsd":
@@ -90,6 +102,7 @@ def run_command(args) -> int:
     model = load_model(args.model, args.device, args.dtype)
     plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages,
                      parse_bounds(args.stage_bounds))
+    plan = with_exit_head(model, plan, getattr(args, "heads", None), getattr(args, "exit_head", None))
     check_resources(plan, args.device, args.oversubscribe)
     prompt_set = load_prompts(args.prompts, limit=args.limit)
     prompts = [model.encode_prompt(p.text) for p in prompt_set]
@@ -99,7 +112,8 @@ def run_command(args) -> int:
     def job(p: Plan, f=None) -> Job:
         return Job(plan=p, prompts=prompts, max_new=max_new, temperature=args.temperature, seed=args.seed,
                    forced=[f] * len(prompts) if f else None, stop_at_eos=not args.ignore_eos, warmup=args.warmup,
-                   repeats=args.repeats, timeout_s=args.stage_timeout, port=args.port)
+                   repeats=args.repeats, timeout_s=args.stage_timeout, port=args.port,
+                   heads_dir=getattr(args, "heads", None))
 
     from runtime.launch import under_torchrun
 

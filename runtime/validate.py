@@ -44,9 +44,10 @@ def parse_plans(spec: str | None, num_layers: int, exits: list[int]) -> list[Pla
 def _slug(plan: Plan) -> str:
     if plan.mode == "ar":
         return "ar"
+    head = "" if plan.exit_head == "shared" else f"-{plan.exit_head}"
     if plan.mode == "eesd":
-        return f"eesd-e{plan.exit_layer}-g{plan.draft_len}"
-    return f"ppsd-e{plan.exit_layer}-k{plan.num_stages}"
+        return f"eesd-e{plan.exit_layer}-g{plan.draft_len}{head}"
+    return f"ppsd-e{plan.exit_layer}-k{plan.num_stages}{head}"
 
 
 def _pct(pred: float, meas: float) -> float:
@@ -60,7 +61,9 @@ def validate_command(args) -> int:
     from profiler.schema import load_profile
     from runtime.acceptance import ForcedTrace
     from runtime.measure import Job, measure
-    from runtime.runner import check_resources
+    from runtime.heads import resolve_head_name
+    from runtime.runner import check_resources, with_exit_head
+    from sim.heads import check_head
     from sim.api import resolve_plan, simulate
     from sim.timeline import write_chrome_trace
 
@@ -68,6 +71,8 @@ def validate_command(args) -> int:
     profile = load_profile(args.profile)
     if not profile.has_acceptance:
         raise UserError(f"profile {args.profile} has no acceptance traces", "profile with acceptance enabled")
+    heads_dir = getattr(args, "heads", None)
+    head = check_head(profile, resolve_head_name(heads_dir, getattr(args, "exit_head", None)))
     gens = profile.generations()
     if args.limit:
         gens = gens[: args.limit]
@@ -81,8 +86,9 @@ def validate_command(args) -> int:
         raise UserError(f"the profile is for a {profile.num_layers}-layer model but {profile.model_id} has {n}",
                         "validate on the model that was profiled")
     acc = profile.acceptance
-    shared = acc[acc["head"] == "shared"]
+    shared = acc[acc["head"] == head]  # the drafting head's traces ("shared" unless --exit-head)
     plans = parse_plans(args.plans, n, sorted(int(e) for e in shared["exit_layer"].unique()))
+    plans = [with_exit_head(model, p, heads_dir, head) for p in plans]  # refuses a folder without that exit
     ids = [g["prompt_id"] for g in gens]
     prompts = [list(map(int, g["prompt_tokens"])) for g in gens]
     max_new = [len(g["token_ids"]) for g in gens]
@@ -98,7 +104,7 @@ def validate_command(args) -> int:
 
     def job(p: Plan, forced=None) -> Job:
         return Job(plan=p, prompts=prompts, max_new=max_new, stop_at_eos=False, warmup=args.warmup,
-                   repeats=args.repeats, timeout_s=args.stage_timeout, forced=forced)
+                   repeats=args.repeats, timeout_s=args.stage_timeout, forced=forced, heads_dir=heads_dir)
 
     out = Path(args.out) if args.out else RUNS_DIR / f"validation-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     (out / "timelines").mkdir(parents=True, exist_ok=True)
@@ -121,7 +127,8 @@ def validate_command(args) -> int:
     doc = {"schema_version": 1, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "profile": str(Path(args.profile).resolve()), "model": profile.model_id,
            "device_name": profile.device_name, "mape_speedup_pct": round(mape_s, 3),
-           "mape_tokens_per_s_pct": round(mape_t, 3), "forced_trace": bool(args.force_trace), "rows": rows}
+           "mape_tokens_per_s_pct": round(mape_t, 3), "forced_trace": bool(args.force_trace), "exit_head": head,
+           "rows": rows}
     atomic_write_json(out / "validation.json", doc)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
