@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""The GPU check: measure a real-size random-weight model on this GPU, replay traces through the
+real runtime, and set the roofline estimate beside the measurement. Run through bench/gpu_check.sh.
+
+    bench/gpu_check.sh [--out DIR] [--model random:ARCH] [--hardware H] [--budget-s S] ...
+    bench/gpu_check.sh --cpu-dry-run --out DIR      # the same pipeline on CPU with a small model
+
+Phases (each timed, the plan printed first):
+  1 profile    `ppsd profile --model random:llama-2-7b --device cuda --dtype bfloat16 --skip-acceptance`
+               per-layer / head / embedding latency with CUDA events (hop too when there are ≥ 2 GPUs)
+  2 traces     attach a seeded match table from an α-by-depth curve (default: PPSD-paper-like,
+               α = 0.80 at E/N = 1/4) and the built-in prompts as bytes: random weights have no
+               meaningful acceptance, and under forced traces timing is all that is checked
+  3 estimate   the roofline profile of the same architecture on this GPU's hardware-table entry, with
+               the same traces, and the fit of its efficiency factors (bench/calibrate.py): the
+               per-layer error of the roofline against the measurement, before and after
+  4 validate   `ppsd validate --force-trace`: AR, EESD and (with ≥ 2 GPUs: NCCL cannot put two stages
+               on one GPU) PPSD measured for real and predicted by the simulator; each plan is also
+               predicted from the estimate, so plan-level estimate-vs-measurement lands in the summary
+
+Writes, under --out (default $OUT, else runs/gpu-check-<time>), folders named after the model and the
+device: profile-<model>-<device>/, validation-<model>-<device>/, estimate-<arch>-<hardware>/,
+calibration-<model>-<device>.json, gpu_check-<model>-<device>.json (summary). Exit 2 with one line
+when there is no GPU (without --cpu-dry-run) or on bad input; the sizes fit ≤ 8 minutes on one H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+# PPSD-paper-like acceptance by relative depth (Vicuna/LLaMA-2 with a trained exit: α ≈ 0.81 at E/N = 1/4)
+DEFAULT_CURVE = "relative_depth,alpha\n0.125,0.45\n0.25,0.80\n0.5,0.88\n0.75,0.93\n"
+
+SIZES = {
+    # ~25 ms/token for an eager bf16 7B step on one H200: the grid is ~200 steps, the runtime
+    # ~4 runs × 4 prompts × 48 tokens per plan, PPSD stage start-up ~30 s per plan.
+    "gpu": dict(model="random:llama-2-7b", device="cuda", dtype="bfloat16", n_values="1,2,4,8",
+                context_values="64,256,1024", repeats=10, warmup=3, prompts=4, tokens=48, run_repeats=3,
+                run_warmup=1, budget_s=420.0),
+    "cpu": dict(model="random:smollm2-135m?layers=4", device="cpu", dtype="float32", n_values="1,2",
+                context_values="32,64", repeats=3, warmup=1, prompts=2, tokens=10, run_repeats=1, run_warmup=0,
+                budget_s=120.0),
+}
+
+
+class Phases:
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.times: dict[str, float] = {}
+
+    def run(self, name: str, fn):
+        print(f"\n== {name} ==", flush=True)
+        t = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.times[name] = round(time.perf_counter() - t, 2)
+            print(f"== {name}: {self.times[name]:.1f} s (total {self.elapsed():.1f} s)", flush=True)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+def fail(msg: str) -> int:
+    print(f"gpu_check: error: {msg}", file=sys.stderr, flush=True)
+    return 2
+
+
+def slug(text: str) -> str:
+    s = text.lower().replace("nvidia", "").replace("geforce", "")
+    s = s.replace("random:", "random-").replace("?layers=", "-l").replace("&seed=", "-s")
+    return re.sub(r"[^a-z0-9.]+", "-", s).strip("-") or "x"
+
+
+def ppsd(*argv) -> int:
+    from ppsd.cli import main
+
+    print("$ ppsd " + " ".join(map(str, argv)), flush=True)
+    return main([str(a) for a in argv])
+
+
+def attach_traces(profile_dir: Path, curve: Path, prompts: int, tokens: int, seed: int = 0):
+    """Give the measured (latency-only) profile a seeded match table from the curve and generations
+    whose prompts are the built-in prompts' UTF-8 bytes (the random model's tokens); returns the
+    table and the generations so the estimate can carry the very same traces."""
+    from ppsd.paths import atomic_dir
+    from profiler.analytic import curve_acceptance
+    from profiler.prompts import load_prompts
+    from profiler.schema import load_profile, save_profile
+
+    prof = load_profile(profile_dir)
+    chosen = load_prompts(None, limit=prompts)
+    df, acc_meta = curve_acceptance(curve, prof.num_layers, seed=seed, prompts=len(chosen), tokens=tokens)
+    ids = {f"p{i}": p for i, p in enumerate(chosen)}
+    df["category"] = df["prompt_id"].map(lambda k: ids[k].category)
+    df["prompt_id"] = df["prompt_id"].map(lambda k: ids[k].prompt_id)
+    gens = []
+    for p in chosen:
+        pt = list(p.text.encode("utf-8"))[:256]
+        gens.append({"prompt_id": p.prompt_id, "category": p.category, "prompt": p.text, "prompt_tokens": pt,
+                     "prompt_len": len(pt), "token_ids": [46] * tokens})
+    acc_meta.update({"prompt_set": "builtin", "num_prompts": len(chosen),
+                     "categories": sorted({p.category for p in chosen}),
+                     "note": "random-weight model: acceptance is a seeded Bernoulli table from the α curve, "
+                             "prompts are the built-in prompts' UTF-8 bytes; replayed with --force-trace, so "
+                             "timing is what is checked, not outputs"})
+    meta = dict(prof.meta)
+    meta["acceptance"] = acc_meta
+    with atomic_dir(profile_dir) as tmp:
+        save_profile(tmp, meta, acceptance=df, generations=gens)
+    return df, gens, acc_meta
+
+
+def choose_plans(n_layers: int, gpus: int, cpu: bool, cores: int) -> tuple[list[str], str | None]:
+    e4, e2 = max(1, round(n_layers / 4)), max(1, round(n_layers / 2))
+    plans = [f"eesd:{e4}:3"] + ([f"eesd:{e2}:3"] if e2 != e4 and not cpu else [])
+    room = cores if cpu else gpus
+    note = None
+    if room >= 2:
+        plans.append(f"ppsd:{e2}:2")
+        if room >= 4 and not cpu and n_layers >= 8:
+            plans.append(f"ppsd:{e4}:4")
+    else:
+        what = "CPU cores" if cpu else "GPUs"
+        note = (f"PPSD skipped: k stages need k {what} (one stage process each; NCCL cannot put two stages on "
+                f"one GPU) and this machine has {room}; AR and EESD only")
+    return plans, note
+
+
+def estimate_vs_measured(est_dir: Path, val_dir: Path) -> list[dict]:
+    """Each validated plan predicted from the estimate too, and from the calibrated estimate (same
+    traces, same prompts)."""
+    from profiler.schema import load_profile
+
+    rows = _predict_rows(load_profile(est_dir), val_dir)
+    cal_dir = est_dir.with_name(est_dir.name + "-calibrated")
+    if cal_dir.exists():
+        for r, c in zip(rows, _predict_rows(load_profile(cal_dir), val_dir)):
+            r["predicted_from_calibrated_estimate"] = c["predicted_from_estimate"]
+            r["calibrated_estimate_error_pct"] = c["estimate_error_pct"]
+    return rows
+
+
+def _predict_rows(est, val_dir: Path) -> list[dict]:
+    from runtime.validate import parse_plans
+    from sim.api import resolve_plan, simulate
+    from sim.plan import Plan
+
+    doc = json.loads((val_dir / "validation.json").read_text())
+    ids = [g["prompt_id"] for g in est.generations()]
+    rows = []
+    for r in doc["rows"]:
+        if r["mode"] == "ar":
+            plan = Plan("ar")
+        else:
+            x = r["draft_len"] if r["mode"] == "eesd" else r["stages"]
+            plan = parse_plans(f"{r['mode']}:{r['exit_layer']}:{x}", est.num_layers, [])[0]
+        pred = simulate(est, resolve_plan(plan, est), acceptance="trace", prompt_ids=ids, engine="fast")
+        rows.append({"plan": r["plan"], "measured_tokens_per_s": r["measured_tokens_per_s"],
+                     "predicted_from_measured_profile": r["predicted_tokens_per_s"],
+                     "predicted_from_estimate": round(pred.tokens_per_s, 3),
+                     "estimate_error_pct": round(100 * (pred.tokens_per_s - r["measured_tokens_per_s"])
+                                                 / r["measured_tokens_per_s"], 2),
+                     "measured_speedup": r["measured_speedup"],
+                     "speedup_from_estimate": round(pred.speedup_vs_ar or 1.0, 4)})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="GPU check: profile a random-weight real-size model, replay traces "
+                                 "through the runtime, compare with the roofline estimate.")
+    ap.add_argument("--cpu-dry-run", action="store_true",
+                    help="run the same pipeline on CPU with a small random model (also: PPSD_GPU_CHECK_CPU=1)")
+    ap.add_argument("--out", help="output folder (default $OUT, else runs/gpu-check-<time>)")
+    ap.add_argument("--model", help="random:ARCH to profile (default random:llama-2-7b; dry run: "
+                    "random:smollm2-135m?layers=4)")
+    ap.add_argument("--hardware", help="hardware-table key for the estimate (default: from the device name)")
+    ap.add_argument("--dtype", help="default bfloat16 (dry run float32)")
+    ap.add_argument("--prompts", type=int, help="prompts replayed by the runtime")
+    ap.add_argument("--tokens", type=int, help="tokens per prompt")
+    ap.add_argument("--repeats", type=int, help="profiler repeats per latency cell")
+    ap.add_argument("--alpha-curve", metavar="FILE", help="α by relative depth for the traces (default: paper-like)")
+    ap.add_argument("--budget-s", type=float, help="skip the runtime phase past this many seconds (default 420)")
+    args = ap.parse_args(argv)
+    cpu = args.cpu_dry_run or os.environ.get("PPSD_GPU_CHECK_CPU") == "1"
+    size = dict(SIZES["cpu" if cpu else "gpu"])
+    for key in ("model", "dtype", "prompts", "tokens", "repeats", "budget_s"):
+        if getattr(args, key, None) is not None:
+            size[key] = getattr(args, key)
+    if size["prompts"] < 1 or size["tokens"] < 2 or size["repeats"] < 1:
+        return fail("--prompts, --tokens and --repeats must be positive (tokens at least 2)")
+    if not str(size["model"]).startswith("random:"):
+        return fail(f"--model {size['model']} is not a random:ARCH model; the check times random weights")
+
+    try:
+        import torch
+    except ImportError:
+        return fail("torch is not installed in this Python; install ppsd (pip install -e .) with a CUDA build of torch")
+    if cpu:
+        torch.set_num_threads(1)
+        device_name, gpus = "cpu", 0
+        from runtime.runner import available_cores
+
+        cores = available_cores()
+    else:
+        if not torch.cuda.is_available():
+            return fail(f"no CUDA GPU visible to torch {torch.__version__} (CUDA build: {torch.version.cuda}); "
+                        "run this on a GPU machine, or pass --cpu-dry-run")
+        gpus, cores = torch.cuda.device_count(), os.cpu_count() or 1
+        device_name = torch.cuda.get_device_name(0)
+    out = Path(args.out or os.environ.get("OUT") or ROOT / "runs" / f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    from calibrate import calibrate, format_report, hardware_key_for
+
+    from ppsd.errors import UserError
+
+    hw = args.hardware or hardware_key_for(device_name) or ("h200" if cpu else None)
+    mslug, dslug = slug(size["model"]), slug(device_name)
+    prof_dir, val_dir = out / f"profile-{mslug}-{dslug}", out / f"validation-{mslug}-{dslug}"
+    curve = Path(args.alpha_curve) if args.alpha_curve else out / "alpha-curve.csv"
+    if not args.alpha_curve:
+        curve.write_text(DEFAULT_CURVE)
+
+    print(f"gpu_check on {device_name}" + (f" ({gpus} GPU(s), {torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
+                                           if not cpu else " (CPU dry run)"))
+    print(f"  plan: 1 profile {size['model']} {size['dtype']}: n {size['n_values']} × context {size['context_values']}, "
+          f"{size['warmup']}+{size['repeats']} steps per cell; 2 traces from {curve.name}; 3 roofline estimate on "
+          f"{hw or '(no hardware-table entry: skipped)'} + fit; 4 validate AR/EESD/PPSD with forced traces, "
+          f"{size['prompts']} prompts × {size['tokens']} tokens, {size['run_warmup']}+{size['run_repeats']} runs each; "
+          f"budget {size['budget_s']:.0f} s before phase 4")
+    print(f"  output: {out}")
+    ph = Phases()
+    summary = {"device_name": device_name, "gpu_count": gpus, "cpu_dry_run": cpu, "model": size["model"],
+               "dtype": size["dtype"], "hardware_key": hw, "torch": torch.__version__, "sizes": size,
+               "profile": prof_dir.name, "validation": None, "estimate": None, "calibration": None, "notes": []}
+
+    def profile():
+        argv = ["profile", "--model", size["model"], "--device", size["device"], "--dtype", size["dtype"],
+                "--skip-acceptance", "--n-values", size["n_values"], "--context-values", size["context_values"],
+                "--repeats", size["repeats"], "--warmup", size["warmup"], "--corun-max", 1, "--out", prof_dir]
+        if cpu or gpus < 2:
+            argv.append("--no-hop")  # no PPSD across GPUs here, so no hop to price
+        return ppsd(*argv)
+
+    if ph.run("1 profile", profile) != 0:
+        return fail("profiling failed (see above)")
+    if not cpu:
+        torch.cuda.empty_cache()
+    try:
+        df, gens, _ = ph.run("2 traces", lambda: attach_traces(prof_dir, curve, size["prompts"], size["tokens"]))
+    except UserError as exc:
+        return fail(exc.one_line())
+    from profiler.schema import load_profile
+
+    measured = load_profile(prof_dir)
+    n_layers = measured.num_layers
+
+    def estimate():
+        if hw is None:
+            note = f"estimate skipped: no hardware-table entry matches {device_name!r} (give --hardware)"
+            print(note)
+            summary["notes"].append(note)
+            return None
+        from ppsd.paths import atomic_dir
+        from profiler.analytic import analytic_profile_meta
+        from profiler.schema import save_profile
+
+        fit = calibrate(prof_dir, None, hw, None)
+        print(format_report(fit))
+        from calibrate import arch_for
+
+        shape, cut = arch_for(measured, None)
+        est_dir = out / f"estimate-{slug(shape.name)}{f'-l{n_layers}' if cut else ''}-{hw}"
+        meta = analytic_profile_meta(shape, hw, fit["dtype"], None, n_values=measured.n_values,
+                                     context_values=measured.context_values, gpu_count=max(gpus, 1))
+        meta["acceptance"] = dict(measured.meta["acceptance"])
+        meta["calibration"] = {"file": f"calibration-{mslug}-{dslug}.json", "measured_profile": prof_dir.name}
+        with atomic_dir(est_dir) as tmp:
+            save_profile(tmp, meta, acceptance=df, generations=gens)
+        # the same estimate with the fitted factors (the recommended reading of the fit)
+        rec = fit["recommended"]
+        cal = analytic_profile_meta(shape, hw, fit["dtype"], None, n_values=measured.n_values,
+                                    context_values=measured.context_values, gpu_count=max(gpus, 1),
+                                    bandwidth_efficiency=min(max(rec["bandwidth_efficiency"], 1e-4), 1.0),
+                                    launch_us=max(rec["launch_us"], 0.0))
+        cal["acceptance"], cal["calibration"] = meta["acceptance"], dict(meta["calibration"], reading=rec["reading"])
+        with atomic_dir(est_dir.with_name(est_dir.name + "-calibrated")) as tmp:
+            save_profile(tmp, cal, acceptance=df, generations=gens)
+        from ppsd.paths import atomic_write_json
+
+        atomic_write_json(out / f"calibration-{mslug}-{dslug}.json", fit)
+        summary["estimate"], summary["calibration"] = est_dir.name, f"calibration-{mslug}-{dslug}.json"
+        summary["roofline_per_layer_mape_pct"] = {"before": round(fit["mape_pct_before"], 2),
+                                                  "after": round(fit["mape_pct_after"], 2),
+                                                  "other_reading": round(fit["alternative"]["mape_pct"], 2)}
+        return est_dir
+
+    try:
+        est_dir = ph.run("3 estimate", estimate)
+    except UserError as exc:
+        note = f"estimate failed: {exc.one_line()}"
+        print(note)
+        summary["notes"].append(note)
+        est_dir = None
+
+    plans, note = choose_plans(n_layers, gpus, cpu, cores)
+    if note:
+        print(note)
+        summary["notes"].append(note)
+    summary["plans"] = plans
+    if ph.elapsed() > size["budget_s"]:
+        note = f"validate skipped: {ph.elapsed():.0f} s spent, over the {size['budget_s']:.0f} s budget"
+        print(note)
+        summary["notes"].append(note)
+    else:
+        rc = ph.run("4 validate", lambda: ppsd("validate", "--profile", prof_dir, "--plans", ";".join(plans),
+                                               "--force-trace", "--repeats", size["run_repeats"],
+                                               "--warmup", size["run_warmup"], "--out", val_dir))
+        if rc != 0:
+            summary["notes"].append("validate failed (see the log)")
+        else:
+            summary["validation"] = val_dir.name
+            doc = json.loads((val_dir / "validation.json").read_text())
+            summary["mape_speedup_pct"], summary["mape_tokens_per_s_pct"] = (doc["mape_speedup_pct"],
+                                                                             doc["mape_tokens_per_s_pct"])
+            if est_dir is not None:
+                rows = estimate_vs_measured(est_dir, val_dir)
+                summary["estimate_vs_measured"] = rows
+                print("\nplan-level: measured vs predicted from the measured profile vs from the roofline estimate")
+                print(f"  {'plan':28} {'meas tok/s':>10} {'sim(meas)':>10} {'sim(est)':>10} {'err %':>8} "
+                      f"{'sim(calib)':>10} {'err %':>8}")
+                for r in rows:
+                    print(f"  {r['plan']:28} {r['measured_tokens_per_s']:10.2f} "
+                          f"{r['predicted_from_measured_profile']:10.2f} {r['predicted_from_estimate']:10.2f} "
+                          f"{r['estimate_error_pct']:8.1f} {r.get('predicted_from_calibrated_estimate', float('nan')):10.2f} "
+                          f"{r.get('calibrated_estimate_error_pct', float('nan')):8.1f}")
+    summary["phases_s"] = ph.times
+    summary["total_s"] = round(ph.elapsed(), 2)
+    from ppsd.paths import atomic_write_json
+
+    atomic_write_json(out / f"gpu_check-{mslug}-{dslug}.json", summary)
+    print(f"\ngpu_check done in {ph.elapsed():.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in ph.times.items())
+          + f" -> {out}")
+    return 0 if summary["validation"] or "validate skipped" in " ".join(summary["notes"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
