@@ -377,7 +377,10 @@ class Stage:
                 a = time.perf_counter()
                 h = payload[:length * self.H].view(1, length, self.H)
                 out = model.forward_layers(h, self.start, self.end, self.cache, 0)
-                carry = payload[length * self.H:].view(1, 1, self.H) if self.carry else None
+                if self.carry:
+                    carry = payload[length * self.H:].view(1, 1, self.H)
+                else:  # k = 2: the input is the prompt's layer-E states; the last one made the draft
+                    carry = h[:, -1:] if job.temperature > 0 else None
                 self._verify(pos, 0, out[:, -1:], carry, a, prefill=True)
                 continue
             st = self.state
