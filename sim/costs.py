@@ -26,12 +26,48 @@ def _lin(x, grid: np.ndarray, values: np.ndarray):
     return np.maximum(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 0.0)
 
 
+class _Interp:
+    """Where one context array falls on the context grid: the left grid index and the two
+    differences `_lin` divides. Computed once per distinct context array and reused for every
+    layer range, so a sweep's thousands of cost lookups are a gather and three array operations
+    each, with the very same arithmetic as `_lin` (hence bit-identical results)."""
+
+    __slots__ = ("shape", "i", "num", "den", "single")
+
+    def __init__(self, x: np.ndarray, grid: np.ndarray):
+        self.shape = x.shape
+        self.single = len(grid) == 1
+        if self.single:
+            return
+        i = np.clip(np.searchsorted(grid, x) - 1, 0, len(grid) - 2)
+        self.i = i
+        self.num = x - grid[i]
+        self.den = grid[i + 1] - grid[i]
+
+    def __call__(self, per_c: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """`_lin(x, grid, per_c)`, given `step = per_c[1:] - per_c[:-1]`."""
+        if self.single:
+            return np.maximum(np.broadcast_to(per_c[..., 0], self.shape).astype(float), 0.0)
+        return np.maximum(per_c[self.i] + step[self.i] * self.num / self.den, 0.0)
+
+
+# Bounded caches: a sweep reuses a handful of context arrays (one stream per exit layer) and
+# layer ranges; anything beyond these sizes is a different sweep and may be recomputed.
+_MAX_INTERPS = 64
+_MAX_RANGES = 4096
+
+
 class CostModel:
     """Times in ms of the pieces of decoding, from a profile's median tables.
 
     Layer ranges are summed on the profiled grid first and interpolated after: bilinear
     interpolation commutes with the sum, so this equals summing `Profile.layer_ms` per layer
-    (except where an extrapolation would go negative, which only the per-range sum clamps)."""
+    (except where an extrapolation would go negative, which only the per-range sum clamps).
+
+    Speed (the planner sweeps ~400 plans per control change): each (layer range, n) is
+    interpolated over n once into a per-context table; each distinct context array gets its grid
+    position once (`_Interp`); and a range's cost over one context array is kept, read-only, so
+    the AR baseline and the stages shared by many plans of one stream are computed once."""
 
     def __init__(self, profile, exit_head: str = "shared"):
         self.profile = profile
@@ -42,36 +78,76 @@ class CostModel:
         self._cum = np.concatenate([np.zeros((1, *table.shape[1:])), np.cumsum(table, axis=0)], axis=0)
         self.exit_head_name = exit_head
         self._exit_head_1 = float(profile.exit_head_ms(exit_head, 1))
-        self._cache: dict = {}
+        self._head: dict[float, float] = {}
+        self._embed: dict[float, float] = {}
+        self._per_c: dict = {}  # (lo, hi, n) -> (per-context table, its steps)
+        self._interps: dict[bytes, _Interp] = {}
+        self._ranges: dict = {}  # (lo, hi, n, context bytes) -> read-only cost array
+        self._layer_costs: dict = {}
+        self.bounds: dict = {}  # (E, k) -> balanced stage bounds (see resolve_plan)
 
     # --- scalars over n -------------------------------------------------------------------
     def head(self, n: float = 1) -> float:
-        return float(self.profile.head_ms(n))
+        v = self._head.get(n)
+        if v is None:
+            v = self._head[n] = float(self.profile.head_ms(n))
+        return v
 
     def embed(self, n: float = 1) -> float:
-        return float(self.profile.embed_ms(n))
+        v = self._embed.get(n)
+        if v is None:
+            v = self._embed[n] = float(self.profile.embed_ms(n))
+        return v
 
     def exit_head(self) -> float:
         return self._exit_head_1
 
     def layer_costs(self, context: float | None = None) -> list[float]:
-        """Per-layer one-token time at one context (for partitioning)."""
-        ctx = self.c_grid[0] if context is None else context
-        c = np.array([ctx], dtype=float)
-        return [float(self.layers(c, lo, lo + 1)[0]) for lo in range(self.num_layers)]
+        """Per-layer one-token time at one context (for partitioning); kept per context."""
+        ctx = float(self.c_grid[0] if context is None else context)
+        out = self._layer_costs.get(ctx)
+        if out is None:
+            c = np.array([ctx], dtype=float)
+            out = self._layer_costs[ctx] = [float(self.layers(c, lo, lo + 1)[0]) for lo in range(self.num_layers)]
+        return list(out)
 
     # --- layer ranges over context ----------------------------------------------------------
-    def layers(self, context: np.ndarray, lo: int, hi: int, n: float = 1) -> np.ndarray:
-        """Σ layers [lo, hi) for n new tokens at each context in `context` (ms, array)."""
-        if hi <= lo:
-            return np.zeros(np.shape(context))
+    def _table(self, lo: int, hi: int, n: float):
         key = (lo, hi, float(n))
-        per_c = self._cache.get(key)
-        if per_c is None:
+        hit = self._per_c.get(key)
+        if hit is None:
             table = self._cum[hi] - self._cum[lo]  # [n][c]
-            per_c = np.array([_lin(n, self.n_grid, table[:, j]) for j in range(len(self.c_grid))], dtype=float)
-            self._cache[key] = per_c
-        return _lin(context, self.c_grid, per_c)
+            if len(self.n_grid) > 1:  # all context columns at once, elementwise as `_lin` per column
+                per_c = np.asarray(_lin(n, self.n_grid, table.T), dtype=float)  # [c]
+            else:
+                per_c = np.array([_lin(n, self.n_grid, table[:, j]) for j in range(len(self.c_grid))], dtype=float)
+            hit = self._per_c[key] = (per_c, per_c[1:] - per_c[:-1])
+        return hit
+
+    def _interp(self, context: np.ndarray, ckey: bytes) -> _Interp:
+        it = self._interps.get(ckey)
+        if it is None:
+            if len(self._interps) >= _MAX_INTERPS:
+                self._interps.clear()
+            it = self._interps[ckey] = _Interp(context, self.c_grid)
+        return it
+
+    def layers(self, context: np.ndarray, lo: int, hi: int, n: float = 1) -> np.ndarray:
+        """Σ layers [lo, hi) for n new tokens at each context in `context` (ms, read-only array)."""
+        context = np.asarray(context, dtype=float)
+        if hi <= lo:
+            return np.zeros(context.shape)
+        ckey = context.tobytes() + repr(context.shape).encode()
+        rkey = (lo, hi, float(n), ckey)
+        out = self._ranges.get(rkey)
+        if out is None:
+            per_c, step = self._table(lo, hi, n)
+            out = self._interp(context, ckey)(per_c, step)
+            out.flags.writeable = False  # shared between callers
+            if len(self._ranges) >= _MAX_RANGES:
+                self._ranges.clear()
+            self._ranges[rkey] = out
+        return out
 
     # --- the three schemes' unit costs --------------------------------------------------------
     def ar_step(self, context: np.ndarray) -> np.ndarray:
@@ -139,8 +215,10 @@ def resolve_plan(plan: Plan, profile) -> Plan:
     if plan.mode == "ppsd":
         if plan.stage_bounds is None:
             cm = cost_model(profile, plan.exit_head)
-            changes["stage_bounds"] = balanced_bounds(plan.exit_layer, n, plan.num_stages,
-                                                      cm.layer_costs(), cm.head(1))
+            key = (plan.exit_layer, plan.num_stages)
+            if key not in cm.bounds:  # a sweep resolves each (E, k) for every setting: cut once
+                cm.bounds[key] = balanced_bounds(plan.exit_layer, n, plan.num_stages, cm.layer_costs(), cm.head(1))
+            changes["stage_bounds"] = cm.bounds[key]
         if plan.hop_ms is None:
             changes["hop_ms"] = float(profile.hop_ms())
     elif plan.hop_ms is None:

@@ -26,7 +26,14 @@ def fast_ar(ar_ms: np.ndarray) -> RunStats:
 
 
 def eesd_rounds(stream: Stream, gamma: int):
-    """(start position, drafts γ', accepted a) of every EESD round, vectorised but for the chase."""
+    """(start position, drafts γ', accepted a) of every EESD round, fully vectorised.
+
+    Why no pointer chase is needed: a round from p either stops at its first mismatch j (next
+    round at j + 1) or accepts all γ' drafts and takes the verifier's token at p + γ' (next at
+    p + γ' + 1, which is j + 1 again when that token is a mismatch j, and the generation's end when
+    γ' was shortened there). So every position after a mismatch, and every generation start, begins
+    a round (a "reset"); between two resets r < r' the rounds start at r, r + γ + 1, r + 2(γ + 1), …
+    (tests/sim_reference.py keeps the pointer chase; the tests compare both)."""
     t = stream.tokens
     seg_end = _seg_ends(stream)
     pos = np.arange(t)
@@ -35,23 +42,25 @@ def eesd_rounds(stream: Stream, gamma: int):
     run = np.minimum(nz, seg_end) - pos  # leading matches from p within the generation
     g = np.minimum(gamma, seg_end - pos - 1)
     a = np.minimum(run, g)
-    nxt = (pos + a + 1).tolist()
-    starts = []
-    p = 0
-    while p < t:
-        starts.append(p)
-        p = nxt[p]
-    s = np.asarray(starts, dtype=np.int64)
-    return s, g[s], a[s]
+    reset = stream.seg_start.copy()
+    reset[0] = True
+    reset[zeros[zeros + 1 < t] + 1] = True
+    r = np.flatnonzero(reset)
+    span = np.append(r[1:], t) - r
+    per = -(-span // (gamma + 1))  # rounds between consecutive resets (ceil)
+    first = np.repeat(np.cumsum(per) - per, per)
+    s = np.repeat(r, per) + (np.arange(int(per.sum())) - first) * (gamma + 1)
+    return s.astype(np.int64), g[s], a[s]
 
 
 def fast_eesd(stream: Stream, gamma: int, cm: CostModel, exit_layer: int) -> RunStats:
     s, g, a = eesd_rounds(stream, gamma)
     c = stream.context[s]
     total = float(np.sum(cm.verify_step(c, c + g, exit_layer, g)))
-    for q in range(int(g.max()) if len(g) else 0):
-        sel = g > q
-        total += float(np.sum(cm.draft_step(c[sel] + q, exit_layer)))
+    if len(g) and g.max() > 0:
+        # every round's q-th draft (q < γ') at context c + q, priced in one call
+        q = np.arange(int(g.max()), dtype=float)
+        total += float(np.sum(cm.draft_step((c[:, None] + q[None, :])[q[None, :] < g[:, None]], exit_layer)))
     return RunStats(total, stream.tokens, a.tolist(), (a < g).tolist(), [total], {0: total})
 
 
@@ -81,11 +90,17 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
     nxt = np.minimum(ends + 1, t - 1)
     rejected = (~match[ends]) & (ends + 1 < t) & ~seg[nxt]
     ncyc = len(starts)
-    # factor table per stage over the index in cycle (constant from i = k on)
-    ftab = np.array([[costs.factor(i, m) for i in range(k + 1)] for m in range(k)])
+    # factor table per stage over the index in cycle (constant from i = k on); PPSDCosts.factor, tabulated
+    busy_n = np.minimum(costs.num_devices, np.arange(k)[:, None] + 1 + np.arange(k + 1)[None, :])
+    ftab = np.asarray(costs.factors, dtype=float)[np.minimum(busy_n, len(costs.factors) - 1)]
     stage_cost = [np.asarray(c, dtype=float) for c in costs.stage]
 
-    extra = k + 2
+    # Stale tokens to replay per cycle: enough to cover the flush's trip from stage 1 to the last
+    # stage, estimated from the costs (replaying more only adds zero busy time; the loop below
+    # grows it when short). Far fewer than k + 2 when stage 1 is slow, which keeps arrays small.
+    w0 = float(stage_cost[0].min() * ftab[0].min())
+    trip = sum(float(c.max()) for c in stage_cost[1:]) * float(ftab.max()) + k * h
+    extra = min(k + 2, int(np.ceil(trip / w0)) + 2) if w0 > 0 else k + 2
     while True:
         lens = a + 1 + extra
         cyc = np.repeat(np.arange(ncyc), lens)
