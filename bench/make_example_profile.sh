@@ -2,6 +2,8 @@
 # Regenerate the committed example profile: SmolLM2-135M on this CPU, Spec-Bench prompts
 # (4 per category, 64 new tokens). Run it on an idle machine: the latency tables are only as
 # quiet as the machine. Extra arguments go to `ppsd profile` (e.g. --repeats 30).
+# HEADS=DIR (optional): a folder from `ppsd heads train`; the profile then also records the trained
+# and reduced-vocabulary heads' drafting latency and acceptance rows (`ppsd plan` compares them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -9,5 +11,5 @@ PY=${PY:-.venv/bin/python}
 OUT=${OUT:-examples/smollm2-135m-cpu}
 "$PY" -m ppsd profile --model smollm2-135m --device cpu --dtype float32 \
   --prompts spec-bench --per-category 4 --max-new-tokens 64 \
-  --repeats "${REPEATS:-20}" --out "$OUT" "$@"
+  --repeats "${REPEATS:-20}" ${HEADS:+--heads "$HEADS"} --out "$OUT" "$@"
 du -sh "$OUT"

@@ -337,6 +337,9 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
     meta = _meta(args, adapter, cfg, latency, prompts, results, warnings)
     if heads is not None:
         meta["exit_heads"] = head_info
+        if head_info["trained_on_profile_prompts"]:
+            meta["warnings"].append(f"the exit heads were trained on {head_info['trained_on_profile_prompts']} of the "
+                                    f"{len(prompts)} profiled prompts: their acceptance here is optimistic")
         if meta["acceptance"]:
             meta["acceptance"]["heads"] = ["shared", *head_info["names"]]
     meta["profiling"] = {"wall_s": round(time.perf_counter() - t_start, 2),

@@ -113,10 +113,20 @@ def head_info(heads) -> dict:
                          if k in training}}
 
 
+def training_overlap(heads, results) -> list[str]:
+    """Profile prompts the heads were trained on (their α there is optimistic)."""
+    trained_on = set((heads.meta.training or {}).get("train_prompt_ids") or [])
+    return [r.prompt_id for r in results or [] if r.prompt_id in trained_on]
+
+
 def profile_heads(adapter, heads, results, temperature: float, n_values, repeats: int = 10, progress=None):
-    """What `ppsd profile --heads` adds: (acceptance rows or None, latency.exit_heads, exit_heads info)."""
+    """What `ppsd profile --heads` adds: (acceptance rows or None, latency.exit_heads, exit_heads info).
+    info["trained_on_profile_prompts"] counts the profile's prompts in the heads' training split
+    (same ids: the prompt source should match too; a caller may warn)."""
     rows = None if results is None else head_rows(adapter, heads, results, temperature, progress)
-    return rows, head_latency(heads, n_values, repeats), head_info(heads)
+    info = head_info(heads)
+    info["trained_on_profile_prompts"] = len(training_overlap(heads, results))
+    return rows, head_latency(heads, n_values, repeats), info
 
 
 def summary_lines(profile) -> list[str]:
