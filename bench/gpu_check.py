@@ -191,6 +191,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, help="tokens per prompt")
     ap.add_argument("--repeats", type=int, help="profiler repeats per latency cell")
     ap.add_argument("--alpha-curve", metavar="FILE", help="α by relative depth for the traces (default: paper-like)")
+    ap.add_argument("--archive", metavar="FILE.tgz",
+                    help="also pack the output folder into one .tar.gz at the end (also after a failed phase)")
     ap.add_argument("--budget-s", type=float, help="target seconds for the whole check: phase 4's tokens shrink to fit, and it is skipped "
                     "when the budget is already spent (default 450)")
     args = ap.parse_args(argv)
@@ -222,6 +224,18 @@ def main(argv=None) -> int:
         device_name = torch.cuda.get_device_name(0)
     out = Path(args.out or os.environ.get("OUT") or ROOT / "runs" / f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _check(args, size, cpu, torch, device_name, gpus, cores, out)
+    finally:
+        if args.archive:
+            import tarfile
+
+            with tarfile.open(args.archive, "w:gz") as tar:
+                tar.add(out, arcname=out.name)
+            print(f"archive: {args.archive} ({Path(args.archive).stat().st_size / 1e6:.1f} MB)")
+
+
+def _check(args, size, cpu, torch, device_name, gpus, cores, out: Path) -> int:
     from calibrate import calibrate, format_report, hardware_key_for
 
     from ppsd.errors import UserError

@@ -80,7 +80,8 @@ def test_profile_cli_refuses_unknown_random_arch(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-check")
-    r = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--cpu-dry-run", "--out", str(out)],
+    r = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--cpu-dry-run", "--out", str(out),
+                        "--archive", str(out.parent / "gpu-check.tgz")],
                        env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return out, r.stdout
@@ -93,6 +94,10 @@ def test_dry_run_writes_every_result_with_the_device_in_the_names(dry_run):
     for phase in ("1 profile", "2 traces", "3 estimate", "4 validate"):
         assert f"== {phase}:" in log  # each phase timed
     assert "plan: 1 profile random:smollm2-135m?layers=4" in log
+    import tarfile
+
+    with tarfile.open(out.parent / "gpu-check.tgz") as tar:  # one file to bring back from a GPU machine
+        assert f"{out.name}/validation-random-smollm2-135m-l4-cpu/validation.json" in tar.getnames()
     prof = load_profile(out / "profile-random-smollm2-135m-l4-cpu")
     assert prof.kind == "measured" and prof.num_layers == 4 and prof.model_id == "random:smollm2-135m?layers=4"
     assert prof.has_acceptance and len(prof.generations()) == 2
