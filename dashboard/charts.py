@@ -202,3 +202,44 @@ def predicted_vs_measured(rows: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(range=[0, hi])
     fig.update_yaxes(range=[0, hi])  # same range on both axes, so y = x is the diagonal
     return fig
+
+
+# --- exit heads side by side ----------------------------------------------------------------
+def heads_bars(comp: pd.DataFrame) -> go.Figure:
+    """Best EESD and best PPSD speedup with each exit head (whatif.head_comparison rows), AR = 1×."""
+    fig = _fig("Best speedup with each exit head", "exit head", "speedup vs AR (×)", height=340)
+    for scheme, colour in (("EESD", theme.SCHEME_COLOURS["eesd"]), ("PPSD", theme.PPSD_COLOURS[0])):
+        fig.add_bar(x=comp["exit head"], y=comp[f"{scheme} ×"], name=f"best {scheme}", marker_color=colour,
+                    customdata=comp[f"best {scheme}"],
+                    hovertemplate="%{x}: %{customdata} at %{y:.2f}×<extra></extra>")
+    fig.add_hline(y=1.0, line_dash="dot", line_color=theme.OKABE_ITO["black"], annotation_text="AR",
+                  annotation_position="top left")
+    fig.update_layout(barmode="group")
+    return fig
+
+
+def heldout_curves(table: pd.DataFrame, measure_label: str) -> go.Figure:
+    """Held-out α or β per exit layer, one line per exit head (table: exit layers × heads)."""
+    from sim.heads import head_label
+
+    fig = _fig(f"Held-out {measure_label} per exit layer, by exit head", "exit layer E", measure_label)
+    colours = [theme.OKABE_ITO["black"], *theme.PPSD_COLOURS]
+    for i, head in enumerate(table.columns):
+        fig.add_scatter(x=table.index.astype(int), y=table[head], mode="lines+markers", name=head_label(head),
+                        line=dict(color=colours[i % len(colours)], dash="dot" if head == "shared" else "solid"),
+                        hovertemplate=f"{head_label(head)}, E = %{{x}}: %{{y:.3f}}<extra></extra>")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def estimate_vs_measured(table: pd.DataFrame, title: str) -> go.Figure:
+    """Per-layer latency, measured beside estimated (dashboard/estimates.compare rows)."""
+    fig = _fig(title, "decoder layer", "latency (ms)", height=360)
+    labels = [f"L{int(l)}" for l in table["layer"]]
+    fig.add_bar(x=labels, y=table["measured_ms"], name="measured", marker_color=theme.OKABE_ITO["blue"],
+                hovertemplate="%{x} measured: %{y:.4f} ms<extra></extra>")
+    fig.add_bar(x=labels, y=table["estimated_ms"], name="estimated", marker_color=theme.OKABE_ITO["orange"],
+                customdata=table["rel_err_pct"],
+                hovertemplate="%{x} estimated: %{y:.4f} ms (%{customdata:+.1f}%)<extra></extra>")
+    fig.update_layout(barmode="group", bargap=0.2)
+    return fig

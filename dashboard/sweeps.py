@@ -42,6 +42,7 @@ class Key:
     alpha_scale: float = 1.0
     temperature: float = 0.0
     tokens: int = TOKENS
+    exit_head: str = "shared"  # which head drafts (profiles made with `ppsd profile --heads` have several)
 
 
 @dataclass
@@ -64,18 +65,27 @@ def _profile(path: str, stamp: float):
 
 def compute(key: Key, devices: int) -> Entry:
     """Run the sweep and the closed forms for one setting (in the server or in the worker)."""
-    from dashboard import whatif
     from sim import api
 
     profile = _profile(key.path, key.stamp)
     results = api.sweep(profile, devices=devices, gammas=GAMMAS, hop_ms=key.hop_ms, alpha_scale=key.alpha_scale,
-                        temperature=key.temperature, tokens=key.tokens)
-    hop = profile.hop_ms() if key.hop_ms is None else key.hop_ms
-    closed = whatif.closed_forms(profile, whatif.alphas(profile, key.alpha_scale, key.temperature), GAMMAS,
-                                 range(2, max(devices, 2) + 1), hop)
+                        temperature=key.temperature, tokens=key.tokens, exit_head=key.exit_head)
+    closed = preview(key, devices)[1]
     for r in results:  # timelines are empty in the fast path; keep pickles small anyway
         r.timeline = []
     return Entry(devices, results, closed)
+
+
+def preview(key: Key, devices: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every plan priced by the closed forms, the closed-form curves) for one setting: a few ms,
+    what the planner shows while the trace-driven sweep of a new setting is still running."""
+    from dashboard import whatif
+
+    profile = _profile(key.path, key.stamp)
+    hop = profile.hop_ms() if key.hop_ms is None else key.hop_ms
+    plans = whatif.closed_form_plans(profile, whatif.alphas(profile, key.alpha_scale, key.temperature, head=key.exit_head),
+                                     GAMMAS, range(2, max(devices, 2) + 1), hop, key.exit_head)
+    return plans, whatif.closed_curves(plans)
 
 
 class _Worker:

@@ -71,6 +71,10 @@ GLOSSARY = {
             "a rejection flushes the tokens in flight.",
     "closed_form": "Closed form: the textbook formula with i.i.d. acceptance α and balanced stages "
                    "(EESD: Leviathan et al. 2023; PPSD: 1 / (1 − α(1 − E/N))), drawn dashed for comparison.",
+    "exit_head": "Exit head: what turns the exit layer's hidden state into a draft token. 'naive (shared)' = the "
+                 "model's own final norm + LM head; 'trained' = a self-distilled adapter before them (higher α); "
+                 "'vocab<V>' = the trained adapter with only the V most frequent tokens' LM-head rows (cheaper "
+                 "drafts; a token outside them counts as a rejection, so output stays lossless).",
     "mape": "MAPE: mean absolute percentage error of predicted against measured speedup over all plans.",
 }
 

@@ -154,3 +154,20 @@ def page_header(title: str, profile: Profile | None = None, blurb: str | None = 
         facts = data.source_summary(profile.meta)
         badge = " :orange-badge[estimated]" if facts["kind"] == "estimated" else ""
         st.markdown(f"{facts['model']} · {facts['device']} · {facts['date']}{badge}")
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _meta(path: str, mtime: float) -> dict | None:
+    from dashboard.estimates import read_meta
+
+    return read_meta(path)
+
+
+def profile_metas() -> dict[str, dict | None]:
+    """{path: profile.json content} of every discovered profile (cached per file mtime), for
+    matching an estimate with a measurement of the same model and device."""
+    out = {}
+    for p in discovered_profiles():
+        f = Path(p) / PROFILE_FILE
+        out[p] = _meta(p, f.stat().st_mtime if f.exists() else 0.0)
+    return out

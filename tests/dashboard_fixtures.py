@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ppsd.paths import EXAMPLES_DIR
@@ -68,3 +69,66 @@ def make_malformed(root: Path, name: str = "broken") -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "profile.json").write_text(json.dumps({"schema_version": 99}))
     return out
+
+
+def make_multihead(root: Path, name: str = "synth-heads") -> Path:
+    """A synthetic profile with three exit heads, as `ppsd profile --heads DIR` writes one: the
+    shared head, a "trained" adapter (higher α, costs a little more) and "vocab4096" (cheaper,
+    about the trained α), each with its `latency.exit_heads` entry and acceptance rows."""
+    from profiler.schema import load_profile, save_profile
+    from profiler.synthetic import bernoulli_acceptance
+
+    out = root / name
+    base = write_synthetic_profile(out, alpha_by_exit=lambda e: 0.5 * synthetic_alpha(e), num_layers=SYNTH_LAYERS,
+                                   layer_ms=2.8, head_ms=12.6, hop_ms=0.2, model_id="synthetic-heads-12L")
+    meta = json.loads((out / "profile.json").read_text())
+    frames = [base.acceptance]
+    n_values = meta["latency"]["n_values"]
+    for i, (head, ms, boost) in enumerate([("trained", 12.9, 1.6), ("vocab4096", 3.1, 1.5)]):
+        acc = bernoulli_acceptance(SYNTH_LAYERS, lambda e: min(0.95, boost * 0.5 * synthetic_alpha(e)), seed=11 + i)
+        acc["head"] = head
+        frames.append(acc)
+        meta["latency"].setdefault("exit_heads", {})[head] = {
+            "kind": "linear" if head == "trained" else "linear+vocab", "params": 576 * 576,
+            "n_values": n_values, "median_ms": [ms * (1 + 0.1 * j) for j in range(len(n_values))],
+            "p10_ms": [ms] * len(n_values), "p90_ms": [ms * 1.2] * len(n_values),
+            **({"vocab": 4096} if head.startswith("vocab") else {})}
+    meta["acceptance"]["heads"] = ["shared", "trained", "vocab4096"]
+    save_profile(out, meta, acceptance=pd.concat(frames, ignore_index=True))
+    load_profile(out)  # validates
+    return out
+
+
+def make_heldout(root: Path, model_id: str = "synthetic-heads-12L") -> Path:
+    """A held-out head table as `ppsd heads eval` writes it, in a `<model>-heads` folder."""
+    out = root / f"{model_id}-heads"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for e in (3, 6, 9):
+        for head, f in (("shared", 1.0), ("trained", 1.8), ("vocab4096", 1.7)):
+            for cat in ("all", "math", "writing"):
+                a = min(0.9, 0.1 * e / 3 * f * (1.2 if cat == "math" else 1.0))
+                rows.append({"exit_layer": e, "head": head, "category": cat, "tokens": 100, "alpha": round(a, 4),
+                             "beta": round(min(1.0, a + 0.05), 4)})
+    pd.DataFrame(rows).to_csv(out / "heldout.csv", index=False)
+    return out
+
+
+def make_estimate_pair(root: Path) -> tuple[Path, Path]:
+    """A measured profile and a roofline-style estimate of the same model on the same device name,
+    the estimate 10% slow on every layer and 20% fast on the head."""
+    measured = make_synthetic(root, "pair-measured")
+    estimated = make_synthetic(root, "pair-estimated")
+    for path, kind, layer_f, head_f in ((measured, "measured", 1.0, 1.0), (estimated, "estimated", 1.1, 0.8)):
+        meta = json.loads((path / "profile.json").read_text())
+        meta["kind"] = kind
+        meta["model"]["id"] = "pair-model-12L"
+        meta["hardware"].update(device="cuda", device_name="NVIDIA TEST GPU", gpu_count=1)
+        lat = meta["latency"]
+        for stat in ("median_ms", "p10_ms", "p90_ms"):
+            lat["layers"][stat] = (np.asarray(lat["layers"][stat]) * layer_f).tolist()
+            lat["head"][stat] = (np.asarray(lat["head"][stat]) * head_f).tolist()
+        if kind == "estimated":
+            meta["estimate"] = {"method": "roofline", "hardware": "test-gpu"}
+        (path / "profile.json").write_text(json.dumps(meta))
+    return measured, estimated

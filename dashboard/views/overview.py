@@ -8,6 +8,7 @@ import math
 import streamlit as st
 
 from dashboard import charts, data, predict, theme, ui, whatif
+from sim.heads import available_heads, head_label
 
 profile = ui.require_profile()
 path = ui.selected_path()
@@ -17,7 +18,13 @@ ui.page_header("Will self-speculative decoding pay off here?", profile,
 facts = data.source_summary(profile.meta)
 st.caption(f"Versions: {facts['versions'] or '–'}")
 
-table, best, reason, closed = predict.sweep(path)
+HEADS = available_heads(profile)
+if len(HEADS) > 1:  # like `ppsd plan`: every exit head the profile has, the best plan over all of them
+    by_head = predict.sweep_heads(path, HEADS)
+    best_head, best, reason = predict.best_over_heads(by_head)
+    table, _, _, closed = by_head[best_head]
+else:
+    best_head, (table, best, reason, closed) = HEADS[0], predict.sweep(path)
 ar = table[table["scheme"] == "ar"]
 ar_tps = float(ar["tokens_per_s"].iloc[0]) if not ar.empty else None
 
@@ -35,6 +42,7 @@ def explain() -> str:
     layers = [profile.layer_ms(l, 1) for l in range(n)]
     head, embed = profile.head_ms(1), profile.embed_ms(1)
     full = sum(layers) + head + embed
+    draft_head = profile.exit_head_ms(best_head, 1)  # what a draft pays for its head
     if best["scheme"] == "ar" or best.get("exit_layer") is None or (isinstance(best["exit_layer"], float)
                                                                     and math.isnan(best["exit_layer"])):
         spec = table[table["scheme"] != "ar"].sort_values("speedup", ascending=False)
@@ -42,8 +50,8 @@ def explain() -> str:
             return f"Only plain decoding was simulated. {reason}"
         alt = spec.iloc[0]
         e = int(alt["exit_layer"])
-        alpha = whatif.alphas(profile).get(e)
-        draft = sum(layers[:e]) + head + embed
+        alpha = whatif.alphas(profile, head=best_head).get(e)
+        draft = sum(layers[:e]) + draft_head + embed
         return (f"No speculative plan beats plain decoding on this profile; the closest is {alt['plan']} at "
                 f"{theme.fmt_x(alt['speedup'])}. At exit layer {e} of {n} the draft matches the full model only "
                 f"{'α = ' + format(alpha, '.2f') if alpha is not None else 'rarely'} of the time, while a draft costs "
@@ -52,12 +60,12 @@ def explain() -> str:
                 f"paid for and thrown away, so speculation loses. Earlier exits are cheaper but agree even less. "
                 f"A better exit head (try the acceptance scale on the What-if planner) is what would change this.")
     e = int(best["exit_layer"])
-    alpha = whatif.alphas(profile).get(e)
-    draft = sum(layers[:e]) + head + embed
+    alpha = whatif.alphas(profile, head=best_head).get(e)
+    draft = sum(layers[:e]) + draft_head + embed
     a_txt = f"α = {alpha:.2f}" if alpha is not None else "the measured acceptance"
     text = (f"At exit layer {e} of {n}, the draft matches the full model's token at {a_txt} of positions. "
             f"A draft costs {theme.fmt_ms(draft)} ({draft / full:.0%} of a {theme.fmt_ms(full)} full pass, "
-            f"of which the exit head is {theme.fmt_ms(head)}). ")
+            f"of which the exit head ({head_label(best_head)}) is {theme.fmt_ms(draft_head)}). ")
     if best["scheme"] == "ppsd":
         text += (f"In a {int(best['stages'])}-stage pipeline (stages {best['stage_bounds']}) an accepted draft lets "
                  f"stage 1 start the next token while the later stages verify, so accepted tokens cost about one "
@@ -74,7 +82,22 @@ st.subheader("Why")
 with ui.guard("explanation"):
     st.write(explain())
 
-st.subheader("Speedup at every exit layer", help=theme.GLOSSARY["speedup"])
+if len(HEADS) > 1:
+    st.subheader("Exit heads side by side", help=theme.GLOSSARY["exit_head"])
+    comp = whatif.head_comparison(profile, {h: t for h, (t, *_) in by_head.items()})
+    st.plotly_chart(charts.heads_bars(comp), key="chart_heads_overview")
+    st.dataframe(comp.drop(columns=["head", "source"]), hide_index=True, width="stretch", key="table_heads_overview",
+                 column_config={"draft head (ms)": st.column_config.NumberColumn(format="%.2f"),
+                                "best α": st.column_config.NumberColumn(format="%.3f"),
+                                "EESD ×": st.column_config.NumberColumn(format="%.2f×"),
+                                "PPSD ×": st.column_config.NumberColumn(format="%.2f×"),
+                                "speedup": st.column_config.NumberColumn(format="%.2f×"),
+                                "tokens/s": st.column_config.NumberColumn(format="%.1f")})
+    st.caption(f"The recommendation drafts with the {head_label(best_head)} head; the chart below is that head's. "
+               "Pick another head on the What-if planner.")
+
+st.subheader("Speedup at every exit layer" + (f" ({head_label(best_head)} head)" if len(HEADS) > 1 else ""),
+             help=theme.GLOSSARY["speedup"])
 fig = charts.speedup_vs_exit(whatif.curves(table), closed,
                              {"exit_layer": best["exit_layer"] if best["scheme"] != "ar" else None,
                               "speedup": best["speedup"], "label": best["plan"]}, [], profile.num_layers)

@@ -12,6 +12,7 @@ import hashlib
 import streamlit as st
 
 from dashboard import charts, predict, theme, ui, whatif
+from sim.heads import available_heads, head_label
 from sim.plan import Plan
 
 profile = ui.require_profile()
@@ -23,7 +24,11 @@ stamp = predict.mtime(path)
 # widget keys carry the profile, so switching profiles starts from that profile's defaults
 pk = hashlib.sha1(path.encode()).hexdigest()[:8]
 
-_, best0, _, _ = predict.sweep(path)
+HEADS = available_heads(profile)
+if len(HEADS) > 1:  # start on the head `ppsd plan` recommends (it compares every head)
+    head0, best0, _ = predict.best_over_heads(predict.sweep_heads(path, HEADS))
+else:
+    head0, (_, best0, _, _) = HEADS[0], predict.sweep(path)
 measured_hop = round(profile.hop_ms(), 3)
 # Discrete steps for the controls that need a new sweep: each value one step away is swept in
 # the background (dashboard/sweeps.py), so moving one of them answers from the cache.
@@ -47,6 +52,10 @@ with left:
                             format_func=lambda t: "0 (greedy)" if t == 0 else f"{t:g} (sampling)",
                             help=theme.GLOSSARY["temperature"] + (f" β was recorded at T = {t_rec:g}." if t_rec
                                                                    else " This profile recorded no β."))
+    head = HEADS[0]
+    if len(HEADS) > 1:
+        head = st.selectbox("exit head", HEADS, HEADS.index(head0), key=f"pl_head_{pk}", format_func=head_label,
+                            help=theme.GLOSSARY["exit_head"])
     st.markdown("**Plan**")
     e0 = int(best0["exit_layer"]) if best0["scheme"] != "ar" else N // 2
     exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
@@ -56,8 +65,8 @@ with left:
     stages = st.slider("stages k (PPSD)", 2, k_max, min(2, k_max), key=f"pl_k_{pk}", help=theme.GLOSSARY["stages"])
 
 hop_key = None if hop == measured_hop else hop  # the measured hop is the profile's (as `ppsd plan`)
-table, best, reason, closed = predict.sweep(path, devices=devices, hop_ms=hop_key, alpha_scale=scale,
-                                            temperature=temp)
+table, best, reason, closed, preview = predict.plans(path, devices=devices, hop_ms=hop_key, alpha_scale=scale,
+                                                     temperature=temp, exit_head=head)
 
 
 SHARED_TOKENS = 500
@@ -69,7 +78,7 @@ def pick(scheme: str) -> dict:
     row = whatif.find_plan(table, scheme, exit_layer, draft_len=gamma, stages=stages)
     if row is not None:
         return row.to_dict()
-    plan = Plan(scheme, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop,
+    plan = Plan(scheme, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop, exit_head=head,
                 placement=whatif.round_robin(stages, devices) if scheme == "ppsd" else None)
     # shared devices need the event engine; 500 tokens keep it interactive (the speedup moves by
     # well under 1% against 2000 on the profiles tried)
@@ -103,11 +112,14 @@ with right:
                 delta_color="off", delta_arrow="off", help=theme.GLOSSARY["ppsd"])
     m[3].metric(f"selected: {short(sel_e['plan'])}", theme.fmt_x(sel_e["speedup"]), theme.fmt_tps(sel_e["tokens_per_s"]),
                 delta_color="off", delta_arrow="off", help=theme.GLOSSARY["eesd"])
-    st.caption(f"Simulator: {reason}")
+    if preview:
+        st.caption(f":material/hourglass_top: Preview: {reason}.")
+    else:
+        st.caption(f"Simulator: {reason}")
 
 st.subheader("Where the selected PPSD plan spends a token", help=theme.GLOSSARY["stages"])
 with ui.guard("stage breakdown"):
-    plan = predict.resolve(path, Plan("ppsd", exit_layer=exit_layer, stages=stages, hop_ms=hop))
+    plan = predict.resolve(path, Plan("ppsd", exit_layer=exit_layer, stages=stages, hop_ms=hop, exit_head=head))
     st.plotly_chart(charts.stage_times(whatif.stage_breakdown(profile, plan),
                                        f"Per-stage time for one token, {plan.label()}"), key="chart_stages")
     st.caption("The slowest stage bounds the pipeline's rate while drafts are accepted; a rejection costs the "
@@ -132,5 +144,34 @@ st.dataframe(
     },
 )
 
-# after the page is drawn: sweep the settings one control step away in the background
-predict.warm(path, HOP_OPTIONS, SCALE_OPTIONS, TEMP_OPTIONS, hop, scale, temp, devices, measured_hop)
+waiting = [head] if preview else []
+if len(HEADS) > 1:
+    st.subheader("Exit heads side by side", help="The best plan drafting with each exit head at these settings "
+                 "(`ppsd plan` prints the same comparison).")
+    tables, previews = {}, {}
+    for h in HEADS:
+        t, *_, pv = (table, None, None, None, preview) if h == head else \
+            predict.plans(path, devices=devices, hop_ms=hop_key, alpha_scale=scale, temperature=temp, exit_head=h)
+        tables[h], previews[h] = t, pv
+        if pv and h != head:
+            waiting.append(h)
+    comp = whatif.head_comparison(profile, tables, previews)
+    st.plotly_chart(charts.heads_bars(comp), key="chart_heads")
+    st.dataframe(comp.drop(columns=["head"]), hide_index=True, width="stretch", key="table_heads",
+                 column_config={"draft head (ms)": st.column_config.NumberColumn(format="%.2f"),
+                                "best α": st.column_config.NumberColumn(format="%.3f"),
+                                "EESD ×": st.column_config.NumberColumn(format="%.2f×"),
+                                "PPSD ×": st.column_config.NumberColumn(format="%.2f×"),
+                                "speedup": st.column_config.NumberColumn(format="%.2f×"),
+                                "tokens/s": st.column_config.NumberColumn(format="%.1f")})
+
+# after the page is drawn: sweep this setting (when only previewed) and the settings one control
+# step away in the background
+predict.warm(path, HOP_OPTIONS, SCALE_OPTIONS, TEMP_OPTIONS, hop, scale, temp, devices, measured_hop, head, HEADS)
+if waiting:
+    def _refresh():
+        # rerun the page once the exact sweeps it previewed have landed in the cache
+        if all(predict.ready(path, devices, hop_key, scale, temp, h) for h in waiting):
+            st.rerun()
+
+    st.fragment(_refresh, run_every=0.25)()

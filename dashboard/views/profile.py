@@ -3,10 +3,13 @@ n and context, head / embedding / hop costs beside a layer's, and acceptance ver
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import streamlit as st
 
-from dashboard import charts, theme, ui
+from dashboard import charts, data, estimates, heldout, theme, ui
+from sim.heads import head_label
 
 profile = ui.require_profile()
 ui.page_header("Profile", profile, "What one decoder layer, the head, the embedding and a hop cost on this "
@@ -56,7 +59,7 @@ else:
     c1, c2 = st.columns(2)
     metric = c1.radio("measure", ["α (greedy match)", "β (sampling acceptance)"], horizontal=True, key="prof_metric",
                       help=theme.GLOSSARY["acceptance"])
-    head_name = c2.selectbox("exit head", heads, key="prof_head",
+    head_name = c2.selectbox("exit head", heads, key="prof_head", format_func=head_label,
                              help="'shared' = the model's own final norm + LM head; others are trained adapters.")
     acc = acc[acc["head"] == head_name]
     col = "match" if metric.startswith("α") else "beta"
@@ -66,3 +69,55 @@ else:
         st.dataframe(table.style.format("{:.2f}"), width="stretch")
     st.caption(f"{acc['prompt_id'].nunique()} prompts, {acc['category'].nunique()} categories, "
                f"{len(acc) // max(acc['exit_layer'].nunique(), 1)} positions per exit layer.")
+
+# --- trained exit heads: the held-out table `ppsd heads eval` wrote for this model --------------
+heldout_files = heldout.find_heldout((profile.meta.get("model") or {}).get("id"))
+if heldout_files:
+    st.subheader("Exit heads on held-out prompts", help=theme.GLOSSARY["exit_head"])
+    with ui.guard("held-out head table"):
+        f = heldout_files[0]
+        df = heldout.load_heldout(f)
+        c1, c2 = st.columns(2)
+        hm = c1.radio("measure", ["α (greedy match)", "β (sampling acceptance)"], horizontal=True, key="ho_metric")
+        cats = ["all", *sorted(c for c in df["category"].unique() if c != "all")]
+        cat = c2.selectbox("category", cats, key="ho_cat", help="'all' = every held-out token; or one category.")
+        col = "alpha" if hm.startswith("α") else "beta"
+        table = heldout.pivot(df, col, cat)
+        st.plotly_chart(charts.heldout_curves(table, hm.split(" ")[0]), key="chart_heldout")
+        shown = table.rename(columns=head_label)
+        st.dataframe(shown.style.format("{:.3f}"), width="stretch", key="table_heldout")
+        with st.expander("per category, one head"):
+            h = st.selectbox("exit head", list(table.columns), key="ho_head", format_func=head_label)
+            st.dataframe(heldout.per_category(df, h, col).style.format("{:.3f}"), width="stretch")
+        st.caption(f"From `{data.display_name(f.parent)}/{f.name}` (`ppsd heads eval`): prompts disjoint from the "
+                   f"heads' training split; {int(df[df['category'] == 'all']['tokens'].max())} tokens per exit. "
+                   "naive = the shared final norm + LM head; vocab<V> drafts only among the V most frequent tokens.")
+
+# --- estimate next to measurement for the same model and device ---------------------------------
+others = estimates.counterparts(profile.meta, ui.profile_metas())
+if others:
+    st.subheader("Estimate vs measurement", help="A roofline estimate (`ppsd profile --analytic`) and a profile "
+                 "measured on the same device, side by side: how far the estimate is off.")
+    with ui.guard("estimate vs measurement"):
+        pick = st.selectbox("compare with", others, key="est_other", format_func=lambda p: data.display_name(Path(p)))
+        other = ui.load(pick)
+        meas, est = (profile, other) if estimates.kind(profile.meta) != "estimated" else (other, profile)
+        table, s = estimates.compare(meas, est)
+        m = st.columns(4)
+        m[0].metric("AR measured", theme.fmt_tps(s["ar_tokens_per_s"][0]), help=theme.GLOSSARY["ar"])
+        m[1].metric("AR estimated", theme.fmt_tps(s["ar_tokens_per_s"][1]), f"{s['ar_tokens_per_s'][2]:+.1f}%",
+                    delta_color="off", delta_arrow="off", help="Relative error of the estimate against the measurement.")
+        m[2].metric("per-layer error (MAPE)", theme.fmt_pct(s["layer_mape_pct"]))
+        m[3].metric("head: estimated / measured", f"{theme.fmt_ms(s['head'][1])} / {theme.fmt_ms(s['head'][0])}",
+                    f"{s['head'][2]:+.1f}%", delta_color="off", delta_arrow="off")
+        st.plotly_chart(charts.estimate_vs_measured(
+            table, f"Per-layer latency, measured vs estimated (n = {s['n']}, context = {int(s['context'])})"),
+            key="chart_estimate")
+        with st.expander("per-layer table"):
+            st.dataframe(table, hide_index=True, width="stretch", key="table_estimate",
+                         column_config={"measured_ms": st.column_config.NumberColumn("measured (ms)", format="%.4f"),
+                                        "estimated_ms": st.column_config.NumberColumn("estimated (ms)", format="%.4f"),
+                                        "rel_err_pct": st.column_config.NumberColumn("error", format="%+.1f%%")})
+        st.caption(f"Measured: {data.source_summary(meas.meta)['device']}, {data.display_name(Path(meas.path))}. "
+                   f"Estimated: {data.display_name(Path(est.path))}. AR step = sum of the parts at n = 1; "
+                   f"{theme.fmt_ms(s['step_ms'][0])} measured, {theme.fmt_ms(s['step_ms'][1])} estimated.")
