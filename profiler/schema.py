@@ -227,7 +227,8 @@ def read_acceptance(path: Path):
     import pandas as pd
 
     try:
-        df = pd.read_csv(path)
+        # ids are names, not numbers: Spec-Bench ids would otherwise come back as ints
+        df = pd.read_csv(path, dtype={"prompt_id": str, "category": str, "head": str})
     except Exception as exc:  # noqa: BLE001 - any parse failure is the same user problem
         raise _bad(path.parent, f"cannot read {path.name} ({exc})") from None
     if "head" not in df.columns:
