@@ -37,9 +37,14 @@ def _table(a: list[int], b: list[int], min_count: int = 8):
     return rows
 
 
+# T = 0.5: the random tiny model's distributions are nearly flat at T = 1, which leaves a chi-square
+# on 400 samples without the power to see a wrong sampler (the power check below proves it has it).
+TEMPERATURE = 0.5
+
+
 def test_eesd_sampling_distribution_equals_ar(tiny):
     prompt = tiny.encode_prompt("The quick brown fox")
-    n, temp = 400, 1.0
+    n, temp = 400, TEMPERATURE
     ar = [generate_ar(tiny, prompt, 3, Sampler.make(temp, 10_000 + i)).tokens for i in range(n)]
     ee = [generate_eesd(tiny, prompt, 3, Sampler.make(temp, 50_000 + i), 4, 2).tokens for i in range(n)]
     for pos in (1, 2):  # positions decided by draft acceptance / residual resampling
@@ -52,8 +57,9 @@ def test_sampling_without_residual_would_be_caught(tiny):
     """Power check: drafts accepted blindly (no min(1, p/q) test) give a detectably different distribution."""
     prompt = tiny.encode_prompt("The quick brown fox")
     n = 400
-    ar = [generate_ar(tiny, prompt, 3, Sampler.make(1.0, 10_000 + i)).tokens for i in range(n)]
-    bad = [generate_eesd(tiny, prompt, 3, Sampler.make(1.0, 50_000 + i), 4, 2, forced=ForcedTrace((1,))).tokens
+    ar = [generate_ar(tiny, prompt, 3, Sampler.make(TEMPERATURE, 10_000 + i)).tokens for i in range(n)]
+    bad = [generate_eesd(tiny, prompt, 3, Sampler.make(TEMPERATURE, 50_000 + i), 4, 2,
+                         forced=ForcedTrace((1,))).tokens
            for i in range(n)]
     _, p, _, _ = chi2_contingency(_table([s[1] for s in ar], [s[1] for s in bad]))
     assert p < 0.001
