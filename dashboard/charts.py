@@ -225,7 +225,7 @@ def heldout_curves(table: pd.DataFrame, measure_label: str) -> go.Figure:
     fig = _fig(f"Held-out {measure_label} per exit layer, by exit head", "exit layer E", measure_label)
     colours = [theme.OKABE_ITO["black"], *theme.PPSD_COLOURS]
     for i, head in enumerate(table.columns):
-        fig.add_scatter(x=table.index.astype(int), y=table[head], mode="lines+markers", name=head_label(head),
+        fig.add_scatter(x=table.index.astype(int).tolist(), y=table[head].tolist(), mode="lines+markers", name=head_label(head),
                         line=dict(color=colours[i % len(colours)], dash="dot" if head == "shared" else "solid"),
                         hovertemplate=f"{head_label(head)}, E = %{{x}}: %{{y:.3f}}<extra></extra>")
     fig.update_yaxes(rangemode="tozero")
@@ -236,10 +236,10 @@ def estimate_vs_measured(table: pd.DataFrame, title: str) -> go.Figure:
     """Per-layer latency, measured beside estimated (dashboard/estimates.compare rows)."""
     fig = _fig(title, "decoder layer", "latency (ms)", height=360)
     labels = [f"L{int(l)}" for l in table["layer"]]
-    fig.add_bar(x=labels, y=table["measured_ms"], name="measured", marker_color=theme.OKABE_ITO["blue"],
+    fig.add_bar(x=labels, y=table["measured_ms"].tolist(), name="measured", marker_color=theme.OKABE_ITO["blue"],
                 hovertemplate="%{x} measured: %{y:.4f} ms<extra></extra>")
-    fig.add_bar(x=labels, y=table["estimated_ms"], name="estimated", marker_color=theme.OKABE_ITO["orange"],
-                customdata=table["rel_err_pct"],
+    fig.add_bar(x=labels, y=table["estimated_ms"].tolist(), name="estimated", marker_color=theme.OKABE_ITO["orange"],
+                customdata=table["rel_err_pct"].tolist(),
                 hovertemplate="%{x} estimated: %{y:.4f} ms (%{customdata:+.1f}%)<extra></extra>")
     fig.update_layout(barmode="group", bargap=0.2)
     return fig

@@ -16,7 +16,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import data, jobs, whatif
-from dashboard_fixtures import EXAMPLE, make_malformed, make_synthetic, make_validation
+from dashboard_fixtures import (EXAMPLE, make_estimate_pair, make_heldout, make_malformed, make_multihead,
+                                make_synthetic, make_validation)
 from ppsd.errors import UserError
 from ppsd.paths import PROJECT_ROOT
 
@@ -308,3 +309,98 @@ def test_the_dashboard_never_imports_torch(monkeypatch, data_root):
     env = {**os.environ, data.DATA_DIRS_ENV: str(data_root / "examples")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.split()[-2:] == ["False", "0"], out.stdout + out.stderr[-2000:]
+
+
+# --- instant answers, exit heads, estimates (issues 5, 6, 7) --------------------------------------
+@pytest.fixture(scope="module")
+def heads_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("heads") / "examples"
+    make_multihead(root)
+    make_heldout(root)
+    make_estimate_pair(root)
+    return root
+
+
+def test_planner_answers_an_unswept_setting_from_the_closed_forms_then_refines(monkeypatch, data_root):
+    from dashboard import sweeps
+
+    cache = sweeps.SweepCache()  # a server that has swept nothing yet
+    monkeypatch.setattr(sweeps, "CACHE", cache)
+    cache.warm = lambda wanted: None  # nothing swept ahead
+    try:
+        at = _app(monkeypatch, [data_root / "examples"])
+        at.switch_page("views/planner.py").run()
+        _control(at, "hop latency (ms)").set_value(5.0).run()
+        assert not _problems(at)
+        captions = " ".join(c.value for c in at.caption)
+        assert "Preview: closed-form preview" in captions, captions
+        preview = _trace(_spec(at, "chart_speedup"), "PPSD k = 2")["y"]
+        del cache.warm  # the page's own warming again: it sweeps the setting on screen first
+        at.run()
+        _wait_for_warm_sweeps()
+        at.run()
+        assert "Simulator:" in " ".join(c.value for c in at.caption)
+        exact = _trace(_spec(at, "chart_speedup"), "PPSD k = 2")["y"]
+        assert exact != preview and len(exact) == len(preview)
+    finally:
+        cache.shutdown()
+
+
+def test_exit_heads_side_by_side_match_ppsd_plan(monkeypatch, heads_root):
+    from profiler.schema import load_profile
+    from sim import api, heads
+
+    profile = load_profile(heads_root / "synth-heads")
+    best, _ = api.recommend(heads.merge(heads.sweep_heads(profile)))
+    at = _app(monkeypatch, [heads_root], "examples/synth-heads")
+    assert not _problems(at)
+    assert at.metric[0].value == best.plan.label().split(" [")[0]  # the Overview recommends what `ppsd plan` does
+    bars = _spec(at, "chart_heads_overview")
+    assert set(bars["data"][0]["x"]) == {"naive (shared)", "trained", "vocab4096"}
+    assert len(at.dataframe[0].value) == 3
+
+    at.switch_page("views/planner.py").run()
+    assert not _problems(at)
+    picker = next(s for s in at.selectbox if s.label == "exit head")
+    assert picker.value == best.plan.exit_head
+    assert len(_spec(at, "chart_heads")["data"]) == 2
+    before = _trace(_spec(at, "chart_speedup"), "PPSD k = 2")["y"]
+    picker.set_value("shared").run()
+    _wait_for_warm_sweeps()
+    at.run()
+    assert not _problems(at)
+    assert _trace(_spec(at, "chart_speedup"), "PPSD k = 2")["y"] != before
+    assert "vocab4096" not in _trace(_spec(at, "chart_speedup"), "selected: PPSD")["name"]
+
+
+def test_profile_page_shows_the_heldout_head_table(monkeypatch, heads_root):
+    at = _app(monkeypatch, [heads_root], "examples/synth-heads")
+    at.switch_page("views/profile.py").run()
+    assert not _problems(at)
+    spec = _spec(at, "chart_heldout")
+    assert [t["name"] for t in spec["data"]] == ["naive (shared)", "trained", "vocab4096"]
+    overall = _trace(spec, "trained")["y"]
+    at.selectbox(key="ho_cat").set_value("math").run()
+    assert _trace(_spec(at, "chart_heldout"), "trained")["y"] != overall
+    at.radio(key="ho_metric").set_value("β (sampling acceptance)").run()
+    assert "β" in _spec(at, "chart_heldout")["layout"]["title"]["text"]
+    assert not _problems(at)
+
+
+def test_estimate_is_shown_next_to_the_measurement(monkeypatch, heads_root):
+    from dashboard import estimates
+
+    metas = {str(p): estimates.read_meta(p) for p in data.find_profiles([heads_root])}
+    est = str(heads_root / "pair-estimated")
+    assert estimates.counterparts(metas[est], metas) == [str(heads_root / "pair-measured")]
+    assert estimates.counterparts(metas[str(heads_root / "synth-heads")], metas) == []
+
+    at = _app(monkeypatch, [heads_root], "examples/pair-estimated")
+    at.switch_page("views/profile.py").run()
+    assert not _problems(at)
+    spec = _spec(at, "chart_estimate")
+    meas, est_bars = (_trace(spec, n)["y"] for n in ("measured", "estimated"))
+    assert all(abs(e / m - 1.1) < 1e-9 for m, e in zip(meas, est_bars))  # the estimate is 10% slow per layer
+    values = {m.label: m.value for m in at.metric}
+    assert values["per-layer error (MAPE)"] == "10.0%"
+    assert "AR estimated" in values and "AR measured" in values
