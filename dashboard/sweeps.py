@@ -1,10 +1,14 @@
 """The planner's sweep cache, with background warming (no Streamlit here).
 
-One sweep (`sim.api.sweep`, the exact fast path) of a 30-layer profile takes about a second on
-this machine, and the planner must answer a control change in half a second. So:
-  * a sweep is cached per (profile, hop, acceptance scale, temperature); the device count only
-    filters it (PPSD plans with k ≤ devices; each plan's result does not depend on how many
-    devices exist beyond its own stages), so one sweep at the most devices serves them all;
+One trace-driven sweep (`sim.api.sweep`, the exact fast path) of a 30-layer profile takes about
+0.3 s at 4 devices and 0.5 s at 8 on this machine (it was 0.6–1 s before sim/costs.py cached its
+interpolation), and the planner must answer a control change in half a second. So:
+  * a sweep is cached per (profile, hop, acceptance scale, temperature, exit head); the device
+    count only filters it (PPSD plans with k ≤ devices; each plan's result does not depend on how
+    many devices exist beyond its own stages), so one sweep at the most devices serves them all;
+  * a setting not swept yet is answered at once by `preview` (every plan priced by the closed
+    forms, ~20 ms) while the worker sweeps exactly that setting first; the page reruns when it
+    lands (dashboard/predict.py `plans`, the planner's refresh fragment);
   * after each page run the planner asks `warm()` for the settings one control step away; a
     single worker *process* computes them (a process, so it never holds the server's GIL while a
     page renders) and the results land in the cache as they finish.
