@@ -32,9 +32,12 @@ class _Interp:
     layer range, so a sweep's thousands of cost lookups are a gather and three array operations
     each, with the very same arithmetic as `_lin` (hence bit-identical results)."""
 
-    __slots__ = ("shape", "i", "num", "den", "single")
+    __slots__ = ("uid", "shape", "i", "num", "den", "single")
+    _count = 0
 
     def __init__(self, x: np.ndarray, grid: np.ndarray):
+        _Interp._count += 1
+        self.uid = _Interp._count  # never reused, so cost arrays can be keyed by it, not by the bytes
         self.shape = x.shape
         self.single = len(grid) == 1
         if self.single:
@@ -51,10 +54,11 @@ class _Interp:
         return np.maximum(per_c[self.i] + step[self.i] * self.num / self.den, 0.0)
 
 
-# Bounded caches: a sweep reuses a handful of context arrays (one stream per exit layer) and
-# layer ranges; anything beyond these sizes is a different sweep and may be recomputed.
-_MAX_INTERPS = 64
-_MAX_RANGES = 4096
+# Bounded caches (a sweep reuses a handful of context arrays, one stream per exit layer, and the
+# layer ranges priced on them); past these sizes they are dropped and rebuilt, a few ms. Memory
+# stays in the tens of MB: ~50 KB per context array, 8 bytes a token per cost array.
+_MAX_INTERPS = 256
+_MAX_RANGES = 1024
 
 
 class CostModel:
@@ -82,7 +86,7 @@ class CostModel:
         self._embed: dict[float, float] = {}
         self._per_c: dict = {}  # (lo, hi, n) -> (per-context table, its steps)
         self._interps: dict[bytes, _Interp] = {}
-        self._ranges: dict = {}  # (lo, hi, n, context bytes) -> read-only cost array
+        self._ranges: dict = {}  # (lo, hi, n, context's _Interp uid) -> read-only cost array
         self._layer_costs: dict = {}
         self.bounds: dict = {}  # (E, k) -> balanced stage bounds (see resolve_plan)
 
@@ -137,12 +141,12 @@ class CostModel:
         context = np.asarray(context, dtype=float)
         if hi <= lo:
             return np.zeros(context.shape)
-        ckey = context.tobytes() + repr(context.shape).encode()
-        rkey = (lo, hi, float(n), ckey)
+        it = self._interp(context, context.tobytes() + repr(context.shape).encode())
+        rkey = (lo, hi, float(n), it.uid)
         out = self._ranges.get(rkey)
         if out is None:
             per_c, step = self._table(lo, hi, n)
-            out = self._interp(context, ckey)(per_c, step)
+            out = it(per_c, step)
             out.flags.writeable = False  # shared between callers
             if len(self._ranges) >= _MAX_RANGES:
                 self._ranges.clear()
