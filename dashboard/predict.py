@@ -73,7 +73,10 @@ def plans(path: str, devices: int = DEFAULT_DEVICES, hop_ms: float | None = None
     closed forms ~20 ms, and the page must answer within 0.5 s."""
     k = key(path, hop_ms, alpha_scale, temperature, exit_head)
     if sweeps.CACHE.cached(k, devices) is None and sweeps.CACHE.failures <= 5:
-        return (*_preview(astuple(k), devices), True)
+        pv = _preview(astuple(k), devices)
+        # no speculative plan to preview (no acceptance for this head): the exact path says why
+        if (pv[0]["scheme"] != "ar").any():
+            return (*pv, True)
     return (*_table(astuple(k), devices), False)
 
 
