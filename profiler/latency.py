@@ -303,9 +303,16 @@ class WorkerPool:
         deadline = time.time() + self.timeout_s
         while want - set(got):
             try:
-                msg_kind, rank, payload = self.results.get(timeout=max(0.1, deadline - time.time()))
+                # short waits so a worker that died without a word is noticed at once
+                msg_kind, rank, payload = self.results.get(timeout=min(1.0, max(0.1, deadline - time.time())))
             except queue.Empty:
-                raise RuntimeError(f"worker processes did not answer {kind!r} within {self.timeout_s:.0f} s") from None
+                dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if r in want - set(got) and not p.is_alive()]
+                if dead:
+                    raise RuntimeError(f"worker process(es) exited before answering {kind!r}: "
+                                       + ", ".join(f"rank {r} (exit code {c})" for r, c in dead)) from None
+                if time.time() >= deadline:
+                    raise RuntimeError(f"worker processes did not answer {kind!r} within {self.timeout_s:.0f} s") from None
+                continue
             if msg_kind == "error":
                 raise RuntimeError(f"worker {rank} failed:\n{payload}")
             if msg_kind == kind:
