@@ -51,7 +51,8 @@ def register(sub) -> None:
     v.add_argument("--plans", help="semicolon-separated plans, e.g. 'eesd:10:3;ppsd:15:2' (mode:exit:γ-or-k); "
                    "default: 3 exit layers × EESD and PPSD")
     v.add_argument("--out", help="validation folder (default runs/validation-<time>)")
-    v.add_argument("--limit", type=int, help="use only the first K profiled prompts")
+    v.add_argument("--limit", type=int, default=8,
+                   help="profiled prompts to decode, taken round-robin over categories (default 8; 0 = all)")
     v.add_argument("--repeats", type=int, default=3)
     v.add_argument("--warmup", type=int, default=1)
     v.add_argument("--force-trace", action="store_true", help="replay the profile's traces instead of the drafts")

@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 
 from ppsd.errors import UserError
-from ppsd.paths import RUNS_DIR, atomic_write_json, atomic_write_text
+from ppsd.paths import RUNS_DIR, atomic_dir, atomic_write_json, atomic_write_text
 from sim.plan import Plan
 
 COLUMNS = ["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "predicted_tokens_per_s",
@@ -59,13 +59,10 @@ def validate_command(args) -> int:
 
     from profiler.model import load_model
     from profiler.schema import load_profile
-    from runtime.acceptance import ForcedTrace
-    from runtime.measure import Job, measure
     from runtime.heads import resolve_head_name
     from runtime.runner import check_resources, with_exit_head
+    from sim.api import resolve_plan
     from sim.heads import check_head
-    from sim.api import resolve_plan, simulate
-    from sim.timeline import write_chrome_trace
 
     torch.set_num_threads(1)
     profile = load_profile(args.profile)
@@ -73,9 +70,7 @@ def validate_command(args) -> int:
         raise UserError(f"profile {args.profile} has no acceptance traces", "profile with acceptance enabled")
     heads_dir = getattr(args, "heads", None)
     head = check_head(profile, resolve_head_name(heads_dir, getattr(args, "exit_head", None)))
-    gens = profile.generations()
-    if args.limit:
-        gens = gens[: args.limit]
+    gens = pick_round_robin(profile.generations(), args.limit)
     if not gens:
         raise UserError(f"profile {args.profile} lists no generations", "re-create it with ppsd profile")
     model = load_model(profile.model_id, profile.meta["hardware"].get("device", "cpu")
@@ -89,6 +84,48 @@ def validate_command(args) -> int:
     shared = acc[acc["head"] == head]  # the drafting head's traces ("shared" unless --exit-head)
     plans = parse_plans(args.plans, n, sorted(int(e) for e in shared["exit_layer"].unique()))
     plans = [with_exit_head(model, p, heads_dir, head) for p in plans]  # refuses a folder without that exit
+    # every plan is checked before anything is measured: bad input fails in seconds, not after AR ran
+    plans = [resolve_plan(p.validate(n), profile) for p in plans]
+    for p in plans:
+        check_resources(p, str(model.device.type))
+    final = Path(args.out) if args.out else RUNS_DIR / f"validation-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    with atomic_dir(final) as out:  # an interrupted validation leaves no half-written folder
+        (out / "timelines").mkdir(parents=True, exist_ok=True)
+        doc = _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out)
+    if args.json:
+        from runtime.cli import print_json
+
+        print_json(doc)
+    else:
+        print(format_table(doc["rows"]))
+        print(f"MAPE speedup {doc['mape_speedup_pct']:.1f}% over {len(doc['rows']) - 1} speculative plans; "
+              f"tokens/s {doc['mape_tokens_per_s_pct']:.1f}%  -> {final}")
+    return 0
+
+
+def pick_round_robin(gens: list[dict], limit: int | None) -> list[dict]:
+    """The first `limit` generations taken one category at a time, so a few prompts still span the
+    categories (their acceptance differs a lot); `limit` 0/None keeps all."""
+    if not limit:
+        return gens
+    by_cat: dict[str, list[dict]] = {}
+    for g in gens:
+        by_cat.setdefault(str(g.get("category")), []).append(g)
+    picked, i = [], 0
+    while len(picked) < min(limit, len(gens)):
+        for cat in by_cat.values():
+            if i < len(cat) and len(picked) < limit:
+                picked.append(cat[i])
+        i += 1
+    return picked
+
+
+def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out: Path) -> dict:
+    from runtime.acceptance import ForcedTrace
+    from runtime.measure import Job, measure
+    from sim.api import resolve_plan, simulate
+    from sim.timeline import write_chrome_trace
+
     ids = [g["prompt_id"] for g in gens]
     prompts = [list(map(int, g["prompt_tokens"])) for g in gens]
     max_new = [len(g["token_ids"]) for g in gens]
@@ -106,16 +143,12 @@ def validate_command(args) -> int:
         return Job(plan=p, prompts=prompts, max_new=max_new, stop_at_eos=False, warmup=args.warmup,
                    repeats=args.repeats, timeout_s=args.stage_timeout, forced=forced, heads_dir=heads_dir)
 
-    out = Path(args.out) if args.out else RUNS_DIR / f"validation-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    (out / "timelines").mkdir(parents=True, exist_ok=True)
     ar_plan = Plan("ar")
     ar_meas = measure(model, job(ar_plan))
     ar_pred = simulate(profile, resolve_plan(ar_plan, profile), acceptance="trace", prompt_ids=ids, timeline=True)
     rows = [_row(ar_plan, ar_pred, ar_meas.result, ar_meas.result.tokens_per_s, None)]
     _timelines(out, ar_plan, ar_pred, ar_meas.result, write_chrome_trace)
     for i, plan in enumerate(plans):
-        plan = resolve_plan(plan, profile)
-        check_resources(plan, str(model.device.type))
         print(f"[{i + 1}/{len(plans)}] {plan.label()} ...", flush=True)
         pred = simulate(profile, plan, acceptance="trace", prompt_ids=ids, timeline=True)
         meas = measure(model, job(plan, traces(plan.exit_layer)))
@@ -136,14 +169,7 @@ def validate_command(args) -> int:
     for r in rows:
         w.writerow({**r, "stage_bounds": " ".join(map(str, r["stage_bounds"] or []))})
     atomic_write_text(out / "validation.csv", buf.getvalue())
-    if args.json:
-        from runtime.cli import print_json
-
-        print_json(doc)
-    else:
-        print(format_table(rows))
-        print(f"MAPE speedup {mape_s:.1f}% over {len(spec_rows)} speculative plans; tokens/s {mape_t:.1f}%  -> {out}")
-    return 0
+    return doc
 
 
 def _row(plan: Plan, pred, meas, ar_tps: float, match) -> dict:
