@@ -86,6 +86,11 @@ class EpochBoard:
     def __init__(self, shared=None, store=None):
         self.shared, self.store = shared, store
 
+    @property
+    def local(self) -> bool:
+        """Shared memory: cheap enough to read between layers (a store read is a network round trip)."""
+        return self.shared is not None
+
     @staticmethod
     def key(seq: int, epoch: int) -> int:
         """One monotonic number for (sequence, epoch), so a new sequence needs no reset."""
@@ -248,9 +253,12 @@ class Stage:
             t1 = time.perf_counter()
             self._event("prefill", t0, t1, d, length=L)
             epoch, inflight, x, s, busy = 0, 1, d, L, 0.0
+            aborted = False
             while True:
                 done = False
-                while inflight >= k:  # keep at most k tokens in flight: wait for the oldest verdict
+                # keep at most k tokens in flight: wait for the oldest verdict; after an abandoned
+                # pass, wait until the rejection that caused it has arrived
+                while inflight >= k or (aborted and inflight > 0):
                     v = self.v_in.take().tolist()
                     self.v_in.post()
                     inflight -= 1
@@ -261,12 +269,25 @@ class Stage:
                         epoch, x, s = int(v[2]), int(v[4]), int(v[1]) + 1
                         cache.crop(s)
                         inflight = 0
+                        aborted = False
                         self.log.flushes += 1
                 if done:
                     break
                 a = time.perf_counter()
                 step[0, 0] = x
-                h_exit = model.forward_layers(model.embed(step), 0, self.exit_layer, cache, s)
+                # A pass on a token whose predecessor is still being verified is speculative: when the
+                # last stage rejects that predecessor (it posts the new epoch on the shared board),
+                # the pass is abandoned between layers instead of running to its useless end.
+                stale_key = EpochBoard.key(seq, epoch)
+                should_stop = (lambda: self.board.get() > stale_key) if self.board.local and inflight else None
+                h_exit = model.forward_layers(model.embed(step), 0, self.exit_layer, cache, s,
+                                              should_stop=should_stop)
+                if h_exit is None:
+                    aborted = True
+                    b = time.perf_counter()
+                    busy += b - a
+                    self._event("flush", a, b, x, pos=s, epoch=epoch)
+                    continue
                 self._send_header(TOKEN, s, epoch, 1, seq, h_exit, h_exit if self.carry else None)
                 d, _ = self.drafter.choose(sampler, h_exit)
                 self._send_draft(TOKEN, s, epoch, d)
@@ -424,7 +445,7 @@ class Stage:
             st["rounds"].append(st["run"])
             st["run"] = 0
             st["epoch"] += 1
-            if self.world > 2:
+            if self.world > 2 or self.board.local:  # middle stages drop stale work; stage 1 abandons its pass
                 self.board.set(EpochBoard.key(seq, st["epoch"]))
         max_new = job.max_new[job.schedule[seq][1]]
         done = len(st["tokens"]) >= max_new or tok in self.eos
