@@ -11,7 +11,11 @@ PPSD   renewal argument over "cycles" (restart → first rejection): a cycle tha
        commits a+1 tokens and lasts D(a) + hop, where D(a) is the deterministic tandem-pipeline
        departure time of its (a+1)-th token from the last stage (unbalanced stages, hops between
        stages, co-run slowdown while the pipeline fills) and the hop carries the correction back to
-       stage 1. a ~ Geometric: P(a) = (1 − α) α^a. Time per token = E[D(a) + hop] · (1 − α).
+       stage 1. Stage 1 occupies embed + layers [0, E) + exit head per token, but the hidden state
+       leaves before the exit head; the last stage finishes a token no earlier than the draft's
+       arrival (stage 1's pass end + hop). So an accepted token costs the slowest stage's occupancy
+       and a rejected one embed + layers [0, E) + hop + Σ later stages (+ hops), or the draft's
+       arrival where that binds. a ~ Geometric: P(a) = (1 − α) α^a. Time per token = E[D(a) + hop] · (1 − α).
        Balanced stages, free hops, no heads, no slowdown: D(a) = (k + a)τ, which gives
        S = 1 / (1 − α(1 − E/N)).
 """
@@ -48,10 +52,14 @@ def eesd_time_per_token(draft_ms: float, verify_ms: float, alpha: float, gamma: 
 
 
 def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
-                        factors: Sequence[float] | None = None, num_devices: int | None = None) -> list[float]:
+                        factors: Sequence[float] | None = None, num_devices: int | None = None,
+                        exit_ms: float = 0.0) -> list[float]:
     """D(i), i < count: when the i-th token after a restart leaves the last stage, for a pipeline
     that is empty at time 0 and whose stage 1 drafts back to back. Token i's pass at stage m takes
-    stage_ms[m] · factors[min(devices, m + 1 + i)] (the co-run slowdown while the pipeline fills)."""
+    stage_ms[m] · factors[min(devices, m + 1 + i)] (the co-run slowdown while the pipeline fills).
+    exit_ms is the exit head's part of stage_ms[0]: the hidden state leaves stage 1 that much
+    (slowed alike) before its pass ends, and the last stage's D(i) is at least stage 1's pass end
+    + hop (the draft's arrival)."""
     k = len(stage_ms)
     devices = k if num_devices is None else num_devices
     fac = [1.0] * (devices + 1) if factors is None else list(factors)
@@ -62,27 +70,32 @@ def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
     prev = [0.0] * k  # departure of the previous token from each stage
     out = []
     for i in range(count):
-        t = prev[0] + stage_ms[0] * f(i, 0)
-        prev[0] = t
+        end1 = prev[0] + stage_ms[0] * f(i, 0)
+        prev[0] = end1
+        t = end1 - exit_ms * f(i, 0)  # the hidden state leaves before the exit head
         for m in range(1, k):
             t = max(t + hop_ms, prev[m]) + stage_ms[m] * f(i, m)
+            if m == k - 1:
+                t = max(t, end1 + hop_ms)  # the draft must have arrived
             prev[m] = t
         out.append(t)
     return out
 
 
 def ppsd_time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
-                        factors: Sequence[float] | None = None, num_devices: int | None = None) -> float:
-    """Expected ms per committed token of PPSD (see module doc); exact for the engines' model."""
+                        factors: Sequence[float] | None = None, num_devices: int | None = None,
+                        exit_ms: float = 0.0) -> float:
+    """Expected ms per committed token of PPSD (see module doc); exact for the engines' model.
+    exit_ms: the exit head's part of stage_ms[0] (see `pipeline_departures`)."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha {alpha} outside [0, 1]")
     k = len(stage_ms)
     if alpha >= 1.0 - 1e-12:  # never flushes: the slowest (slowed-down) stage sets the pace
-        d = pipeline_departures(stage_ms, hop_ms, 4 * k + 8, factors, num_devices)
+        d = pipeline_departures(stage_ms, hop_ms, 4 * k + 8, factors, num_devices, exit_ms)
         return d[-1] - d[-2]
     # P(a) = (1-α) α^a; stop where the remaining mass is below 1e-17
     count = k + 2 if alpha <= 0.0 else min(200_000, int(math.log(1e-17) / math.log(alpha)) + k + 2)
-    d = pipeline_departures(stage_ms, hop_ms, count, factors, num_devices)
+    d = pipeline_departures(stage_ms, hop_ms, count, factors, num_devices, exit_ms)
     total, p = 0.0, 1.0 - alpha
     for a in range(count):
         total += p * (d[a] + hop_ms)
@@ -113,6 +126,7 @@ def plan_time_per_token(profile, plan, alpha: float, context: float | None = Non
         devices = len(set(plan.devices()))
         if devices != len(stages):
             raise ValueError("the closed form needs one device per stage; simulate shared placements")
-        t = ppsd_time_per_token(stages, float(plan.hop_ms or 0.0), alpha, corun_factors(profile, devices), devices)
+        t = ppsd_time_per_token(stages, float(plan.hop_ms or 0.0), alpha, corun_factors(profile, devices), devices,
+                                cm.exit_head())
     return {"time_per_token_ms": t, "ar_time_per_token_ms": ar, "speedup_vs_ar": ar / t,
             "tokens_per_s": 1000.0 / t}

@@ -178,7 +178,8 @@ class CostModel:
 
     def stage_steps(self, context: np.ndarray, bounds: tuple[int, ...]) -> list[np.ndarray]:
         """PPSD per-stage one-token times: stage 1 adds embed and the exit head (it drafts), the last
-        stage adds the final norm + LM head (it verifies)."""
+        stage adds the final norm + LM head (it verifies). Stage 1's time is its whole occupancy per
+        token; its hidden state leaves `exit_head()` earlier (see `PPSDCosts.exit_ms`)."""
         k = len(bounds) - 1
         out = []
         for m in range(k):
@@ -236,12 +237,24 @@ def resolve_plan(plan: Plan, profile) -> Plan:
 @dataclass
 class PPSDCosts:
     """Everything the PPSD engines need: per-stage cost arrays over the stream's positions, the hop,
-    the device of each stage and the co-run factors."""
+    the device of each stage and the co-run factors.
+
+    `exit_ms` is the exit-head part of `stage[0]` per position (None: 0). Stage 1's pass of a token
+    is embed + layers [0, E) (the hidden state leaves for stage 2 then), followed by the exit head
+    (the draft for the next token, sent to the last stage on its own channel); both parts get the
+    pass's co-run factor."""
 
     stage: list[np.ndarray]  # [k][T] ms
     hop_ms: float
     placement: tuple[int, ...]
     factors: list[float]  # factors[b]: slowdown with b devices busy
+    exit_ms: np.ndarray | None = None  # [T] ms, the exit head's share of stage[0]
+
+    def exit_array(self) -> np.ndarray:
+        n = len(self.stage[0])
+        if self.exit_ms is None:
+            return np.zeros(n)
+        return np.broadcast_to(np.asarray(self.exit_ms, dtype=float), (n,))
 
     @property
     def k(self) -> int:
@@ -265,4 +278,5 @@ def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
     placement = plan.devices()
     d = len(set(placement))
     return PPSDCosts(stage=cm.stage_steps(context, plan.stage_bounds), hop_ms=float(plan.hop_ms or 0.0),
-                     placement=placement, factors=corun_factors(profile, d))
+                     placement=placement, factors=corun_factors(profile, d),
+                     exit_ms=np.full(np.shape(context), cm.exit_head(), dtype=float))

@@ -8,9 +8,15 @@ The model in words
   leading matches and one token from the verifier.
 - PPSD: stage m runs layers [b_m, b_{m+1}); stage 1 adds the embedding and the exit head, the last
   stage the final norm + LM head. Devices are `simpy.Resource`s, so stages placed on one device
-  serialise. Stages are processes linked by stores; a hop is a delay between them. Stage 1 never
-  waits: when token j leaves it, token j+1 (fed with j's draft) enters at once. When token j
-  leaves the last stage it is committed; if its draft did not match (or the generation ends) the
+  serialise. Stages are processes linked by stores; a hop is a delay between them. Stage 1's pass
+  of token j is embed + layers [0, E), after which j's hidden state leaves for stage 2 at once, then
+  the exit head, which drafts token j+1; the draft travels to the last stage on its own channel (one
+  hop). Stage 1 never waits: when its exit head ends, token j+1 (fed with that draft) enters at once.
+  The last stage computes its layers + LM head for j, then needs j's draft of j+1 to check it: j is
+  committed at max(its pass's end, the draft's arrival), and the last stage takes its next token
+  only then. So stage 1's exit head overlaps the later stages' work, and a rejected token costs
+  embed + layers [0, E) + hop + later stages (+ hops), not the exit head. When token j is
+  committed, if its draft did not match (or the generation ends) the
   last stage drops everything queued behind it at once, and a hop later the flush reaches the other
   stages, which abandon their current pass (its time so far stays spent) and drop stale tokens,
   and stage 1 restarts with the corrected token.
@@ -131,6 +137,8 @@ class _Pipeline:
         seg = stream.seg_start.tolist()
         self.new_gen = seg[1:] + [True]  # new_gen[j]: token j+1 starts a new generation
         self.cost = [c.tolist() for c in costs.stage]
+        self.exit = costs.exit_array().tolist()
+        self.drafts: dict = {}  # (epoch, j) -> event: j's draft of j+1 reached the last stage
         self.hop = costs.hop_ms
         self.costs = costs
         self.record = record
@@ -153,7 +161,9 @@ class _Pipeline:
 
     # a pass of one token through one stage; returns False when a flush cut it short
     def _pass(self, m: int, epoch: int, j: int, i: int):
-        dur = self.cost[m][min(j, self.t - 1)] * self.costs.factor(i, m)
+        f = self.costs.factor(i, m)
+        dur = self.cost[m][min(j, self.t - 1)] * f
+        exit_dur = self.exit[min(j, self.t - 1)] * f if m == 0 else 0.0
         env = self.env
         req = None
         try:
@@ -163,7 +173,13 @@ class _Pipeline:
                 yield req
             start = env.now
             self.computing[m] = (epoch, start)
-            yield env.timeout(dur)
+            if m == 0:  # embed + layers [0, E); the hidden state leaves; then the exit head
+                yield env.timeout(dur - exit_dur)
+                self._send(1, (epoch, j, i))
+                yield env.timeout(exit_dur)
+                self._send_draft(epoch, j)
+            else:
+                yield env.timeout(dur)
         except simpy.Interrupt:
             start = self.computing[m][1]
             if start is not None:
@@ -198,16 +214,33 @@ class _Pipeline:
         else:
             self.inbox[m].put(item)
 
+    def _draft_event(self, epoch: int, j: int):
+        ev = self.drafts.get((epoch, j))
+        if ev is None:
+            ev = self.drafts[(epoch, j)] = self.env.event()
+        return ev
+
+    def _send_draft(self, epoch: int, j: int):
+        """Stage 1's draft made from token j reaches the last stage one hop later."""
+        ev = self._draft_event(epoch, j)
+        if self.hop > 0:
+            if self.record:
+                self.events.append(Event("draft hop", f"hop 1→{self.k}", self.env.now / 1e3, self.hop / 1e3,
+                                         token=j))
+            t = self.env.timeout(self.hop)
+            t.callbacks.append(lambda _e, ev=ev: ev.succeed())
+        else:
+            ev.succeed()
+
     def _stage1(self):
         epoch, j, i = 0, 0, 0
         while True:
             if self.restart_to is not None:
                 (epoch, j), i = self.restart_to, 0
                 self.restart_to = None
-            ok = yield from self._pass(0, epoch, j, i)
+            ok = yield from self._pass(0, epoch, j, i)  # sends the hidden state and the draft
             if not ok:
                 continue
-            self._send(1, (epoch, j, i))
             j, i = j + 1, i + 1  # the draft of token j feeds token j+1 at once
 
     def _stage(self, m: int):
@@ -222,6 +255,8 @@ class _Pipeline:
             if not last:
                 self._send(m + 1, (epoch, j, i))
                 continue
+            yield self._draft_event(epoch, j)  # the check needs stage 1's draft of j+1
+            del self.drafts[(epoch, j)]
             self._commit(j, i)
             if self.done.triggered:
                 return
@@ -240,6 +275,7 @@ class _Pipeline:
         self.rounds_a.append(i)
         self.rounds_rejected.append(rejected)
         self.epoch += 1
+        self.drafts = {key: ev for key, ev in self.drafts.items() if key[0] == self.epoch}
         self.view[self.k - 1] = self.epoch  # the last stage drops its queue at once
         if self.record:
             self.events.append(Event("flush", self.rows[-1], self.env.now / 1e3, 0.0, token=j + 1,

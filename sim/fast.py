@@ -5,8 +5,10 @@ Same stream, same costs, same rules; only the bookkeeping differs:
   array sums.
 - PPSD: the stream splits into cycles at each restart (mismatch or new generation). A cycle starts
   with every stage free, so each is a deterministic tandem pipeline with stage 1 feeding back to
-  back: D_m(i) = max(D_{m-1}(i) + hop, D_m(i-1)) + w_m(i). Per stage this is a cumulative sum plus
-  a running maximum, done for all cycles at once with a segmented scan. Stale tokens (drafted
+  back: D_m(i) = max(D_{m-1}(i) + hop, D_m(i-1)) + w_m(i), where stage 1 hands on its token its
+  exit-head time before D_1(i) and the last stage also waits for the draft: D_k(i) ≥ D_1(i) + hop.
+  Per stage this is a cumulative sum plus a running maximum, done for all cycles at once with a
+  segmented scan. Stale tokens (drafted
   behind the mismatch) are replayed too, clipped at the flush, only for busy-time accounting.
 Tested equal to the SimPy model (tests/test_sim_engines.py).
 """
@@ -94,6 +96,7 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
     busy_n = np.minimum(costs.num_devices, np.arange(k)[:, None] + 1 + np.arange(k + 1)[None, :])
     ftab = np.asarray(costs.factors, dtype=float)[np.minimum(busy_n, len(costs.factors) - 1)]
     stage_cost = [np.asarray(c, dtype=float) for c in costs.stage]
+    exit_cost = costs.exit_array()
 
     # Stale tokens to replay per cycle: enough to cover the flush's trip from stage 1 to the last
     # stage, estimated from the costs (replaying more only adds zero busy time; the loop below
@@ -109,10 +112,15 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
         j = np.minimum(np.repeat(starts, lens) + i, t - 1)
         ic = np.minimum(i, k)
         w = [stage_cost[m][j] * ftab[m][ic] for m in range(k)]
-        dep = [_seg_cumsum(w[0], first, lens)]
+        dep = [_seg_cumsum(w[0], first, lens)]  # stage 1's pass ends (after the exit head)
+        sent = dep[0] - exit_cost[j] * ftab[0][ic]  # the hidden state leaves before the exit head
         for m in range(1, k):
             wcum = _seg_cumsum(w[m], first, lens)
-            dep.append(wcum + _seg_cummax(dep[m - 1] + h - (wcum - w[m]), cyc))
+            arrive = (sent if m == 1 else dep[m - 1]) + h
+            v = arrive - (wcum - w[m])
+            if m == k - 1:  # the last stage finishes a token no earlier than its draft arrives
+                v = np.maximum(v, dep[0] + h - wcum)
+            dep.append(wcum + _seg_cummax(v, cyc))
         last_useful = first + a
         end_rel = dep[-1][last_useful]  # the cycle's final commit, from its restart
         flush_rel = end_rel + h
@@ -128,8 +136,8 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
     busy = [total]  # stage 1 drafts without pause
     for m in range(1, k):
         f = np.repeat(end_rel if m == k - 1 else flush_rel, lens)
-        start = dep[m] - w[m]
-        stale = np.clip(np.minimum(dep[m], f) - start, 0.0, None)
+        start = dep[m] - w[m]  # (the last stage never starts stale work: it drops it at the commit)
+        stale = np.clip(np.minimum(dep[m], f) - start, 0.0, None) if m < k - 1 else 0.0
         busy.append(float(np.sum(np.where(useful, w[m], stale))))
     dev: dict[int, float] = {}
     for m, d in enumerate(costs.placement):

@@ -154,7 +154,8 @@ def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
     placement = plan.devices()
     d = len(set(placement))
     return PPSDCosts(stage=cm.stage_steps(context, plan.stage_bounds), hop_ms=float(plan.hop_ms or 0.0),
-                     placement=placement, factors=corun_factors(profile, d))
+                     placement=placement, factors=corun_factors(profile, d),
+                     exit_ms=np.full(np.shape(context), cm.exit_head(), dtype=float))
 
 
 def fast_ar(ar_ms: np.ndarray) -> RunStats:
@@ -221,6 +222,7 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
     # factor table per stage over the index in cycle (constant from i = k on)
     ftab = np.array([[costs.factor(i, m) for i in range(k + 1)] for m in range(k)])
     stage_cost = [np.asarray(c, dtype=float) for c in costs.stage]
+    exit_cost = costs.exit_array()
 
     extra = k + 2
     while True:
@@ -231,10 +233,15 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
         j = np.minimum(np.repeat(starts, lens) + i, t - 1)
         ic = np.minimum(i, k)
         w = [stage_cost[m][j] * ftab[m][ic] for m in range(k)]
-        dep = [_seg_cumsum(w[0], first, lens)]
+        dep = [_seg_cumsum(w[0], first, lens)]  # stage 1's pass ends (after the exit head)
+        sent = dep[0] - exit_cost[j] * ftab[0][ic]  # the hidden state leaves before the exit head
         for m in range(1, k):
             wcum = _seg_cumsum(w[m], first, lens)
-            dep.append(wcum + _seg_cummax(dep[m - 1] + h - (wcum - w[m]), cyc))
+            arrive = (sent if m == 1 else dep[m - 1]) + h
+            v = arrive - (wcum - w[m])
+            if m == k - 1:  # the last stage finishes a token no earlier than its draft arrives
+                v = np.maximum(v, dep[0] + h - wcum)
+            dep.append(wcum + _seg_cummax(v, cyc))
         last_useful = first + a
         end_rel = dep[-1][last_useful]  # the cycle's final commit, from its restart
         flush_rel = end_rel + h
@@ -250,8 +257,8 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
     busy = [total]  # stage 1 drafts without pause
     for m in range(1, k):
         f = np.repeat(end_rel if m == k - 1 else flush_rel, lens)
-        start = dep[m] - w[m]
-        stale = np.clip(np.minimum(dep[m], f) - start, 0.0, None)
+        start = dep[m] - w[m]  # (the last stage never starts stale work: it drops it at the commit)
+        stale = np.clip(np.minimum(dep[m], f) - start, 0.0, None) if m < k - 1 else 0.0
         busy.append(float(np.sum(np.where(useful, w[m], stale))))
     dev: dict[int, float] = {}
     for m, d in enumerate(costs.placement):

@@ -102,3 +102,26 @@ def test_real_costs_ppsd_slower_than_ar_at_low_alpha(real):
     assert sim(real, plan, 0.95, "event") > 1.0
     # and the co-run slowdown keeps a 2-stage pipeline well below 2× even at α = 1
     assert closed(real, plan, 1.0) < 1.6
+
+
+@pytest.mark.parametrize("stage, hop, exit_ms", [((3.0, 1.0), 0.5, 2.5), ((1.0, 2.0, 0.5), 0.3, 0.4),
+                                                 ((2.0, 2.5), 0.2, 1.0)])
+def test_closed_form_matches_replay_with_overlapped_exit_head(stage, hop, exit_ms):
+    """Stage 1's exit head overlaps the later stages; the draft's arrival binds in the first case."""
+    import numpy as np
+
+    from sim import fast
+    from sim.costs import PPSDCosts
+    from sim.streams import Stream
+
+    k, t = len(stage), 40_000
+    for alpha in (0.3, 0.8):
+        match = np.random.default_rng(5).random(t) < alpha
+        seg = np.zeros(t, dtype=bool)
+        seg[0] = True
+        costs = PPSDCosts([np.full(t, c) for c in stage], hop, tuple(range(k)), [1.0, 1.0, 1.2, 1.4][:k + 1],
+                          exit_ms=np.full(t, exit_ms))
+        st = fast.fast_ppsd(Stream(match, np.full(t, 64.0), seg, "bernoulli"), costs)
+        a_hat = float(match[:-1].mean())
+        want = analytic.ppsd_time_per_token(stage, hop, a_hat, costs.factors, k, exit_ms)
+        assert st.time_ms / t == pytest.approx(want, rel=0.01)

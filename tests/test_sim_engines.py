@@ -33,10 +33,11 @@ def eesd_both(bits, gamma, gens=None):
     return a
 
 
-def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None):
+def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None, exit=0.0):
     s = stream(bits, gens)
     k = len(stage)
-    costs = PPSDCosts([np.full(len(bits), c) for c in stage], hop, tuple(range(k)), factors or [1.0] * (k + 1))
+    costs = PPSDCosts([np.full(len(bits), c) for c in stage], hop, tuple(range(k)), factors or [1.0] * (k + 1),
+                      exit_ms=np.full(len(bits), exit))
     a = ev.run_ppsd(s, costs)
     b = fast.fast_ppsd(s, costs)
     assert a.rounds_a == b.rounds_a and a.rounds_rejected == b.rounds_rejected
@@ -90,6 +91,22 @@ def test_ppsd_hand_timing():
     assert st.time_ms == pytest.approx((3.5 + 2.0 + 0.5) + (3.5 + 2.0))
 
 
+def test_ppsd_hand_timing_exit_head_overlaps():
+    # stage 1 = 0.6 ms embed + layers, then a 0.4 ms exit head; the hidden state leaves at 0.6, so a
+    # rejected token costs 0.6 + 0.5 + 2 (the draft, at 1.0 + 0.5, is there in time) and a hop back
+    st = ppsd_both([0, 0, 0], hop=0.5, exit=0.4)
+    assert st.time_ms == pytest.approx(3 * 3.1 + 2 * 0.5)
+    # accepted tokens still pay the slower stage's whole occupancy
+    st = ppsd_both([1, 1, 1], hop=0.5, exit=0.4)
+    assert st.time_ms == pytest.approx(3.1 + 2 * 2.0)
+    # a slow exit head binds: stage 2 is done at 0.5 + 0.5 + 1 but the draft arrives at 3 + 0.5
+    st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.5)
+    assert st.time_ms == pytest.approx(3 * 3.5 + 2 * 0.5)
+    # k = 3: the hidden state goes on at 0.6, the draft skips stage 2 and reaches stage 3 at 1.5
+    st = ppsd_both([0, 0], stage=(1.0, 2.0, 0.5), hop=0.5, exit=0.4)
+    assert st.time_ms == pytest.approx(2 * (0.6 + 0.5 + 2.0 + 0.5 + 0.5) + 0.5)
+
+
 @pytest.mark.parametrize("stage, hop, factors", [
     ((1.0, 2.0), 0.0, None),
     ((3.0, 1.0, 2.0), 0.4, [1.0, 1.0, 1.2, 1.5]),
@@ -101,6 +118,8 @@ def test_fast_equals_event_random_traces(stage, hop, factors):
     for alpha in (0.1, 0.5, 0.9):
         bits = (rng.random(400) < alpha).astype(int)
         ppsd_both(bits, stage, hop, gens=[150, 300], factors=factors)
+        for share in (0.3, 0.9):  # the exit head's share of stage 1 (0.9: the draft binds)
+            ppsd_both(bits, stage, hop, gens=[150, 300], factors=factors, exit=share * stage[0])
         eesd_both(bits, 4, gens=[150, 300])
 
 
