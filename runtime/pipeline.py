@@ -282,6 +282,8 @@ class Stage:
                 should_stop = (lambda: self.board.get() > stale_key) if self.board.local and inflight else None
                 h_exit = model.forward_layers(model.embed(step), 0, self.exit_layer, cache, s,
                                               should_stop=should_stop)
+                if h_exit is not None and should_stop is not None and should_stop():
+                    h_exit = None  # rejected while the last layer ran: send nothing, skip the exit head
                 if h_exit is None:
                     aborted = True
                     b = time.perf_counter()
