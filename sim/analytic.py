@@ -15,7 +15,12 @@ PPSD   renewal argument over "cycles" (restart → first rejection): a cycle tha
        leaves before the exit head; the last stage finishes a token no earlier than the draft's
        arrival (stage 1's pass end + hop). So an accepted token costs the slowest stage's occupancy
        and a rejected one embed + layers [0, E) + hop + Σ later stages (+ hops), or the draft's
-       arrival where that binds. a ~ Geometric: P(a) = (1 − α) α^a. Time per token = E[D(a) + hop] · (1 − α).
+       arrival where that binds. Stage 1 cannot cut its exit head: if the correction reaches it
+       (at D(a) + hop) inside the exit head of a speculative pass, the cycle lasts until that head
+       ends instead (`restart_time`; stage 1's pass ends are deterministic from the restart, so this
+       stays exact for any k: every stage is still free when the next cycle starts).
+       a ~ Geometric: P(a) = (1 − α) α^a. Time per token = E[L(a)] · (1 − α), L(a) the cycle's
+       length (D(a) + hop, or the end of the exit head the correction finds stage 1 in).
        Balanced stages, free hops, no heads, no slowdown: D(a) = (k + a)τ, which gives
        S = 1 / (1 − α(1 − E/N)).
 """
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+TIE_MS = 1e-7  # as sim/engine.py: a flush this close after stage 1's last layer arrives right at it
 
 
 # --- ideal formulas (the papers') --------------------------------------------------------------
@@ -98,9 +105,37 @@ def ppsd_time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
     d = pipeline_departures(stage_ms, hop_ms, count, factors, num_devices, exit_ms)
     total, p = 0.0, 1.0 - alpha
     for a in range(count):
-        total += p * (d[a] + hop_ms)
+        total += p * restart_time(d[a] + hop_ms, stage_ms[0], exit_ms, factors, num_devices, k)
         p *= alpha
     return total * (1.0 - alpha)
+
+
+def restart_time(flush_ms: float, stage1_ms: float, exit_ms: float, factors: Sequence[float] | None = None,
+                 num_devices: int | None = None, k: int = 2) -> float:
+    """When the corrected token enters stage 1, for a flush reaching it flush_ms after the cycle's
+    restart: at the flush, unless stage 1 (drafting back to back since the restart, pass i taking
+    stage1_ms · factor(i)) is then inside the exit head of a pass, which it finishes first."""
+    if exit_ms <= 0.0:
+        return flush_ms
+    devices = k if num_devices is None else num_devices
+    fac = [1.0] * (devices + 1) if factors is None else list(factors)
+
+    def f(i: int) -> float:
+        return fac[min(min(devices, 1 + i), len(fac) - 1)]
+
+    end = 0.0
+    for i in range(devices):  # the co-run factor settles from pass devices - 1 on
+        end += stage1_ms * f(i)
+        if end > flush_ms:
+            return end if end - exit_ms * f(i) < flush_ms - TIE_MS else flush_ms
+    w, x = stage1_ms * f(devices), exit_ms * f(devices)
+    if w <= 0.0:
+        return flush_ms
+    n = max(1, math.ceil((flush_ms - end) / w))  # first later pass ending after the flush
+    if end + n * w <= flush_ms:
+        n += 1
+    end += n * w
+    return end if end - x < flush_ms - TIE_MS else flush_ms
 
 
 # --- from a profile and a plan ---------------------------------------------------------------

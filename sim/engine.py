@@ -19,7 +19,10 @@ The model in words
   committed, if its draft did not match (or the generation ends) the
   last stage drops everything queued behind it at once, and a hop later the flush reaches the other
   stages, which abandon their current pass (its time so far stays spent) and drop stale tokens,
-  and stage 1 restarts with the corrected token.
+  and stage 1 restarts with the corrected token. Stage 1 can abandon its pass only during embed +
+  layers [0, E) (between layers, or right after the last one, before sending); if the flush finds
+  it in its exit head (one matmul that cannot be cut), it finishes that head (the stale draft is
+  not sent) and the corrected token enters when the head ends.
 - Co-run slowdown: stages working at the same time on one machine share memory bandwidth. The
   i-th token after a restart, at stage m, runs while min(devices, m + i) stages compute (stage 1
   always drafts ahead, so the pipeline is full from its k-th token on) and its pass is slowed by the
@@ -36,6 +39,9 @@ import simpy
 from sim.costs import PPSDCosts
 from sim.plan import Event
 from sim.streams import Stream
+
+
+TIE_MS = 1e-7  # a flush this close after stage 1's last layer counts as arriving right at it (float noise)
 
 
 @dataclass
@@ -151,6 +157,7 @@ class _Pipeline:
         self.restart_to = None  # (epoch, position) waiting for stage 1
         self.procs = [env.process(self._stage1())] + [env.process(self._stage(m)) for m in range(1, k)]
         self.computing = [None] * k  # (epoch, start) of the pass in progress, or None
+        self.exit_since = None  # when stage 1's exit head in progress began, or None
         self.busy = [0.0] * k
         self.done = env.event()
         self.rounds_a: list[int] = []
@@ -176,11 +183,17 @@ class _Pipeline:
             if m == 0:  # embed + layers [0, E); the hidden state leaves; then the exit head
                 yield env.timeout(dur - exit_dur)
                 self._send(1, (epoch, j, i))
+                self.exit_since = env.now  # a flush from now on waits for the head to finish
                 yield env.timeout(exit_dur)
-                self._send_draft(epoch, j)
+                self.exit_since = None
+                if epoch == self.view[0]:
+                    self._send_draft(epoch, j)
+                # else: flushed during the exit head; the stale draft goes nowhere
             else:
                 yield env.timeout(dur)
         except simpy.Interrupt:
+            if m == 0:
+                self.exit_since = None
             start = self.computing[m][1]
             if start is not None:
                 self.busy[m] += env.now - start
@@ -284,7 +297,9 @@ class _Pipeline:
         ev.callbacks.append(lambda _e, e=self.epoch, pos=j + 1: self._flush(e, pos))
 
     def _flush(self, epoch: int, position: int):
-        """The correction reaches the other stages: abandon stale work, restart stage 1."""
+        """The correction reaches the other stages: abandon stale work, restart stage 1. Stage 1 can
+        abandon a pass only between layers (or right after its last layer, before sending): an exit
+        head already running is finished first, and the corrected token enters after it."""
         if self.done.triggered:
             return
         self.restart_to = (epoch, position)
@@ -292,6 +307,8 @@ class _Pipeline:
             self.view[m] = epoch
             cur = self.computing[m]
             if cur is not None and cur[0] != epoch:
+                if m == 0 and self.exit_since is not None and self.exit_since < self.env.now - TIE_MS:
+                    continue  # mid exit head: stage 1 finishes it, then restarts
                 self.procs[m].interrupt("flush")
 
     def run(self) -> RunStats:

@@ -8,8 +8,9 @@ Same stream, same costs, same rules; only the bookkeeping differs:
   back: D_m(i) = max(D_{m-1}(i) + hop, D_m(i-1)) + w_m(i), where stage 1 hands on its token its
   exit-head time before D_1(i) and the last stage also waits for the draft: D_k(i) ≥ D_1(i) + hop.
   Per stage this is a cumulative sum plus a running maximum, done for all cycles at once with a
-  segmented scan. Stale tokens (drafted
-  behind the mismatch) are replayed too, clipped at the flush, only for busy-time accounting.
+  segmented scan. A cycle ends when the flush reaches stage 1 (final commit + hop), or when the
+  exit head stage 1 is then running ends (it cannot be cut). Stale tokens (drafted behind the
+  mismatch) are replayed too, clipped at the flush, for busy-time accounting and to find that head.
 Tested equal to the SimPy model (tests/test_sim_engines.py).
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.costs import CostModel, PPSDCosts
-from sim.engine import RunStats, _seg_ends
+from sim.engine import TIE_MS, RunStats, _seg_ends
 from sim.streams import Stream
 
 
@@ -129,7 +130,12 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
         if np.all(dep[0][first + lens - 1] >= flush_rel) or extra > 4096:
             break
         extra *= 4
-    dur = end_rel + h
+    # the flush reaches stage 1 at flush_rel; if stage 1 is then inside an exit head (which cannot be
+    # cut), the corrected token enters when that head ends, else at the flush
+    x = exit_cost[j] * ftab[0][ic]
+    fr = np.repeat(flush_rel, lens)
+    in_head = (dep[0] - x < fr - TIE_MS) & (fr < dep[0])
+    dur = np.maximum(flush_rel, np.maximum.reduceat(np.where(in_head, dep[0], -np.inf), first))
     dur[-1] = end_rel[-1]
     total = float(np.sum(dur))
     useful = i <= np.repeat(a, lens)

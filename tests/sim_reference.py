@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from sim.costs import PPSDCosts, corun_factors
-from sim.engine import RunStats, _seg_ends
+from sim.engine import TIE_MS, RunStats, _seg_ends
 from sim.partition import balanced_bounds
 from sim.plan import Plan
 from sim.streams import Stream
@@ -250,7 +250,12 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
         if np.all(dep[0][first + lens - 1] >= flush_rel) or extra > 4096:
             break
         extra *= 4
-    dur = end_rel + h
+    # the flush reaches stage 1 at flush_rel; if stage 1 is then inside an exit head (which cannot be
+    # cut), the corrected token enters when that head ends, else at the flush
+    x = exit_cost[j] * ftab[0][ic]
+    fr = np.repeat(flush_rel, lens)
+    in_head = (dep[0] - x < fr - TIE_MS) & (fr < dep[0])
+    dur = np.maximum(flush_rel, np.maximum.reduceat(np.where(in_head, dep[0], -np.inf), first))
     dur[-1] = end_rel[-1]
     total = float(np.sum(dur))
     useful = i <= np.repeat(a, lens)

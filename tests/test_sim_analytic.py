@@ -125,3 +125,35 @@ def test_closed_form_matches_replay_with_overlapped_exit_head(stage, hop, exit_m
         a_hat = float(match[:-1].mean())
         want = analytic.ppsd_time_per_token(stage, hop, a_hat, costs.factors, k, exit_ms)
         assert st.time_ms / t == pytest.approx(want, rel=0.01)
+
+
+@pytest.mark.parametrize("stage, hop, exit_ms, factors", [
+    ((31.0, 31.0), 0.5, 9.55, [1.0, 1.0, 1.15]),  # SmolLM2-like: the correction lands in the exit head
+    ((3.0, 1.0), 0.5, 2.2, [1.0, 1.0, 1.0]),
+    ((1.0, 2.2, 0.5), 0.5, 0.4, [1.0, 1.0, 1.2, 1.4]),
+    ((2.0, 1.0, 1.0, 3.0), 0.3, 1.5, [1.0, 1.0, 1.1, 1.2, 1.3]),
+])
+def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, hop, exit_ms, factors):
+    """Per cycle, L(a) = restart_time(D(a) + hop) is exact (any k): summed over a trace's cycles it
+    equals both engines to rounding."""
+    import numpy as np
+
+    from sim import engine, fast
+    from sim.costs import PPSDCosts
+    from sim.streams import Stream
+
+    k, t = len(stage), 600
+    match = np.random.default_rng(11).random(t) < 0.6
+    seg = np.zeros(t, dtype=bool)
+    seg[0] = True
+    s = Stream(match, np.full(t, 64.0), seg, "bernoulli")
+    costs = PPSDCosts([np.full(t, c) for c in stage], hop, tuple(range(k)), factors, exit_ms=np.full(t, exit_ms))
+    d = analytic.pipeline_departures(stage, hop, t + 1, factors, k, exit_ms)
+    starts = np.flatnonzero(np.concatenate([[True], ~match[:-1]]))
+    a = np.append(starts[1:], t) - 1 - starts
+    want = sum(analytic.restart_time(d[x] + hop, stage[0], exit_ms, factors, k, k) for x in a[:-1]) + d[a[-1]]
+    assert fast.fast_ppsd(s, costs).time_ms == pytest.approx(want, rel=1e-12)
+    assert engine.run_ppsd(s, costs).time_ms == pytest.approx(want, rel=1e-12)
+    # and the cut-at-the-flush model would be faster whenever a flush lands in an exit head
+    cut = sum(d[x] + hop for x in a[:-1]) + d[a[-1]]
+    assert want >= cut

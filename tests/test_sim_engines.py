@@ -99,12 +99,45 @@ def test_ppsd_hand_timing_exit_head_overlaps():
     # accepted tokens still pay the slower stage's whole occupancy
     st = ppsd_both([1, 1, 1], hop=0.5, exit=0.4)
     assert st.time_ms == pytest.approx(3.1 + 2 * 2.0)
-    # a slow exit head binds: stage 2 is done at 0.5 + 0.5 + 1 but the draft arrives at 3 + 0.5
+    # a slow exit head binds: stage 2 is done at 0.5 + 0.5 + 1 but the draft arrives at 3 + 0.5; the
+    # rejection then reaches stage 1 at 4.0, inside the exit head [3.5, 6.0) of its speculative pass,
+    # which it finishes: each rejected cycle lasts 6.0 (was 3.5 + 0.5 before the uncuttable exit head)
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.5)
-    assert st.time_ms == pytest.approx(3 * 3.5 + 2 * 0.5)
+    assert st.time_ms == pytest.approx(2 * 6.0 + 3.5)
     # k = 3: the hidden state goes on at 0.6, the draft skips stage 2 and reaches stage 3 at 1.5
     st = ppsd_both([0, 0], stage=(1.0, 2.0, 0.5), hop=0.5, exit=0.4)
     assert st.time_ms == pytest.approx(2 * (0.6 + 0.5 + 2.0 + 0.5 + 0.5) + 0.5)
+
+
+def test_ppsd_hand_timing_rejection_during_layers():
+    # stage 1 = 2.0 layers + 1.0 exit head, stage 2 = 1.0, hop 0.5. Token 0: layers [0, 2), sent, at
+    # stage 2 [2.5, 3.5); draft at 3 + 0.5 = 3.5; rejected at 3.5, the flush reaches stage 1 at 4.0,
+    # inside the layers [3, 5) of its speculative pass: dropped at once, the cycle lasts 4.0
+    st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=1.0)
+    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
+
+
+def test_ppsd_hand_timing_rejection_during_exit_head():
+    # stage 1 = 1.0 layers + 2.0 exit head, stage 2 = 1.0, hop 0.5. Token 0: layers [0, 1), stage 2
+    # [1.5, 2.5), draft at 3.5; rejected at 3.5, the flush reaches stage 1 at 4.0. Its speculative
+    # pass has layers [3, 4) and exit head [4, 6): 4.0 is the end of its last layer, so the pass is
+    # dropped right there (nothing sent, no head): the cycle lasts 4.0
+    st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.0)
+    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
+    # exit head 2.2: layers [3, 3.8), exit head [3.8, 6.0); the flush at 4.0 waits until 6.0
+    st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.2)
+    assert st.time_ms == pytest.approx(2 * 6.0 + 3.5)
+    # accepted tokens are untouched; a rejection after two accepts: token 2 commits at 3 * 3 + 0.5,
+    # the flush reaches stage 1 at 10.0 inside the exit head [9.8, 12.0) of token 3: next cycle at 12
+    st = ppsd_both([1, 1, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.2)
+    assert st.time_ms == pytest.approx(12.0 + 3.5)
+    # k = 3, stages (1.0, 2.2, 0.5), hop 0.5, head 0.4: token 0 leaves stage 3 at 0.6 + 0.5 + 2.2 +
+    # 0.5 + 0.5 = 4.3, the flush reaches stage 1 at 4.8, inside the head [4.6, 5) of pass 5: cycle 5.0
+    st = ppsd_both([0, 0], stage=(1.0, 2.2, 0.5), hop=0.5, exit=0.4)
+    assert st.time_ms == pytest.approx(5.0 + 4.3)
+    # head 0.1: token 0 leaves stage 3 at 4.6, the flush at 5.1 is inside pass 6's layers [5, 5.9)
+    st = ppsd_both([0, 0], stage=(1.0, 2.2, 0.5), hop=0.5, exit=0.1)
+    assert st.time_ms == pytest.approx(5.1 + 4.6)
 
 
 @pytest.mark.parametrize("stage, hop, factors", [
