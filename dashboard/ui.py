@@ -171,3 +171,10 @@ def profile_metas() -> dict[str, dict | None]:
         f = Path(p) / PROFILE_FILE
         out[p] = _meta(p, f.stat().st_mtime if f.exists() else 0.0)
     return out
+
+
+def heads_table_columns() -> dict:
+    """Number formats of the exit-head comparison table (Overview and planner share it)."""
+    num = st.column_config.NumberColumn
+    return {"draft head (ms)": num(format="%.2f"), "best α": num(format="%.3f"), "EESD ×": num(format="%.2f×"),
+            "PPSD ×": num(format="%.2f×"), "speedup": num(format="%.2f×"), "tokens/s": num(format="%.1f")}

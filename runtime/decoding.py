@@ -67,18 +67,23 @@ def prefill(model, cache, prompt: list[int]) -> torch.Tensor:
     return model.head(h[:, -1:])[0, -1]
 
 
+def _start(model, prompt: list[int], sampler: Sampler, clock):
+    """Prefill a fresh cache and choose the first token (timed as "prefill"); both decoders start here."""
+    cache = model.new_cache()
+    t0 = time.perf_counter()
+    tok, _ = sampler.choose(prefill(model, cache, prompt))
+    t1 = time.perf_counter()
+    clock.add("prefill", "stage 1", t0, t1, tok)
+    return cache, [tok], t0, t1
+
+
 @torch.inference_mode()
 def generate_ar(model, prompt: list[int], max_new: int, sampler: Sampler, eos: set[int] | None = None,
                 origin: float | None = None, timeline: bool = False) -> SeqRecord:
     """Plain autoregressive decoding with a KV cache: one full pass per token."""
     clock = _Clock(time.perf_counter() if origin is None else origin, timeline)
     n_layers = model.num_layers
-    cache = model.new_cache()
-    t0 = time.perf_counter()
-    tok, _ = sampler.choose(prefill(model, cache, prompt))
-    tokens = [tok]
-    t1 = time.perf_counter()
-    clock.add("prefill", "stage 1", t0, t1, tok)
+    cache, tokens, t0, t1 = _start(model, prompt, sampler, clock)
     pos = len(prompt)
     step = torch.empty((1, 1), dtype=torch.long)
     while not _done(tokens, max_new, eos):
@@ -120,12 +125,7 @@ def generate_eesd(model, prompt: list[int], max_new: int, sampler: Sampler, exit
                   timeline: bool = False, drafter=None) -> SeqRecord:
     """Early-exit self-speculative decoding (draft γ, then verify γ+1 positions at once)."""
     clock = _Clock(time.perf_counter() if origin is None else origin, timeline)
-    cache = model.new_cache()
-    t0 = time.perf_counter()
-    tok, _ = sampler.choose(prefill(model, cache, prompt))
-    tokens = [tok]
-    t1 = time.perf_counter()
-    clock.add("prefill", "stage 1", t0, t1, tok)
+    cache, tokens, t0, t1 = _start(model, prompt, sampler, clock)
     rounds: list[int] = []
     verified = 0
     pos = len(prompt)  # position of tokens[-1], which the cache does not hold yet

@@ -87,12 +87,7 @@ if len(HEADS) > 1:
     comp = whatif.head_comparison(profile, {h: t for h, (t, *_) in by_head.items()})
     st.plotly_chart(charts.heads_bars(comp), key="chart_heads_overview")
     st.dataframe(comp.drop(columns=["head", "source"]), hide_index=True, width="stretch", key="table_heads_overview",
-                 column_config={"draft head (ms)": st.column_config.NumberColumn(format="%.2f"),
-                                "best α": st.column_config.NumberColumn(format="%.3f"),
-                                "EESD ×": st.column_config.NumberColumn(format="%.2f×"),
-                                "PPSD ×": st.column_config.NumberColumn(format="%.2f×"),
-                                "speedup": st.column_config.NumberColumn(format="%.2f×"),
-                                "tokens/s": st.column_config.NumberColumn(format="%.1f")})
+                 column_config=ui.heads_table_columns())
     st.caption(f"The recommendation drafts with the {head_label(best_head)} head; the chart below is that head's. "
                "Pick another head on the What-if planner.")
 

@@ -158,12 +158,7 @@ if len(HEADS) > 1:
     comp = whatif.head_comparison(profile, tables, previews)
     st.plotly_chart(charts.heads_bars(comp), key="chart_heads")
     st.dataframe(comp.drop(columns=["head"]), hide_index=True, width="stretch", key="table_heads",
-                 column_config={"draft head (ms)": st.column_config.NumberColumn(format="%.2f"),
-                                "best α": st.column_config.NumberColumn(format="%.3f"),
-                                "EESD ×": st.column_config.NumberColumn(format="%.2f×"),
-                                "PPSD ×": st.column_config.NumberColumn(format="%.2f×"),
-                                "speedup": st.column_config.NumberColumn(format="%.2f×"),
-                                "tokens/s": st.column_config.NumberColumn(format="%.1f")})
+                 column_config=ui.heads_table_columns())
 
 # after the page is drawn: sweep this setting (when only previewed) and the settings one control
 # step away in the background
