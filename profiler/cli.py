@@ -68,7 +68,7 @@ def register(subparsers) -> None:
     p.add_argument("--skip-acceptance", action="store_true", help="latency only (no prompts, no traces)")
     p.add_argument("--skip-latency", action="store_true",
                    help="acceptance only; latency shrinks to a quick n=1 table so the profile stays usable")
-    p.add_argument("--no-hop", action="store_true", help="do not measure the inter-process hop")
+    p.add_argument("--no-hop", action="store_true", help="do not measure the inter-process hop (nor the two-stage pipeline probe)")
     p.add_argument("--heads", default=None, metavar="DIR",
                    help="exit-head folder from `ppsd heads train`: also record the trained (and reduced-vocabulary) "
                         "heads' drafting latency and acceptance traces")
@@ -271,13 +271,15 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
                             context_values=tuple(sorted(set(args.context_values))),
                             warmup=args.warmup, repeats=args.repeats, corun_max=corun_max,
                             threads=args.threads, measure_hop=not args.no_hop and not args.skip_latency)
+    if not cfg.measure_hop:
+        cfg.pipeline_repeats = 0  # the pipeline probe measures a hop too
     if args.skip_latency:
         # Keep the profile usable by the simulator: a quick n=1 table at the smallest context.
         cfg.n_values, cfg.context_values, cfg.repeats, cfg.whole_step_repeats = (1,), (min(cfg.context_values),), 3, 3
         warnings.append("latency was skipped (--skip-latency): the tables hold a quick n=1 measurement only")
 
     grid_cells = len(cfg.n_values) * len(cfg.context_values)
-    corun_rounds = (corun_max if corun_max >= 2 else 0) + (1 if cfg.measure_hop else 0)
+    corun_rounds = (corun_max if corun_max >= 2 else 0) + (1 if cfg.measure_hop else 0) + (1 if cfg.pipeline_repeats else 0)
     gen_total = len(prompts) * args.max_new_tokens
     with Progress(enabled=True) as bar:
         # --- latency ---------------------------------------------------------------------------
@@ -289,20 +291,20 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
             bar.phase("latency grid", grid_cells)
             grid = lat.measure_grid(adapter, cfg, tick=lambda: bar.advance("latency grid"))
             phases["latency"] = time.perf_counter() - t0
-            corun = hop = None
+            corun = hop = pipeline = None
             if corun_rounds:
                 t0 = time.perf_counter()
                 bar.phase("co-run + hop", corun_rounds)
                 try:
-                    corun, hop = lat.measure_corun_and_hop(args.model, adapter, cfg,
-                                                           tick=lambda: bar.advance("co-run + hop"))
+                    corun, hop, pipeline = lat.measure_corun_and_hop(args.model, adapter, cfg,
+                                                                     tick=lambda: bar.advance("co-run + hop"), grid=grid)
                 except RuntimeError as exc:
                     # A profile without these is still useful; the simulator then assumes none.
                     warnings.append(f"co-run / hop measurement failed: {str(exc).splitlines()[0]}")
                 bar.finish("co-run + hop")
                 phases["corun_hop"] = time.perf_counter() - t0
             latency = {"n_values": list(cfg.n_values), "context_values": list(cfg.context_values), **grid,
-                       "hop": hop, "corun": corun, "phases": dict(phases), "warnings": warnings}
+                       "hop": hop, "corun": corun, "pipeline": pipeline, "phases": dict(phases), "warnings": warnings}
             atomic_write_json(lat_file, latency)
         phases.update(latency.pop("phases", {}))
         warnings = latency.pop("warnings", warnings)
@@ -437,6 +439,12 @@ def print_summary(profile) -> None:
     if corun:
         pairs = ", ".join(f"{p}: {s:.2f}x" for p, s in zip(corun["processes"], corun["slowdown"]))
         console.print(f"co-run slowdown by concurrent processes: {pairs}")
+    pipe = lat.get("pipeline")
+    if pipe:
+        ph = pipe.get("hop") or {}
+        console.print(f"pipeline probe (stages {pipe['stage_bounds']}): pass slowdown {pipe['slowdown']:.3f}x, "
+                      f"hop into a waiting stage {ph.get('median_ms', float('nan')):.3f} ms, "
+                      f"pass spread {100 * pipe.get('pass_cv', 0.0):.1f}% (the simulator uses these)")
     acc = meta.get("acceptance")
     if acc:
         console.print(f"acceptance: {acc.get('num_prompts')} prompts ({acc.get('prompt_set')}), "

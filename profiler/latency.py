@@ -44,6 +44,8 @@ class LatencyConfig:
     corun_max: int = 2            # largest number of concurrent processes (1 disables co-run)
     corun_seconds: float = 1.5    # how long each co-run round keeps every process busy
     hop_repeats: int = 200
+    pipeline_repeats: int = 60    # passes per stage in the two-stage pipeline probe (0 disables it)
+    pipeline_exit: int | None = None  # where the probe splits the layers (None: N // 2)
     threads: int = 1              # torch threads in this process and in every worker
     measure_hop: bool = True
     seed: int = 0
@@ -248,6 +250,15 @@ def _worker(rank: int, model_spec: str, device: str, dtype: str, threads: int, c
             elif cmd[0] == "hop":
                 _, port, repeats, hidden_size, backend = cmd
                 results.put(("hop", rank, _ping_pong(rank, port, repeats, hidden_size, backend, device)))
+            elif cmd[0] == "stage_alone":
+                _, exit_layer, repeats = cmd
+                stage = _ProbeStage(adapter, cache, context, rank, exit_layer)
+                passes = [stage.one_pass()[:2] for _ in range(repeats + 3)]
+                results.put(("stage_alone", rank, passes[3:]))
+            elif cmd[0] == "pipeline":
+                _, port, exit_layer, repeats, backend = cmd
+                stage = _ProbeStage(adapter, cache, context, rank, exit_layer)
+                results.put(("pipeline", rank, stage.pipeline(port, repeats, backend)))
     except Exception:  # noqa: BLE001 - report to the parent, which decides what to do
         results.put(("error", rank, traceback.format_exc()))
 
@@ -278,6 +289,153 @@ def _ping_pong(rank: int, port: int, repeats: int, hidden_size: int, backend: st
         return samples
     finally:
         dist.destroy_process_group()
+
+
+class _ProbeStage:
+    """One of two stand-in PPSD stages for the pipeline probe: rank 0 runs embed + layers [0, E),
+    hands the hidden state on, then the exit head (the shared LM head); rank 1 runs layers [E, N)
+    + the LM head and answers with a verdict. Each pass crops its KV cache back, as decoding does."""
+
+    def __init__(self, adapter: ModelAdapter, cache: KVCache, context: int, rank: int, exit_layer: int):
+        self.adapter, self.cache, self.context, self.rank = adapter, cache, context, rank
+        self.lo, self.hi = (0, exit_layer) if rank == 0 else (exit_layer, adapter.num_layers)
+        self.cuda = adapter.device.type == "cuda"
+        self.ids = torch.randint(0, adapter.vocab_size, (1, 1), generator=torch.Generator().manual_seed(rank))
+        self.ids = self.ids.to(adapter.device)
+        self.hidden = torch.zeros(1, 1, adapter.hidden_size, device=adapter.device, dtype=adapter.dtype)
+
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @torch.inference_mode()
+    def one_pass(self, send=None) -> tuple[float, float, float]:
+        """(layers ms, head ms, when the hidden state left): one stage pass; `send(hidden)` is called
+        between the layers and the head, where a real stage 1 hands its token on."""
+        a = self._now()
+        h = self.adapter.embed(self.ids) if self.rank == 0 else self.hidden
+        h = self.adapter.forward_layers(h, self.lo, self.hi, self.cache, self.context)
+        self.cache.crop(self.context)
+        sent = self._now()
+        if send is not None:
+            send(h)
+        int(self.adapter.head(h)[0, -1].argmax())  # the draft / verdict token, as a stage computes it
+        b = self._now()
+        return (sent - a) * 1e3, (b - sent) * 1e3, sent
+
+    def pipeline(self, port: int, repeats: int, backend: str) -> list[tuple]:
+        """Both ranks at once, as a 2-stage pipeline with at most two tokens in flight (the
+        runtime's rule): rank 0 hands each hidden state on and drafts; rank 1 verifies and sends a
+        verdict back. Returns per pass (index, layers ms, head ms, times) with perf_counter stamps
+        (one monotonic clock for all local processes), so the parent can pair sends and receives."""
+        import torch.distributed as dist
+
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=self.rank, world_size=2)
+        try:
+            dev = self.adapter.device if backend == "nccl" else torch.device("cpu")  # gloo sends from host memory
+            H = self.adapter.hidden_size
+            out, warm = [], 3
+            if self.rank == 0:
+                acks = [torch.zeros(1, device=dev) for _ in range(repeats + warm)]
+                works = [dist.irecv(acks[i], src=1) for i in range(len(acks))]
+                sends = []
+                for i in range(repeats + warm):
+                    waited = recv_at = None
+                    if i >= 2:  # at most two tokens in flight: wait for the verdict on i - 2
+                        waited = time.perf_counter()
+                        works[i - 2].wait()
+                        recv_at = time.perf_counter()
+                    buf = torch.empty(H + 1, device=dev)
+                    buf[H] = i
+
+                    def send(h, buf=buf):
+                        buf[:H].copy_(h.reshape(-1).float())
+                        sends.append((buf, dist.isend(buf, dst=1)))
+
+                    layers, head, sent = self.one_pass(send)
+                    if i >= warm:
+                        out.append((i, layers, head, sent, waited, recv_at))
+                for j in range(max(0, repeats + warm - 2), repeats + warm):
+                    works[j].wait()
+                for _, w in sends:
+                    w.wait()
+            else:
+                bufs = [torch.empty(H + 1, device=dev) for _ in range(2)]
+                acks, pending = [], dist.irecv(bufs[0], src=0)
+                for i in range(repeats + warm):
+                    waited = time.perf_counter()
+                    pending.wait()
+                    buf = bufs[i % 2]
+                    if i + 1 < repeats + warm:  # the next receive is posted ahead, as a runtime stage does
+                        pending = dist.irecv(bufs[(i + 1) % 2], src=0)
+                    int(buf[H])  # reads the header
+                    self.hidden.copy_(buf[:H].view(1, 1, H).to(self.hidden.dtype))
+                    recv_at = self._now()
+                    layers, head, _ = self.one_pass()
+                    ack = torch.ones(1, device=dev)
+                    acked = time.perf_counter()
+                    acks.append((ack, dist.isend(ack, dst=0)))
+                    if i >= warm:
+                        out.append((i, layers, head, acked, waited, recv_at))
+                for _, w in acks:
+                    w.wait()
+            dist.barrier()
+            return out
+        finally:
+            dist.destroy_process_group()
+
+
+def table_pass_ms(grid: dict, exit_layer: int, num_layers: int, n_values, context_values) -> list[float]:
+    """Each probe stage's pass priced from the latency tables (n = 1, smallest context), as the
+    simulator prices it: embed + layers [0, E) + head, and layers [E, N) + head."""
+    n1 = list(n_values).index(1)
+    layer = [float(grid["layers"]["median_ms"][i][n1][0]) for i in range(num_layers)]
+    embed, head = float(grid["embedding"]["median_ms"][n1]), float(grid["head"]["median_ms"][n1])
+    return [embed + sum(layer[:exit_layer]) + head, sum(layer[exit_layer:]) + head]
+
+
+def pipeline_summary(alone: dict[int, list], piped: dict[int, list], exit_layer: int, num_layers: int,
+                     backend: str, table_ms: list[float] | None = None) -> dict:
+    """The probe's figures: per-stage pass slowdown in the pipeline against the profile's tables
+    (what the simulator multiplies; against the same pass alone when no tables are given), the
+    one-way hop into a stage that is waiting for it, and the passes' relative spread."""
+    def robust_cv(x) -> float:
+        p10, med, p90 = np.percentile(np.asarray(x, float), [10, 50, 90])
+        return float((p90 - p10) / 2.563 / med) if med > 0 else 0.0  # 2.563 = p90 - p10 of N(0, 1)
+
+    ratios, layer_r, head_r, cvs, alone_ms, piped_ms = [], [], [], [], [], []
+    for r in (0, 1):
+        a = np.asarray([x[0] + x[1] for x in alone[r]])
+        p = np.asarray([x[1] + x[2] for x in piped[r]])
+        ratios.append(float(np.median(p) / (table_ms[r] if table_ms else np.median(a))))
+        alone_ms.append(float(np.median(a)))
+        piped_ms.append(float(np.median(p)))
+        layer_r.append(float(np.median([x[1] for x in piped[r]]) / np.median([x[0] for x in alone[r]])))
+        head_r.append(float(np.median([x[2] for x in piped[r]]) / np.median([x[1] for x in alone[r]])))
+        cvs.append(robust_cv(p))
+    sent = {x[0]: x[3] for x in piped[0]}  # rank 0: when each hidden state left
+    acked = {x[0]: x[3] for x in piped[1]}  # rank 1: when each verdict left
+    hops = []
+    for i, _, _, _, waited, recv_at in piped[1]:  # hidden state into a waiting stage 2
+        if i in sent and waited <= sent[i]:
+            hops.append(recv_at - sent[i])
+    for i, _, _, _, waited, recv_at in piped[0]:  # verdict on i - 2 into a waiting stage 1
+        if waited is not None and (i - 2) in acked and waited <= acked[i - 2]:
+            hops.append(recv_at - acked[i - 2])
+    hop = {**stats(np.asarray(hops) * 1e3), "samples": len(hops)} if len(hops) >= 5 else None
+    return {"exit_layer": exit_layer, "stage_bounds": [0, exit_layer, num_layers], "backend": backend,
+            "passes": len(piped[0]), "slowdown": float(np.mean(ratios)), "slowdown_per_stage": ratios,
+            "slowdown_base": "tables" if table_ms else "alone",
+            "pass_ms_tables": table_ms, "pass_ms_alone": alone_ms, "pass_ms_pipeline": piped_ms,
+            "layer_slowdown": float(np.mean(layer_r)), "head_slowdown": float(np.mean(head_r)),
+            "pass_cv": float(np.mean(cvs)), "hop": hop,
+            "method": "two stage processes: rank 0 embed + layers [0, E) then the LM head as exit head, "
+                      "rank 1 layers [E, N) + LM head, at most 2 tokens in flight; slowdown = median pass "
+                      "time in the pipeline / the same pass priced from the latency tables (so it also "
+                      "holds what a stage does besides its layers and head); layer_slowdown and "
+                      "head_slowdown are against the same pieces alone; hop = one-way time into a "
+                      "waiting stage, message handling included"}
 
 
 class WorkerPool:
@@ -336,16 +494,18 @@ class WorkerPool:
 
 
 def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyConfig,
-                          tick=lambda: None) -> tuple[dict | None, dict | None]:
-    """Co-run slowdown for p = 1..corun_max and the hop time, from one pool of worker processes.
-    `tick()` is called after each round (progress). Returns (corun, hop); either may be None."""
-    k = max(cfg.corun_max, 2 if cfg.measure_hop else 1)
+                          tick=lambda: None, grid: dict | None = None) -> tuple[dict | None, dict | None, dict | None]:
+    """Co-run slowdown for p = 1..corun_max, the hop time and the two-stage pipeline probe, from
+    one pool of worker processes. `tick()` is called after each round (progress); `grid` (from
+    `measure_grid`) prices the probe's passes as the simulator will.
+    Returns (corun, hop, pipeline); any may be None."""
+    k = max(cfg.corun_max, 2 if cfg.measure_hop or cfg.pipeline_repeats else 1)
     if k < 2:
-        return None, None
+        return None, None, None
     device = adapter.device.type
     dtype = str(adapter.dtype).removeprefix("torch.")
     pool = WorkerPool(k, model_spec, device, dtype, cfg.threads, int(cfg.context_values[0]))
-    corun = hop = None
+    corun = hop = pipeline = None
     try:
         if cfg.corun_max >= 2:
             medians, p10s, p90s, base = [], [], [], None
@@ -372,9 +532,24 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
             hop = {"backend": backend, "bytes": nbytes, **stats(samples), "repeats": len(samples),
                    "method": "isend/irecv round trip / 2, two local processes"}
             tick()
+        if cfg.pipeline_repeats and adapter.num_layers >= 2:
+            # What a 2-stage pipeline really sees: both stages busy with layers *and* heads at once,
+            # and messages that wake a waiting process; the idle ping-pong above sees neither.
+            backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
+            e = cfg.pipeline_exit or adapter.num_layers // 2
+            alone = {}
+            for r in (0, 1):
+                pool.send([r], ("stage_alone", e, cfg.pipeline_repeats))
+                alone.update(pool.collect("stage_alone", [r]))
+            pool.send([0, 1], ("pipeline", _free_port(), e, cfg.pipeline_repeats, backend))
+            piped = pool.collect("pipeline", [0, 1])
+            table = (table_pass_ms(grid, e, adapter.num_layers, cfg.n_values, cfg.context_values)
+                     if grid is not None and 1 in cfg.n_values else None)
+            pipeline = pipeline_summary(alone, piped, e, adapter.num_layers, backend, table)
+            tick()
     finally:
         pool.close()
-    return corun, hop
+    return corun, hop, pipeline
 
 
 def machine_info(adapter: ModelAdapter, threads: int) -> dict:

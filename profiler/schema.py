@@ -28,6 +28,14 @@ profile.json (schema_version 1):
     corun: {processes: [1, 2, ...], slowdown: [1.0, ...], p10: [...], p90: [...]}
            per-layer time with p processes working at once / time alone
     whole_step: {context, median_ms, sum_of_parts_ms, ratio, note}
+    pipeline: optional (null or absent: the simulator falls back to hop and corun). Two stage
+              processes run as a 2-stage PPSD pipeline split at E = N // 2:
+              {exit_layer, stage_bounds, backend, passes, slowdown (median pass time in the pipeline
+              / the same pass alone, mean of both stages), slowdown_per_stage, pass_ms_alone,
+              pass_ms_pipeline, layer_slowdown, head_slowdown, pass_cv (robust relative spread of a
+              pass), hop: {median_ms, p10_ms, p90_ms, samples} (one-way, into a waiting stage), method}
+              When present it sets the hop and the 2-process slowdown the simulator uses, and the
+              timing jitter of its restart rule (sim/engine.py).
   acceptance: null or {file, generations_file, temperature, max_new_tokens, prompt_set,
                        num_prompts, categories: [...], heads: [...]}
 
@@ -173,19 +181,40 @@ class Profile:
                             f"use one of: {', '.join([SHARED_HEAD, *heads])}")
         return _interp(n, self.n_values, np.asarray(heads[head]["median_ms"], dtype=float))
 
+    @property
+    def pipeline(self) -> dict:
+        """The two-stage pipeline probe (`latency.pipeline`), or {} when the profile has none."""
+        return self.latency.get("pipeline") or {}
+
     def hop_ms(self) -> float:
-        hop = self.latency.get("hop") or {}
+        """One-way stage-to-stage message time as a pipeline sees it: the pipeline probe's hop into
+        a waiting stage when the profile has one, else the idle ping-pong's."""
+        hop = self.pipeline.get("hop") or self.latency.get("hop") or {}
         return float(hop.get("median_ms", 0.0))
+
+    def idle_hop_ms(self) -> float:
+        """The idle ping-pong hop (`latency.hop`), whatever the pipeline probe found."""
+        return float((self.latency.get("hop") or {}).get("median_ms", 0.0))
 
     def corun_slowdown(self, processes: int) -> float:
         """Factor by which each of `processes` concurrently working stages slows down on this
-        machine (1.0 alone). Past the measured range the last factor holds."""
+        machine (1.0 alone). Past the measured range the last factor holds. With a pipeline probe,
+        its two-stage figure (layers and heads, as stages run them) sets the 2-process point and
+        the co-run table only the shape beyond it."""
+        if processes <= 1:
+            return 1.0
         corun = self.latency.get("corun") or {}
         procs = corun.get("processes") or [1]
         slow = corun.get("slowdown") or [1.0]
-        if processes <= 1:
-            return 1.0
-        return float(_interp(processes, np.asarray(procs, float), np.asarray(slow, float)))
+        table = lambda p: float(_interp(p, np.asarray(procs, float), np.asarray(slow, float)))  # noqa: E731
+        piped = self.pipeline.get("slowdown")
+        if piped is None:
+            return table(processes)
+        return float(piped) * table(processes) / table(2)
+
+    def pass_jitter_cv(self) -> float:
+        """Relative spread (robust std / median) of a stage pass in the pipeline probe; 0 without one."""
+        return float(self.pipeline.get("pass_cv") or 0.0)
 
     # --- acceptance -----------------------------------------------------------------------
     @property

@@ -56,6 +56,9 @@ def register(sub) -> None:
     v.add_argument("--repeats", type=int, default=3)
     v.add_argument("--warmup", type=int, default=1)
     v.add_argument("--force-trace", action="store_true", help="replay the profile's traces instead of the drafts")
+    v.add_argument("--ar-once", action="store_true",
+                   help="measure AR once up front (faster) instead of again after every plan; by default each "
+                        "speedup is against the mean of the AR runs just before and after its plan")
     v.add_argument("--stage-timeout", type=float, default=60.0)
     v.add_argument("--heads", metavar="DIR", help="exit-head folder the profile was made with (`ppsd profile --heads`)")
     v.add_argument("--exit-head", metavar="NAME", help="shared, trained (default with --heads) or vocab<V>; "

@@ -290,12 +290,14 @@ class Stage:
                     busy += b - a
                     self._event("flush", a, b, x, pos=s, epoch=epoch)
                     continue
+                sent = time.perf_counter()
                 self._send_header(TOKEN, s, epoch, 1, seq, h_exit, h_exit if self.carry else None)
                 d, _ = self.drafter.choose(sampler, h_exit)
                 self._send_draft(TOKEN, s, epoch, d)
                 b = time.perf_counter()
                 busy += b - a
-                self._event("draft", a, b, x, pos=s, epoch=epoch)
+                # where the pass handed its hidden state on: splits layers from the exit head
+                self._event("draft", a, b, x, pos=s, epoch=epoch, layers_ms=round((sent - a) * 1e3, 3))
                 self._beat()
                 inflight += 1
                 x, s = d, s + 1

@@ -30,7 +30,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-TIE_MS = 1e-7  # as sim/engine.py: a flush this close after stage 1's last layer arrives right at it
+import numpy as np
+
+from sim.restart import TIE_MS, head_wait, jitter_sigma
 
 
 # --- ideal formulas (the papers') --------------------------------------------------------------
@@ -91,9 +93,10 @@ def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
 
 def ppsd_time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
                         factors: Sequence[float] | None = None, num_devices: int | None = None,
-                        exit_ms: float = 0.0) -> float:
+                        exit_ms: float = 0.0, jitter_cv: float = 0.0) -> float:
     """Expected ms per committed token of PPSD (see module doc); exact for the engines' model.
-    exit_ms: the exit head's part of stage_ms[0] (see `pipeline_departures`)."""
+    exit_ms: the exit head's part of stage_ms[0] (see `pipeline_departures`); jitter_cv: the
+    relative spread of a pass, which softens the restart race (sim/restart.py)."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha {alpha} outside [0, 1]")
     k = len(stage_ms)
@@ -105,16 +108,18 @@ def ppsd_time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
     d = pipeline_departures(stage_ms, hop_ms, count, factors, num_devices, exit_ms)
     total, p = 0.0, 1.0 - alpha
     for a in range(count):
-        total += p * restart_time(d[a] + hop_ms, stage_ms[0], exit_ms, factors, num_devices, k)
+        total += p * restart_time(d[a] + hop_ms, stage_ms[0], exit_ms, factors, num_devices, k, jitter_cv)
         p *= alpha
     return total * (1.0 - alpha)
 
 
 def restart_time(flush_ms: float, stage1_ms: float, exit_ms: float, factors: Sequence[float] | None = None,
-                 num_devices: int | None = None, k: int = 2) -> float:
+                 num_devices: int | None = None, k: int = 2, jitter_cv: float = 0.0) -> float:
     """When the corrected token enters stage 1, for a flush reaching it flush_ms after the cycle's
     restart: at the flush, unless stage 1 (drafting back to back since the restart, pass i taking
-    stage1_ms · factor(i)) is then inside the exit head of a pass, which it finishes first."""
+    stage1_ms · factor(i)) is then inside the exit head of a pass, which it finishes first. With
+    jitter_cv > 0, the flush plus the expected wait over the heads of the passes begun before it
+    (sim/restart.py)."""
     if exit_ms <= 0.0:
         return flush_ms
     devices = k if num_devices is None else num_devices
@@ -123,19 +128,30 @@ def restart_time(flush_ms: float, stage1_ms: float, exit_ms: float, factors: Seq
     def f(i: int) -> float:
         return fac[min(min(devices, 1 + i), len(fac) - 1)]
 
-    end = 0.0
+    sigma = float(jitter_sigma(jitter_cv, stage1_ms * f(0), flush_ms))
+    # heads ending this far before the flush add nothing (Φ and φ underflow past ~38σ)
+    horizon = flush_ms - 40.0 * sigma
+    wait, end = 0.0, 0.0
     for i in range(devices):  # the co-run factor settles from pass devices - 1 on
-        end += stage1_ms * f(i)
-        if end > flush_ms:
-            return end if end - exit_ms * f(i) < flush_ms - TIE_MS else flush_ms
+        w, x = stage1_ms * f(i), exit_ms * f(i)
+        if end >= flush_ms - TIE_MS or w <= 0.0:
+            return flush_ms + wait
+        end += w
+        if end > horizon:
+            wait += float(head_wait(end - x, end, flush_ms, sigma))
     w, x = stage1_ms * f(devices), exit_ms * f(devices)
-    if w <= 0.0:
-        return flush_ms
-    n = max(1, math.ceil((flush_ms - end) / w))  # first later pass ending after the flush
-    if end + n * w <= flush_ms:
-        n += 1
-    end += n * w
-    return end if end - x < flush_ms - TIE_MS else flush_ms
+    if w <= 0.0 or end >= flush_ms - TIE_MS:
+        return flush_ms + wait
+    # later passes are periodic: pass n (n = 1, 2, ...) ends at end + n·w; those begun before the
+    # flush (end + (n - 1)·w < flush − TIE) and ending after the horizon count
+    n_last = math.ceil((flush_ms - TIE_MS - end) / w)
+    while n_last > 1 and end + (n_last - 1) * w >= flush_ms - TIE_MS:
+        n_last -= 1
+    while end + n_last * w < flush_ms - TIE_MS:
+        n_last += 1
+    n_first = max(1, math.floor((horizon - end) / w))
+    ends = end + np.arange(n_first, n_last + 1) * w
+    return flush_ms + wait + float(np.sum(head_wait(ends - x, ends, flush_ms, sigma)))
 
 
 # --- from a profile and a plan ---------------------------------------------------------------
@@ -143,8 +159,6 @@ def restart_time(flush_ms: float, stage1_ms: float, exit_ms: float, factors: Seq
 def plan_time_per_token(profile, plan, alpha: float, context: float | None = None) -> dict:
     """Closed-form ms per token of a resolved plan and of AR on the same profile at one context
     (default: the smallest profiled), with the speedup. Uses the profile's co-run slowdown."""
-    import numpy as np
-
     from sim.costs import corun_factors, cost_model
 
     cm = cost_model(profile, plan.exit_head)
@@ -162,6 +176,6 @@ def plan_time_per_token(profile, plan, alpha: float, context: float | None = Non
         if devices != len(stages):
             raise ValueError("the closed form needs one device per stage; simulate shared placements")
         t = ppsd_time_per_token(stages, float(plan.hop_ms or 0.0), alpha, corun_factors(profile, devices), devices,
-                                cm.exit_head())
+                                cm.exit_head(), profile.pass_jitter_cv())
     return {"time_per_token_ms": t, "ar_time_per_token_ms": ar, "speedup_vs_ar": ar / t,
             "tokens_per_s": 1000.0 / t}

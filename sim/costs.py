@@ -249,6 +249,7 @@ class PPSDCosts:
     placement: tuple[int, ...]
     factors: list[float]  # factors[b]: slowdown with b devices busy
     exit_ms: np.ndarray | None = None  # [T] ms, the exit head's share of stage[0]
+    jitter_cv: float = 0.0  # relative spread of a pass: softens the restart race (sim/restart.py)
 
     def exit_array(self) -> np.ndarray:
         n = len(self.stage[0])
@@ -279,4 +280,5 @@ def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
     d = len(set(placement))
     return PPSDCosts(stage=cm.stage_steps(context, plan.stage_bounds), hop_ms=float(plan.hop_ms or 0.0),
                      placement=placement, factors=corun_factors(profile, d),
-                     exit_ms=np.full(np.shape(context), cm.exit_head(), dtype=float))
+                     exit_ms=np.full(np.shape(context), cm.exit_head(), dtype=float),
+                     jitter_cv=float(profile.pass_jitter_cv()))

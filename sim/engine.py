@@ -22,7 +22,8 @@ The model in words
   and stage 1 restarts with the corrected token. Stage 1 can abandon its pass only during embed +
   layers [0, E) (between layers, or right after the last one, before sending); if the flush finds
   it in its exit head (one matmul that cannot be cut), it finishes that head (the stale draft is
-  not sent) and the corrected token enters when the head ends.
+  not sent) and the corrected token enters when the head ends. With timing jitter (the profile's
+  pipeline probe) the entry time is the expectation over where the flush lands (sim/restart.py).
 - Co-run slowdown: stages working at the same time on one machine share memory bandwidth. The
   i-th token after a restart, at stage m, runs while min(devices, m + i) stages compute (stage 1
   always drafts ahead, so the pipeline is full from its k-th token on) and its pass is slowed by the
@@ -38,10 +39,8 @@ import simpy
 
 from sim.costs import PPSDCosts
 from sim.plan import Event
+from sim.restart import TIE_MS, head_wait, jitter_sigma
 from sim.streams import Stream
-
-
-TIE_MS = 1e-7  # a flush this close after stage 1's last layer counts as arriving right at it (float noise)
 
 
 @dataclass
@@ -157,7 +156,9 @@ class _Pipeline:
         self.restart_to = None  # (epoch, position) waiting for stage 1
         self.procs = [env.process(self._stage1())] + [env.process(self._stage(m)) for m in range(1, k)]
         self.computing = [None] * k  # (epoch, start) of the pass in progress, or None
-        self.exit_since = None  # when stage 1's exit head in progress began, or None
+        self.cycle = (0.0, 0.0)  # (when the cycle's first stage-1 pass began, its duration)
+        self.heads: list = []  # stage 1's passes this cycle as scheduled: (start, head start, head end)
+        self.restart_at = 0.0  # the corrected token enters stage 1 no earlier than this
         self.busy = [0.0] * k
         self.done = env.event()
         self.rounds_a: list[int] = []
@@ -181,19 +182,17 @@ class _Pipeline:
             start = env.now
             self.computing[m] = (epoch, start)
             if m == 0:  # embed + layers [0, E); the hidden state leaves; then the exit head
+                if i == 0:
+                    self.cycle, self.heads = (start, dur), []
+                self.heads.append((start, start + dur - exit_dur, start + dur))
                 yield env.timeout(dur - exit_dur)
                 self._send(1, (epoch, j, i))
-                self.exit_since = env.now  # a flush from now on waits for the head to finish
                 yield env.timeout(exit_dur)
-                self.exit_since = None
-                if epoch == self.view[0]:
+                if epoch == self.view[0]:  # (a flush at this very instant leaves the draft stale)
                     self._send_draft(epoch, j)
-                # else: flushed during the exit head; the stale draft goes nowhere
             else:
                 yield env.timeout(dur)
         except simpy.Interrupt:
-            if m == 0:
-                self.exit_since = None
             start = self.computing[m][1]
             if start is not None:
                 self.busy[m] += env.now - start
@@ -251,6 +250,14 @@ class _Pipeline:
             if self.restart_to is not None:
                 (epoch, j), i = self.restart_to, 0
                 self.restart_to = None
+                wait = self.restart_at - self.env.now
+                if wait > 0.0:  # the stale exit head the flush found (or likely found) stage 1 in
+                    start = self.env.now
+                    yield self.env.timeout(wait)
+                    self.busy[0] += wait
+                    if self.record:
+                        self.events.append(Event("exit head (stale)", self.rows[0], start / 1e3, wait / 1e3,
+                                                 token=j, args={"epoch": epoch}))
             ok = yield from self._pass(0, epoch, j, i)  # sends the hidden state and the draft
             if not ok:
                 continue
@@ -299,16 +306,21 @@ class _Pipeline:
     def _flush(self, epoch: int, position: int):
         """The correction reaches the other stages: abandon stale work, restart stage 1. Stage 1 can
         abandon a pass only between layers (or right after its last layer, before sending): an exit
-        head already running is finished first, and the corrected token enters after it."""
+        head already running is finished first, and the corrected token enters after it; with
+        jitter, after the expected wait over the heads the flush may land in (sim/restart.py)."""
         if self.done.triggered:
             return
+        now = self.env.now
         self.restart_to = (epoch, position)
+        begun = [h for h in self.heads if h[0] < now - TIE_MS]
+        if begun:
+            sigma = jitter_sigma(self.costs.jitter_cv, self.cycle[1], now - self.cycle[0])
+            waits = head_wait([h[1] for h in begun], [h[2] for h in begun], now, sigma)
+            self.restart_at = now + float(np.sum(waits))
         for m in range(self.k - 1):
             self.view[m] = epoch
             cur = self.computing[m]
             if cur is not None and cur[0] != epoch:
-                if m == 0 and self.exit_since is not None and self.exit_since < self.env.now - TIE_MS:
-                    continue  # mid exit head: stage 1 finishes it, then restarts
                 self.procs[m].interrupt("flush")
 
     def run(self) -> RunStats:

@@ -9,7 +9,7 @@ Same stream, same costs, same rules; only the bookkeeping differs:
   exit-head time before D_1(i) and the last stage also waits for the draft: D_k(i) ≥ D_1(i) + hop.
   Per stage this is a cumulative sum plus a running maximum, done for all cycles at once with a
   segmented scan. A cycle ends when the flush reaches stage 1 (final commit + hop), or when the
-  exit head stage 1 is then running ends (it cannot be cut). Stale tokens (drafted behind the
+  exit head stage 1 is then running ends (it cannot be cut; with jitter, the expected wait). Stale tokens (drafted behind the
   mismatch) are replayed too, clipped at the flush, for busy-time accounting and to find that head.
 Tested equal to the SimPy model (tests/test_sim_engines.py).
 """
@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from sim.costs import CostModel, PPSDCosts
-from sim.engine import TIE_MS, RunStats, _seg_ends
+from sim.engine import RunStats, _seg_ends
+from sim.restart import TIE_MS, head_wait, jitter_sigma
 from sim.streams import Stream
 
 
@@ -131,11 +132,14 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
             break
         extra *= 4
     # the flush reaches stage 1 at flush_rel; if stage 1 is then inside an exit head (which cannot be
-    # cut), the corrected token enters when that head ends, else at the flush
+    # cut), the corrected token enters when that head ends, else at the flush (with jitter: the
+    # expected wait over the heads of the passes begun before the flush, sim/restart.py)
     x = exit_cost[j] * ftab[0][ic]
     fr = np.repeat(flush_rel, lens)
-    in_head = (dep[0] - x < fr - TIE_MS) & (fr < dep[0])
-    dur = np.maximum(flush_rel, np.maximum.reduceat(np.where(in_head, dep[0], -np.inf), first))
+    sigma = np.repeat(jitter_sigma(costs.jitter_cv, w[0][first], flush_rel), lens)
+    begun = dep[0] - w[0] < fr - TIE_MS
+    wait = np.where(begun, head_wait(dep[0] - x, dep[0], fr, sigma), 0.0)
+    dur = flush_rel + np.add.reduceat(wait, first)
     dur[-1] = end_rel[-1]
     total = float(np.sum(dur))
     useful = i <= np.repeat(a, lens)

@@ -9,7 +9,8 @@ from dataclasses import replace
 import numpy as np
 
 from sim.costs import PPSDCosts, corun_factors
-from sim.engine import TIE_MS, RunStats, _seg_ends
+from sim.engine import RunStats, _seg_ends
+from sim.restart import TIE_MS, head_wait, jitter_sigma
 from sim.partition import balanced_bounds
 from sim.plan import Plan
 from sim.streams import Stream
@@ -155,7 +156,8 @@ def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
     d = len(set(placement))
     return PPSDCosts(stage=cm.stage_steps(context, plan.stage_bounds), hop_ms=float(plan.hop_ms or 0.0),
                      placement=placement, factors=corun_factors(profile, d),
-                     exit_ms=np.full(np.shape(context), cm.exit_head(), dtype=float))
+                     exit_ms=np.full(np.shape(context), cm.exit_head(), dtype=float),
+                     jitter_cv=profile.pass_jitter_cv())
 
 
 def fast_ar(ar_ms: np.ndarray) -> RunStats:
@@ -254,8 +256,13 @@ def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
     # cut), the corrected token enters when that head ends, else at the flush
     x = exit_cost[j] * ftab[0][ic]
     fr = np.repeat(flush_rel, lens)
-    in_head = (dep[0] - x < fr - TIE_MS) & (fr < dep[0])
-    dur = np.maximum(flush_rel, np.maximum.reduceat(np.where(in_head, dep[0], -np.inf), first))
+    if costs.jitter_cv > 0:  # the restart rule with timing jitter (sim/restart.py; added after the speed-up)
+        sigma = np.repeat(jitter_sigma(costs.jitter_cv, w[0][first], flush_rel), lens)
+        wait = np.where(dep[0] - w[0] < fr - TIE_MS, head_wait(dep[0] - x, dep[0], fr, sigma), 0.0)
+        dur = flush_rel + np.add.reduceat(wait, first)
+    else:
+        in_head = (dep[0] - x < fr - TIE_MS) & (fr < dep[0])
+        dur = np.maximum(flush_rel, np.maximum.reduceat(np.where(in_head, dep[0], -np.inf), first))
     dur[-1] = end_rel[-1]
     total = float(np.sum(dur))
     useful = i <= np.repeat(a, lens)

@@ -258,8 +258,53 @@ def test_smoke_embedded_model(tmp_path, monkeypatch):
     assert lat["hop"]["backend"] == "gloo" and lat["hop"]["median_ms"] > 0
     assert lat["corun"]["processes"] == [1, 2] and lat["corun"]["slowdown"][0] == pytest.approx(1.0)
     assert prof.corun_slowdown(2) > 0.5
+    pipe = lat["pipeline"]  # the two-stage probe, split in the middle
+    assert pipe["stage_bounds"] == [0, 15, 30] and pipe["passes"] == 60 and pipe["slowdown_base"] == "tables"
+    assert 0.5 < pipe["slowdown"] < 3.0 and pipe["hop"]["median_ms"] > 0 and pipe["pass_cv"] >= 0
+    assert prof.hop_ms() == pytest.approx(pipe["hop"]["median_ms"])  # what a pipeline sees, not the ping-pong
+    assert prof.corun_slowdown(2) == pytest.approx(pipe["slowdown"])
     df = prof.acceptance
     assert sorted(df["exit_layer"].unique()) == list(range(1, 30))
     assert prof.meta["acceptance"]["chat_template"]
     with gzip.open(out / "acceptance.csv.gz", "rt") as fh:
         assert fh.readline().strip().split(",") == ACCEPTANCE_COLUMNS
+
+
+# --- the pipeline probe's arithmetic and what the simulator reads from it ----------------------------
+
+def test_pipeline_summary_pairs_sends_and_receives():
+    from profiler.latency import pipeline_summary
+
+    # alone: rank 0 passes 6 + 4 ms, rank 1 5 + 4 ms. In the pipeline each pass is 10% slower; rank 0
+    # sends at 100 + 20 i, rank 1 was waiting and has the state 0.3 ms later; its verdict leaves at
+    # +9.9 ms and reaches rank 0 (waiting since before) 0.2 ms later.
+    alone = {0: [(6.0, 4.0)] * 9, 1: [(5.0, 4.0)] * 9}
+    sent = {i: 100.0 + 20.0 * i for i in range(12)}
+    piped = {
+        0: [(i, 6.6, 4.4, sent[i] / 1e3, (sent[i - 2] + 9.0) / 1e3, (sent[i - 2] + 10.6) / 1e3) for i in range(3, 12)],
+        1: [(i, 5.5, 4.4, (sent[i] + 10.4) / 1e3, (sent[i] - 1.0) / 1e3, (sent[i] + 0.3) / 1e3) for i in range(3, 12)],
+    }
+    got = pipeline_summary(alone, piped, 4, 8, "gloo")
+    assert got["slowdown"] == pytest.approx(1.1) and got["slowdown_base"] == "alone"
+    assert got["layer_slowdown"] == pytest.approx(1.1) and got["head_slowdown"] == pytest.approx(1.1)
+    assert got["hop"]["median_ms"] == pytest.approx(0.3, abs=0.11)  # 0.3 forward, 0.2 back
+    assert got["hop"]["samples"] == 9 + 7  # verdicts on passes 3..9 were awaited by passes 5..11
+    assert got["pass_cv"] == pytest.approx(0.0, abs=1e-12)
+    # against the tables (the simulator's prices): 11 / 10 and 9.9 / 9
+    got = pipeline_summary(alone, piped, 4, 8, "gloo", table_ms=[10.0, 9.0])
+    assert got["slowdown_per_stage"] == pytest.approx([1.1, 1.1]) and got["slowdown_base"] == "tables"
+
+
+def test_profile_reads_the_pipeline_probe(tmp_path):
+    from profiler.synthetic import write_synthetic_profile
+
+    prof = write_synthetic_profile(tmp_path / "a", num_layers=6, hop_ms=0.05, corun_slowdown=1.2)
+    assert prof.pipeline == {} and prof.hop_ms() == pytest.approx(0.05) and prof.pass_jitter_cv() == 0.0
+    assert prof.corun_slowdown(2) == pytest.approx(1.2)
+    meta = json.loads((tmp_path / "a" / "profile.json").read_text())
+    meta["latency"]["pipeline"] = {"slowdown": 1.5, "pass_cv": 0.02, "hop": {"median_ms": 0.3}}
+    (tmp_path / "a" / "profile.json").write_text(json.dumps(meta))
+    prof = load_profile(tmp_path / "a")
+    assert prof.hop_ms() == pytest.approx(0.3) and prof.idle_hop_ms() == pytest.approx(0.05)
+    assert prof.corun_slowdown(1) == 1.0 and prof.corun_slowdown(2) == pytest.approx(1.5)
+    assert prof.pass_jitter_cv() == pytest.approx(0.02)

@@ -36,6 +36,13 @@ def test_validate_writes_the_folder_and_the_outputs_match_ar(tiny_profile, tmp_p
         assert r["measured_tokens_per_s"] > 0 and r["predicted_tokens_per_s"] > 0
     assert all(r["outputs_match_ar"] for r in doc["rows"][1:])  # greedy: lossless
     spec = doc["rows"][1:]
+    # AR is measured again after each plan; each speedup is against the two AR runs around its plan
+    runs = doc["ar_tokens_per_s_runs"]
+    assert doc["ar_reference"] == "bracketed" and len(runs) == 3 and all(x > 0 for x in runs)
+    for i, r in enumerate(spec):
+        assert r["ar_reference_tokens_per_s"] == pytest.approx((runs[i] + runs[i + 1]) / 2, rel=1e-3)
+        assert r["measured_speedup"] == pytest.approx(r["measured_tokens_per_s"] / r["ar_reference_tokens_per_s"],
+                                                      rel=1e-3)
     assert doc["mape_speedup_pct"] == pytest.approx(sum(abs(r["speedup_error_pct"]) for r in spec) / len(spec),
                                                     abs=1e-2)
     with open(out / "validation.csv") as fh:

@@ -157,3 +157,9 @@ def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, ho
     # and the cut-at-the-flush model would be faster whenever a flush lands in an exit head
     cut = sum(d[x] + hop for x in a[:-1]) + d[a[-1]]
     assert want >= cut
+    # with timing jitter the closed form stays exact per cycle
+    costs.jitter_cv = 0.03
+    soft = sum(analytic.restart_time(d[x] + hop, stage[0], exit_ms, factors, k, k, 0.03) for x in a[:-1]) + d[a[-1]]
+    assert fast.fast_ppsd(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
+    assert engine.run_ppsd(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
+    assert soft >= cut

@@ -33,11 +33,11 @@ def eesd_both(bits, gamma, gens=None):
     return a
 
 
-def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None, exit=0.0):
+def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None, exit=0.0, jitter=0.0):
     s = stream(bits, gens)
     k = len(stage)
     costs = PPSDCosts([np.full(len(bits), c) for c in stage], hop, tuple(range(k)), factors or [1.0] * (k + 1),
-                      exit_ms=np.full(len(bits), exit))
+                      exit_ms=np.full(len(bits), exit), jitter_cv=jitter)
     a = ev.run_ppsd(s, costs)
     b = fast.fast_ppsd(s, costs)
     assert a.rounds_a == b.rounds_a and a.rounds_rejected == b.rounds_rejected
@@ -153,7 +153,46 @@ def test_fast_equals_event_random_traces(stage, hop, factors):
         ppsd_both(bits, stage, hop, gens=[150, 300], factors=factors)
         for share in (0.3, 0.9):  # the exit head's share of stage 1 (0.9: the draft binds)
             ppsd_both(bits, stage, hop, gens=[150, 300], factors=factors, exit=share * stage[0])
+            ppsd_both(bits, stage, hop, gens=[150, 300], factors=factors, exit=share * stage[0], jitter=0.03)
         eesd_both(bits, 4, gens=[150, 300])
+
+
+def test_jitter_expected_restart_matches_monte_carlo():
+    """The restart rule with jitter is the mean of the hard rule over a Gaussian flush time: a
+    flush landing in an exit head waits for its end, one landing in the layers restarts at once."""
+    from sim.restart import head_wait, jitter_sigma
+
+    # stage 1 passes of 3.0 ms (layers 1.0, head 2.0) back to back from 0; flushes near the knife
+    # edge at 4.0 (end of pass 2's layers) and elsewhere
+    heads = [(t + 1.0, t + 3.0) for t in (0.0, 3.0, 6.0, 9.0)]
+    rng = np.random.default_rng(0)
+    for fr in (3.5, 3.95, 4.0, 4.05, 5.2, 6.4):
+        sigma = float(jitter_sigma(0.05, 3.0, fr))
+        eps = rng.normal(0.0, sigma, 400_000)
+        x = fr + eps
+        entry = x.copy()
+        for hs, he in heads:
+            entry = np.where((x > hs) & (x < he), he, entry)
+        want = entry.mean()
+        got = fr + sum(float(head_wait(hs, he, fr, sigma)) for hs, he in heads if hs - 1.0 < fr)
+        assert got == pytest.approx(want, abs=4 * entry.std() / np.sqrt(len(x)) + 1e-3)
+
+
+def test_jitter_smooths_the_knife_edge():
+    # stage 1 = layers L + exit head, stage 2 = 1.0, hop 0.5: the flush reaches stage 1 at 4.0,
+    # exactly where its speculative pass's layers end when the exit head is 2.0. Without jitter the
+    # cycle jumps from 4.0 (head 2.0) to 6.0 (head 2.2); with jitter it moves smoothly in between
+    # and tends to the hard rule as the jitter shrinks.
+    def cycle(exit, jitter):
+        st = ppsd_both([0] * 41, stage=(3.0, 1.0), hop=0.5, exit=exit, jitter=jitter)
+        return (st.time_ms - 3.5) / 40
+
+    assert cycle(2.0, 0.0) == pytest.approx(4.0) and cycle(2.2, 0.0) == pytest.approx(6.0)
+    soft = [cycle(e, 0.02) for e in (1.9, 1.95, 2.0, 2.05, 2.1, 2.2)]
+    assert all(b >= a - 1e-12 for a, b in zip(soft, soft[1:]))  # later heads never shorten a cycle
+    assert 4.0 < soft[2] < 6.0 and soft[-1] - soft[0] < 2.0
+    assert cycle(2.0, 0.02) == pytest.approx(5.0, abs=0.05)  # right on the edge: half the time each way
+    assert cycle(2.2, 1e-6) == pytest.approx(6.0, abs=1e-3) and cycle(1.8, 1e-6) == pytest.approx(4.0, abs=1e-3)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,49 @@
+"""The restart rule of PPSD, shared by the event model, the fast replay and the closed form.
+
+When a correction (flush) reaches stage 1, stage 1 drops its speculative pass between layers, but
+an exit head it has started (one matmul) runs to its end first; the corrected token enters after
+it. Whether a flush lands in the layers or in the head is a race between two long chains of
+passes, often decided by a millisecond or less (with balanced stages, the flush comes back just as
+stage 1 finishes the layers of its next pass). Real pass times jitter, so a real run sees a mix of
+both outcomes. With the profile's jitter σ (the flush time's spread relative to stage 1's
+schedule) the expected entry time is
+
+    fr + Σ_heads ∫_{hs}^{he} (he − x) φ_σ(x − fr) dx
+       = fr + Σ_heads (he − fr)[Φ(b) − Φ(a)] − σ[φ(a) − φ(b)],   a = (hs − fr)/σ, b = (he − fr)/σ
+
+over the exit heads [hs, he] of stage 1's passes begun before the flush; with σ = 0 it is the
+deterministic rule (wait for the head the flush lands in). σ grows like a random walk over the
+cycle: σ = cv · sqrt(2 · w₀ · fr), cv the relative spread of one pass, w₀ stage 1's pass time and fr
+the flush's time since the restart (both chains are about fr / w₀ passes long).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import ndtr
+
+TIE_MS = 1e-7  # a flush this close after stage 1's last layer counts as arriving right at it (float noise)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def jitter_sigma(cv: float, first_pass_ms, flush_ms):
+    """σ of the flush time against stage 1's schedule (ms); 0 when the profile has no jitter."""
+    if cv <= 0.0:
+        return np.zeros(np.shape(flush_ms)) if np.ndim(flush_ms) else 0.0
+    return cv * np.sqrt(2.0 * np.maximum(first_pass_ms, 0.0) * np.maximum(flush_ms, 0.0))
+
+
+def head_wait(head_start, head_end, flush, sigma):
+    """Expected wait for one exit head [head_start, head_end] caused by a flush at `flush` (see the
+    module doc); elementwise over arrays. σ = 0: head_end − flush when the flush lands inside the
+    head (strictly after its start, by more than TIE_MS), else 0."""
+    hs, he, fr, sg = (np.asarray(v, dtype=float) for v in (head_start, head_end, flush, sigma))
+    hard = np.where((hs < fr - TIE_MS) & (fr < he), he - fr, 0.0)
+    if not np.any(sg > 0.0):
+        return hard
+    s = np.where(sg > 0.0, sg, 1.0)
+    a, b = (hs - fr) / s, (he - fr) / s
+    soft = (he - fr) * (ndtr(b) - ndtr(a)) - s * _INV_SQRT_2PI * (np.exp(-0.5 * a * a) - np.exp(-0.5 * b * b))
+    return np.where(sg > 0.0, np.maximum(soft, 0.0), hard)
