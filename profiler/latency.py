@@ -223,7 +223,10 @@ def _worker(rank: int, model_spec: str, device: str, dtype: str, threads: int, c
         logging.disable_progress_bar()
         from profiler.model import load_model
 
-        adapter = load_model(model_spec, device=device, dtype=dtype)
+        # one GPU per stage when there are enough (NCCL refuses two ranks on one device)
+        multi = device == "cuda" and torch.cuda.device_count() >= 2
+        adapter = load_model(model_spec, device=f"cuda:{rank % torch.cuda.device_count()}" if multi else device,
+                             dtype=dtype)
         N = adapter.num_layers
         cache = filled_cache(adapter, context, seed=rank)
         ids = torch.randint(0, adapter.vocab_size, (1, 1))

@@ -89,6 +89,10 @@ def test_every_page_renders_on_the_example_profile(monkeypatch, data_root):
     # the example is a measured profile: the sidebar names model, device and date
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "SmolLM2" in captions or "smollm2" in captions.lower()
+    # the profile page reports the pipeline probe the simulator calibrates with
+    at.switch_page("views/profile.py").run()
+    probe = [c.value for c in at.caption if c.value.startswith("Pipeline probe")]
+    assert probe and "×" in probe[0] and "jitter" in probe[0]
 
 
 def test_every_page_renders_on_a_synthetic_profile_with_badge(monkeypatch, data_root):

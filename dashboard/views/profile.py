@@ -35,8 +35,11 @@ m[0].metric("median layer", theme.fmt_ms(layer_med), help="Median over layers of
 m[1].metric("head (norm + LM head)", theme.fmt_ms(head), f"{head / layer_med:.1f} layers" if layer_med else None,
             delta_color="off", delta_arrow="off", help="The exit head is the same norm + LM head, so every draft pays this too.")
 m[2].metric("embedding", theme.fmt_ms(emb), delta_color="off", delta_arrow="off")
+pipe = profile.pipeline
 m[3].metric("hop (one way)", theme.fmt_ms(profile.hop_ms()),
-            help=theme.GLOSSARY["hop"] + f" Backend: {(profile.latency.get('hop') or {}).get('backend', '?')}.")
+            help=theme.GLOSSARY["hop"] + f" Backend: {(profile.latency.get('hop') or {}).get('backend', '?')}."
+            + (f" Measured into a waiting stage of a running 2-stage pipeline; an idle ping-pong gives "
+               f"{theme.fmt_ms(profile.idle_hop_ms())}." if pipe.get("hop") else ""))
 m[4].metric("full pass (sum of parts)", theme.fmt_ms(full), f"{1000 / full:.1f} tokens/s" if full else None,
             delta_color="off", delta_arrow="off", help="Sum of all layers, head and embedding at this n and context: the AR step.")
 
@@ -44,6 +47,11 @@ corun = profile.latency.get("corun") or {}
 if len(corun.get("processes") or []) > 1:
     st.caption("Co-run slowdown (each stage's layer time when p processes work at once ÷ alone): "
                + ", ".join(f"p = {p}: {s:.2f}×" for p, s in zip(corun["processes"], corun["slowdown"])))
+if pipe.get("slowdown"):
+    st.caption(f"Pipeline probe (2 stages at {pipe.get('stage_bounds')}): a stage pass runs "
+               f"{pipe['slowdown']:.3f}× its table price while the other stage works, the hop into a waiting "
+               f"stage is {theme.fmt_ms(profile.hop_ms())} and a pass varies by ±{100 * profile.pass_jitter_cv():.1f}% "
+               "(the simulator's restart rule averages over that jitter).")
 whole = profile.latency.get("whole_step") or {}
 if whole and whole.get("median_ms"):
     st.caption(f"Whole decode step measured at context {whole.get('context')}: {theme.fmt_ms(whole['median_ms'])}; "
