@@ -9,8 +9,9 @@ Same stream, same costs, same rules; only the bookkeeping differs:
   exit-head time before D_1(i) and the last stage also waits for the draft: D_k(i) ≥ D_1(i) + hop.
   Per stage this is a cumulative sum plus a running maximum, done for all cycles at once with a
   segmented scan. A cycle ends when the flush reaches stage 1 (final commit + hop), or when the
-  exit head stage 1 is then running ends (it cannot be cut; with jitter, the expected wait). Stale tokens (drafted behind the
-  mismatch) are replayed too, clipped at the flush, for busy-time accounting and to find that head.
+  exit head stage 1 is then running ends (it cannot be cut; with jitter, after the expected wait).
+  Stale tokens (drafted behind the mismatch) are replayed too, clipped at the flush, for busy-time
+  accounting and to find that head.
 Tested equal to the SimPy model (tests/test_sim_engines.py).
 """
 
