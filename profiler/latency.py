@@ -45,7 +45,6 @@ class LatencyConfig:
     corun_seconds: float = 1.5    # how long each co-run round keeps every process busy
     hop_repeats: int = 200
     pipeline_repeats: int = 60    # passes per stage in the two-stage pipeline probe (0 disables it)
-    pipeline_exit: int | None = None  # where the probe splits the layers (None: N // 2)
     threads: int = 1              # torch threads in this process and in every worker
     measure_hop: bool = True
     seed: int = 0
@@ -389,7 +388,7 @@ class _ProbeStage:
             dist.destroy_process_group()
 
 
-def table_pass_ms(grid: dict, exit_layer: int, num_layers: int, n_values, context_values) -> list[float]:
+def table_pass_ms(grid: dict, exit_layer: int, num_layers: int, n_values) -> list[float]:
     """Each probe stage's pass priced from the latency tables (n = 1, smallest context), as the
     simulator prices it: embed + layers [0, E) + head, and layers [E, N) + head."""
     n1 = list(n_values).index(1)
@@ -509,6 +508,7 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
     dtype = str(adapter.dtype).removeprefix("torch.")
     pool = WorkerPool(k, model_spec, device, dtype, cfg.threads, int(cfg.context_values[0]))
     corun = hop = pipeline = None
+    backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
     try:
         if cfg.corun_max >= 2:
             medians, p10s, p90s, base = [], [], [], None
@@ -528,7 +528,6 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
                      "p90": p90s, "alone_layer_ms": base, "context": int(cfg.context_values[0]),
                      "threads_per_process": cfg.threads, "seconds_per_round": cfg.corun_seconds}
         if cfg.measure_hop:
-            backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
             pool.send([0, 1], ("hop", _free_port(), cfg.hop_repeats, adapter.hidden_size, backend))
             samples = pool.collect("hop", [0, 1])[0]
             nbytes = adapter.hidden_size * 4  # one float32 hidden state
@@ -538,15 +537,14 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
         if cfg.pipeline_repeats and adapter.num_layers >= 2:
             # What a 2-stage pipeline really sees: both stages busy with layers *and* heads at once,
             # and messages that wake a waiting process; the idle ping-pong above sees neither.
-            backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
-            e = cfg.pipeline_exit or adapter.num_layers // 2
+            e = adapter.num_layers // 2
             alone = {}
             for r in (0, 1):
                 pool.send([r], ("stage_alone", e, cfg.pipeline_repeats))
                 alone.update(pool.collect("stage_alone", [r]))
             pool.send([0, 1], ("pipeline", _free_port(), e, cfg.pipeline_repeats, backend))
             piped = pool.collect("pipeline", [0, 1])
-            table = (table_pass_ms(grid, e, adapter.num_layers, cfg.n_values, cfg.context_values)
+            table = (table_pass_ms(grid, e, adapter.num_layers, cfg.n_values)
                      if grid is not None and 1 in cfg.n_values else None)
             pipeline = pipeline_summary(alone, piped, e, adapter.num_layers, backend, table)
             tick()

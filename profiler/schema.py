@@ -31,11 +31,13 @@ profile.json (schema_version 1):
     pipeline: optional (null or absent: the simulator falls back to hop and corun). Two stage
               processes run as a 2-stage PPSD pipeline split at E = N // 2:
               {exit_layer, stage_bounds, backend, passes, slowdown (median pass time in the pipeline
-              / the same pass alone, mean of both stages), slowdown_per_stage, pass_ms_alone,
-              pass_ms_pipeline, layer_slowdown, head_slowdown, pass_cv (robust relative spread of a
-              pass), hop: {median_ms, p10_ms, p90_ms, samples} (one-way, into a waiting stage), method}
+              / the same pass priced from the tables, or / the pass alone when slowdown_base is
+              "alone"; mean of both stages), slowdown_per_stage, slowdown_base, pass_ms_tables,
+              pass_ms_alone, pass_ms_pipeline, layer_slowdown, head_slowdown (against the pieces
+              alone), pass_cv (robust relative spread of a pass), hop: {median_ms, p10_ms, p90_ms,
+              samples} (one-way, into a waiting stage), method}
               When present it sets the hop and the 2-process slowdown the simulator uses, and the
-              timing jitter of its restart rule (sim/engine.py).
+              timing jitter of its restart rule (sim/restart.py).
   acceptance: null or {file, generations_file, temperature, max_new_tokens, prompt_set,
                        num_prompts, categories: [...], heads: [...]}
 
