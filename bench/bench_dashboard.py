@@ -31,7 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from dashboard import data, sweeps  # noqa: E402
+from dashboard import data, sweep_cache  # noqa: E402
 
 APP = str(ROOT / "dashboard" / "app.py")
 
@@ -53,7 +53,7 @@ def _moves(profile_dir: Path) -> list[tuple[str, object]]:
 
 def _wait_warm(timeout: float = 120.0) -> None:
     deadline = time.time() + timeout
-    while sweeps.CACHE.busy() and time.time() < deadline:
+    while sweep_cache.CACHE.busy() and time.time() < deadline:
         time.sleep(0.1)
 
 
@@ -63,11 +63,11 @@ def _fresh_server() -> None:
 
     from sim import costs, streams
 
-    sweeps.CACHE.shutdown()
-    sweeps.CACHE = sweeps.SweepCache()
+    sweep_cache.CACHE.shutdown()
+    sweep_cache.CACHE = sweep_cache.SweepCache()
     st.cache_data.clear()
     st.cache_resource.clear()
-    sweeps._profile.cache_clear()
+    sweep_cache.profile.cache_clear()
     costs._MODELS.clear()
     streams._TRACES.clear()
 
@@ -76,7 +76,7 @@ def run(profile_dir: Path, mode: str) -> list[tuple[str, float]]:
     _fresh_server()
     on_screen: list = []
     if mode in ("cold", "refined"):
-        warm = sweeps.CACHE.warm
+        warm = sweep_cache.CACHE.warm
 
         def first_only(wanted):
             # only what the page asks first for the setting on screen (it at this and at the most
@@ -84,10 +84,10 @@ def run(profile_dir: Path, mode: str) -> list[tuple[str, float]]:
             on_screen[:] = wanted[:1]
             warm(wanted[:2])
 
-        sweeps.CACHE.warm = first_only
+        sweep_cache.CACHE.warm = first_only
     elif mode == "no preview":
-        sweeps.CACHE.warm = lambda wanted: None
-        sweeps.CACHE.failures = 6  # what makes the page give up on previews (a broken worker)
+        sweep_cache.CACHE.warm = lambda wanted: None
+        sweep_cache.CACHE.failures = 6  # what makes the page give up on previews (a broken worker)
     os.environ[data.DATA_DIRS_ENV] = str(profile_dir.parent)
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["profile_path"] = data.display_name(profile_dir, [profile_dir.parent])
@@ -102,14 +102,14 @@ def run(profile_dir: Path, mode: str) -> list[tuple[str, float]]:
         if mode == "refined" and any("Preview:" in c.value for c in at.caption):
             # the page's refresh fragment polls every 0.25 s and reruns once this setting is swept
             deadline = time.time() + 60
-            while sweeps.CACHE.cached(*on_screen[0]) is None and time.time() < deadline:
+            while sweep_cache.CACHE.cached(*on_screen[0]) is None and time.time() < deadline:
                 time.sleep(0.02)
             at.run()
         out.append((f"{label} → {value}", time.perf_counter() - t))
         problems = [e.value for e in at.exception] + [e.value for e in at.error]
         if problems:
             raise SystemExit(f"bench_dashboard: error: {label}: {problems[0]}")
-    sweeps.CACHE.shutdown()
+    sweep_cache.CACHE.shutdown()
     return out
 
 

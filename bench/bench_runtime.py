@@ -35,14 +35,15 @@ def main() -> int:
     from profiler.prompts import load_prompts
     from runtime.acceptance import ACCEPT_ALL
     from runtime.measure import Job, measure
-    from runtime.runner import make_plan
+    from runtime.plans import make_plan
+    from sim.modes import Mode
 
     torch.set_num_threads(1)
     model = load_model(args.model)
     prompts = [model.encode_prompt(p.text) for p in load_prompts(None, limit=args.prompts)]
     n = model.num_layers
-    ar_plan = make_plan("ar", n)
-    pp_plan = make_plan("ppsd", n, args.exit, stages=2, bounds=(0, args.exit, n))
+    ar_plan = make_plan(Mode.AR, n)
+    pp_plan = make_plan(Mode.PPSD, n, args.exit, stages=2, bounds=(0, args.exit, n))
     common = dict(prompts=prompts, max_new=[args.tokens] * len(prompts), stop_at_eos=False, warmup=1, repeats=1,
                   timeline=False)
     ar_tps, pp_tps, bound_tps = [], [], []

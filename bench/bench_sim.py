@@ -50,13 +50,14 @@ def main() -> int:
 
         from profiler.schema import load_profile
         from sim import api
+        from sim.modes import Mode
         from sim.plan import Plan
 
         profile = load_profile(path)
         t0 = time.perf_counter()
         results = api.sweep(profile, devices=4, tokens=2000)
         print(f"FIGURE plan_sweep_in_process_s = {time.perf_counter() - t0:.2f}  ({len(results)} plans)")
-        plan = Plan("ppsd", exit_layer=15, stages=2)
+        plan = Plan(Mode.PPSD, exit_layer=15, stages=2)
         t0 = time.perf_counter()
         r = api.simulate(profile, plan, tokens=10_000, acceptance="bernoulli", alpha=0.6, engine="event")
         dt = time.perf_counter() - t0

@@ -5,7 +5,7 @@
 
 Builds the roofline estimate of the same architecture on the same (n, context) grid, fits the
 achieved memory bandwidth (and the fixed per-layer overhead, where the data separates them) with
-`profiler.analytic.fit_efficiency`, and prints the per-layer error of the estimate before and after
+`profiler.calibration.fit_efficiency`, and prints the per-layer error of the estimate before and after
 the fit, the other reading of the same data (bandwidth as modelled, overhead fitted: usually the
 better one for eager PyTorch, whose kernel launches make batch-1 decoding host-bound), and the
 `ppsd profile --analytic` flags that reproduce the calibrated estimate.
@@ -67,8 +67,10 @@ def arch_for(measured, arch: str | None):
 
 def calibrate(measured_dir, arch: str | None = None, hardware: str | None = None, dtype: str | None = None) -> dict:
     """Everything the report prints, as one JSON-able dict."""
-    from profiler.analytic import analytic_profile_meta, fit_efficiency, layer_bytes
+    from profiler.calibration import fit_efficiency
+    from profiler.estimated_profile import analytic_profile_meta
     from profiler.hardware import normalize_dtype, resolve_hardware
+    from profiler.roofline import layer_bytes
     from profiler.schema import load_profile
 
     meas = load_profile(measured_dir)

@@ -95,7 +95,7 @@ def attach_traces(profile_dir: Path, curve: Path, prompts: int, tokens: int, see
     whose prompts are the built-in prompts' UTF-8 bytes (the random model's tokens); returns the
     table and the generations so the estimate can carry the very same traces."""
     from ppsd.paths import atomic_dir
-    from profiler.analytic import curve_acceptance
+    from profiler.acceptance_transfer import curve_acceptance
     from profiler.prompts import load_prompts
     from profiler.schema import load_profile, save_profile
 
@@ -155,16 +155,18 @@ def estimate_vs_measured(est_dir: Path, val_dir: Path) -> list[dict]:
 def _predict_rows(est, val_dir: Path) -> list[dict]:
     from runtime.validate import parse_plans
     from sim.api import resolve_plan, simulate
+    from sim.modes import Mode
     from sim.plan import Plan
 
     doc = json.loads((val_dir / "validation.json").read_text())
     ids = [g["prompt_id"] for g in est.generations()]
     rows = []
     for r in doc["rows"]:
-        if r["mode"] == "ar":
-            plan = Plan("ar")
+        mode = Mode.parse(r["mode"])
+        if mode is Mode.AR:
+            plan = Plan(Mode.AR)
         else:
-            x = r["draft_len"] if r["mode"] == "eesd" else r["stages"]
+            x = r["draft_len"] if mode is Mode.EESD else r["stages"]
             plan = parse_plans(f"{r['mode']}:{r['exit_layer']}:{x}", est.num_layers, [])[0]
         pred = simulate(est, resolve_plan(plan, est), acceptance="trace", prompt_ids=ids, engine="fast")
         rows.append({"plan": r["plan"], "measured_tokens_per_s": r["measured_tokens_per_s"],
@@ -213,7 +215,7 @@ def main(argv=None) -> int:
     if cpu:
         torch.set_num_threads(1)
         device_name, gpus = "cpu", 0
-        from runtime.runner import available_cores
+        from runtime.plans import available_cores
 
         cores = available_cores()
     else:
@@ -288,7 +290,7 @@ def _check(args, size, cpu, torch, device_name, gpus, cores, out: Path) -> int:
             summary["notes"].append(note)
             return None
         from ppsd.paths import atomic_dir
-        from profiler.analytic import analytic_profile_meta
+        from profiler.estimated_profile import analytic_profile_meta
         from profiler.schema import save_profile
 
         fit = calibrate(prof_dir, None, hw, None)

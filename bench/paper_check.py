@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from profiler.analytic import write_analytic_profile  # noqa: E402
+from profiler.estimated_profile import write_analytic_profile  # noqa: E402
 from sim.partition import balanced_bounds  # noqa: E402
 
 MODELS = ("vicuna-7b", "vicuna-13b", "llama-2-13b", "llama-2-70b")
@@ -78,9 +78,10 @@ def simulated_speedup(profile, exit_layer: int, k: int, alpha: float) -> float |
     None while sim.api (or the engine behind it) is not there yet."""
     try:
         from sim.api import simulate
+        from sim.modes import Mode
         from sim.plan import Plan
 
-        res = simulate(profile, Plan(mode="ppsd", exit_layer=exit_layer, stages=k), tokens=2000,
+        res = simulate(profile, Plan(mode=Mode.PPSD, exit_layer=exit_layer, stages=k), tokens=2000,
                        acceptance="bernoulli", alpha=alpha, seed=0, engine="fast")
     except ImportError:
         return None

@@ -12,6 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard import theme
+from ppsd.exit_heads import SHARED
+from sim.modes import Mode
 from sim.plan import Event
 
 _LAYOUT = dict(template="plotly_white", hovermode="closest")
@@ -94,26 +96,26 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
     (solid, from the simulator), the closed forms (dashed), the best plan (star) and the plans the
     controls select (open markers).
 
-    curves: columns scheme ("eesd" / "ppsd"), k, exit_layer, speedup, detail
-    closed: columns scheme, k, exit_layer, speedup
+    curves: columns mode (Mode.EESD / Mode.PPSD), k, exit_layer, speedup, detail
+    closed: columns mode, k, exit_layer, speedup
     best / each selected: {exit_layer, speedup, label}"""
     fig = _fig("Predicted speedup over AR versus exit layer", "exit layer E", "speedup over AR (×)", height=480,
                legend="right")
-    fig.add_hline(y=1.0, line_color=theme.SCHEME_COLOURS["ar"], line_width=1.5,
+    fig.add_hline(y=1.0, line_color=theme.MODE_COLOURS[Mode.AR], line_width=1.5,
                   annotation_text="AR = 1×", annotation_position="bottom right")
-    for (scheme, k), sub in curves.groupby(["scheme", "k"], sort=True):
+    for (mode, k), sub in curves.groupby(["mode", "k"], sort=True):
         sub = sub.sort_values("exit_layer")
-        if scheme == "eesd":
-            name, colour = "EESD (best γ)", theme.SCHEME_COLOURS["eesd"]
+        if mode == Mode.EESD:
+            name, colour = "EESD (best γ)", theme.MODE_COLOURS[Mode.EESD]
         else:
             name, colour = f"PPSD k = {int(k)}", theme.ppsd_colour(int(k))
         fig.add_scatter(x=sub["exit_layer"], y=sub["speedup"], mode="lines+markers", name=name,
                         line=dict(color=colour, width=2.5), marker=dict(size=5), customdata=sub["detail"],
                         hovertemplate="E = %{x}: %{y:.2f}× (%{customdata})<extra>" + name + "</extra>")
-    for (scheme, k), sub in closed.groupby(["scheme", "k"], sort=True):
+    for (mode, k), sub in closed.groupby(["mode", "k"], sort=True):
         sub = sub.sort_values("exit_layer")
-        if scheme == "eesd":
-            name, colour = "EESD closed form", theme.SCHEME_COLOURS["eesd"]
+        if mode == Mode.EESD:
+            name, colour = "EESD closed form", theme.MODE_COLOURS[Mode.EESD]
         else:
             name, colour = f"PPSD k = {int(k)} closed form", theme.ppsd_colour(int(k))
         fig.add_scatter(x=sub["exit_layer"], y=sub["speedup"], mode="lines", name=name,
@@ -136,7 +138,7 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
         # AR wins: still mark the closest speculative plan, it is what the user would try next
         spec = curves.loc[curves["speedup"].idxmax()] if not curves.empty else None
         if spec is not None:
-            label = ("EESD" if spec["scheme"] == "eesd" else f"PPSD k={int(spec['k'])}") + \
+            label = ("EESD" if spec["mode"] == Mode.EESD else f"PPSD k={int(spec['k'])}") + \
                 f" E={int(spec['exit_layer'])}"
             fig.add_scatter(x=[spec["exit_layer"]], y=[spec["speedup"]], mode="markers+text",
                             name="best speculative plan", text=[f"closest: {label}"], textposition="top center",
@@ -194,7 +196,7 @@ def predicted_vs_measured(rows: pd.DataFrame) -> go.Figure:
     modes = rows["mode"] if "mode" in rows.columns else pd.Series(["?"] * len(rows))
     for mode in modes.unique():
         sub = rows[modes == mode]
-        colour = theme.SCHEME_COLOURS.get(str(mode), theme.OKABE_ITO["blue"])
+        colour = theme.MODE_COLOURS.get(str(mode), theme.OKABE_ITO["blue"])
         labels = sub["plan"] if "plan" in sub.columns else sub.index.astype(str)
         fig.add_scatter(x=sub["measured_speedup"], y=sub["predicted_speedup"], mode="markers", name=str(mode).upper(),
                         marker=dict(size=11, color=colour, line=dict(width=1, color="#222")), text=labels,
@@ -206,11 +208,11 @@ def predicted_vs_measured(rows: pd.DataFrame) -> go.Figure:
 
 # --- exit heads side by side ----------------------------------------------------------------
 def heads_bars(comp: pd.DataFrame) -> go.Figure:
-    """Best EESD and best PPSD speedup with each exit head (whatif.head_comparison rows), AR = 1×."""
+    """Best EESD and best PPSD speedup with each exit head (tables.head_comparison rows), AR = 1×."""
     fig = _fig("Best speedup with each exit head", "exit head", "speedup vs AR (×)", height=340)
-    for scheme, colour in (("EESD", theme.SCHEME_COLOURS["eesd"]), ("PPSD", theme.PPSD_COLOURS[0])):
-        fig.add_bar(x=comp["exit head"], y=comp[f"{scheme} ×"], name=f"best {scheme}", marker_color=colour,
-                    customdata=comp[f"best {scheme}"],
+    for mode, colour in (("EESD", theme.MODE_COLOURS[Mode.EESD]), ("PPSD", theme.PPSD_COLOURS[0])):
+        fig.add_bar(x=comp["exit head"], y=comp[f"{mode} ×"], name=f"best {mode}", marker_color=colour,
+                    customdata=comp[f"best {mode}"],
                     hovertemplate="%{x}: %{customdata} at %{y:.2f}×<extra></extra>")
     fig.add_hline(y=1.0, line_dash="dot", line_color=theme.OKABE_ITO["black"], annotation_text="AR",
                   annotation_position="top left")
@@ -226,7 +228,7 @@ def heldout_curves(table: pd.DataFrame, measure_label: str) -> go.Figure:
     colours = [theme.OKABE_ITO["black"], *theme.PPSD_COLOURS]
     for i, head in enumerate(table.columns):
         fig.add_scatter(x=table.index.astype(int).tolist(), y=table[head].tolist(), mode="lines+markers", name=head_label(head),
-                        line=dict(color=colours[i % len(colours)], dash="dot" if head == "shared" else "solid"),
+                        line=dict(color=colours[i % len(colours)], dash="dot" if head == SHARED else "solid"),
                         hovertemplate=f"{head_label(head)}, E = %{{x}}: %{{y:.3f}}<extra></extra>")
     fig.update_yaxes(rangemode="tozero")
     return fig

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from ppsd import validation_folder as vf
 from ppsd.errors import UserError
 from ppsd.paths import EXAMPLES_DIR, RUNS_DIR, cache_dir
 from profiler.schema import PROFILE_FILE
-from sim.plan import Event
+from sim.plan import Event, Plan
 
 DATA_DIRS_ENV = "PPSD_DATA_DIRS"
-VALIDATION_FILE = "validation.json"
 # Deep enough for runs/<name>/<sub>/ but bounded, so a huge tree under runs/ cannot stall a page.
 MAX_DEPTH = 4
 MAX_ZIP_BYTES = 200 * 1024 * 1024
@@ -66,7 +66,7 @@ def find_profiles(roots: list[Path] | None = None) -> list[Path]:
 
 
 def find_validations(roots: list[Path] | None = None) -> list[Path]:
-    return _find(data_roots() if roots is None else roots, VALIDATION_FILE)
+    return _find(data_roots() if roots is None else roots, vf.JSON_FILE)
 
 
 def display_name(path: Path, roots: list[Path] | None = None) -> str:
@@ -129,7 +129,7 @@ def extract_profile_zip(data: bytes, name: str = "upload.zip", into: Path | None
     return found[0]
 
 
-# --- validation folders -------------------------------------------------------------------
+# --- validation folders (the format is ppsd/validation_folder.py) -------------------------------
 @dataclass
 class Validation:
     path: Path
@@ -142,42 +142,25 @@ class Validation:
 
     def timeline_files(self) -> dict[str, dict[str, Path]]:
         """{slug: {"measured": path, "simulated": path}} for the traces the runtime recorded."""
-        out: dict[str, dict[str, Path]] = {}
-        folder = self.path / "timelines"
-        if not folder.is_dir():
-            return out
-        for f in sorted(folder.glob("*.json")):
-            stem = f.name[: -len(".json")]
-            if "." not in stem:
-                continue
-            slug, kind = stem.rsplit(".", 1)
-            out.setdefault(slug, {})[kind] = f
-        return out
+        return vf.timeline_files(self.path)
 
-
-VALIDATION_COLUMNS = ["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "predicted_tokens_per_s",
-                      "measured_tokens_per_s", "measured_tokens_per_s_p10", "measured_tokens_per_s_p90",
-                      "predicted_speedup", "measured_speedup", "speedup_error_pct", "tokens_per_s_error_pct",
-                      "outputs_match_ar"]
+    def timelines_for(self, plan: Plan) -> dict[str, Path]:
+        """{"measured": path, "simulated": path} recorded for this plan (any exit head), {} if none."""
+        return vf.plan_timelines(self.path, plan)
 
 
 def load_validation(path: Path) -> Validation:
-    file = Path(path) / VALIDATION_FILE
-    try:
-        meta = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read {file} ({exc.__class__.__name__})", "re-run `ppsd validate`") from None
-    if not isinstance(meta, dict) or meta.get("schema_version") != 1:
-        raise UserError(f"{file} has schema_version {meta.get('schema_version') if isinstance(meta, dict) else None!r}, "
-                        "the dashboard reads 1", "re-run `ppsd validate` with this ppsd")
-    rows = pd.DataFrame(meta.get("rows") or [])
-    csv = Path(path) / "validation.csv"
-    if rows.empty and csv.exists():
-        rows = pd.read_csv(csv)
-    for col in ("predicted_speedup", "measured_speedup"):
-        if col not in rows.columns:
-            raise UserError(f"{file} rows lack {col}", "re-run `ppsd validate` with this ppsd")
-    return Validation(Path(path), meta, rows)
+    doc = vf.read_doc(path)
+    return Validation(Path(path), doc, pd.DataFrame(vf.read_rows(path, doc)))
+
+
+def default_recording(names: list[str], plan: Plan) -> int:
+    """Index of the recording to show beside a simulated plan: that plan's own (its exit head
+    included, as `ppsd validate` names them), else the first pipeline run, else the first."""
+    slug = vf.timeline_slug(plan)
+    same = [i for i, n in enumerate(names) if n.endswith(f": {slug}")]
+    pipes = [i for i, n in enumerate(names) if ": ppsd-" in n]
+    return (same or pipes or [0])[0]
 
 
 def events_from_chrome_trace(trace: dict) -> list[Event]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from ppsd.net import free_port
 from ppsd.paths import PROJECT_ROOT
 
 CHROMIUM = os.environ.get("PPSD_CHROMIUM", "/usr/bin/chromium")
@@ -25,12 +25,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 # url path of each page (Streamlit derives it from the file name; the default page is "/")
 PAGE_URLS = {"overview": "", "profile": "profile", "planner": "planner", "timeline": "timeline",
              "validation": "validation", "profile_model": "profile_model"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

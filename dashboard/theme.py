@@ -1,10 +1,12 @@
 """Colours, units and the words the dashboard explains (no Streamlit, no plotly import).
 
-One place for these so every page uses the same colour for the same scheme and the same unit
+One place for these so every page uses the same colour for the same mode and the same unit
 format for the same quantity.
 """
 
 from __future__ import annotations
+
+from sim.modes import Mode
 
 # Okabe-Ito: distinguishable under the common colour-vision deficiencies.
 OKABE_ITO = {
@@ -18,8 +20,8 @@ OKABE_ITO = {
     "purple": "#CC79A7",
 }
 
-# One colour per scheme, fixed across pages; PPSD stage counts get their own hues in order.
-SCHEME_COLOURS = {"ar": OKABE_ITO["black"], "eesd": OKABE_ITO["orange"]}
+# One colour per mode, fixed across pages; PPSD stage counts get their own hues in order.
+MODE_COLOURS = {Mode.AR: OKABE_ITO["black"], Mode.EESD: OKABE_ITO["orange"]}
 PPSD_COLOURS = [OKABE_ITO["blue"], OKABE_ITO["green"], OKABE_ITO["purple"], OKABE_ITO["sky"],
                 OKABE_ITO["vermillion"], OKABE_ITO["yellow"]]
 

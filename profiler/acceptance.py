@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ppsd.exit_heads import SHARED
 from profiler.model import ModelAdapter, causal_mask
 from profiler.prompts import Prompt
 
@@ -260,7 +261,7 @@ def acceptance_table(results: list[PromptResult]):
             continue
         exits = np.repeat(np.arange(1, n_exits + 1), g)
         positions = np.tile(np.arange(g), n_exits)
-        frames.append(pd.DataFrame({"head": "shared", "prompt_id": r.prompt_id, "category": r.category,
+        frames.append(pd.DataFrame({"head": SHARED, "prompt_id": r.prompt_id, "category": r.category,
                                     "exit_layer": exits, "position": positions,
                                     "match": r.match.reshape(-1).astype(int), "beta": r.beta.reshape(-1)}))
     if not frames:

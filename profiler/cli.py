@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ppsd.errors import UserError
+from ppsd.exit_heads import SHARED
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -75,7 +76,7 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="profile folder to write (default runs/profile-<model>-<device>-<time>)")
-    from profiler.analytic import add_analytic_arguments  # torch-free
+    from profiler.analytic_cli import add_analytic_arguments  # torch-free
 
     add_analytic_arguments(p)
     p.set_defaults(func=run_profile)
@@ -150,7 +151,7 @@ def _work_key(args, prompts, corun_max: int) -> str:
 
 def run_profile(args) -> int:
     if getattr(args, "analytic", False):
-        from profiler.analytic import run_analytic
+        from profiler.analytic_cli import run_analytic
 
         return run_analytic(args)
     _check_args(args)
@@ -182,24 +183,10 @@ def run_profile(args) -> int:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
 
-    from ppsd.paths import atomic_dir
-    from profiler.schema import load_profile, save_profile
-
-    acceptance = generations = None
-    if results is not None:
-        from profiler.acceptance import acceptance_table
-
-        acceptance = acceptance_table(results)
-        if head_rows is not None:
-            import pandas as pd
-
-            acceptance = pd.concat([acceptance, head_rows], ignore_index=True)
-        generations = [r.generation_record() for r in results]
-    with atomic_dir(out) as tmp:
-        tmp.chmod(0o777 & ~_umask())  # a temp folder is private; the profile should not be
-        save_profile(tmp, meta, acceptance=acceptance, generations=generations)
-        load_profile(tmp)  # never hand out a folder this ppsd cannot read back
+    _write_profile(out, meta, results, head_rows)
     shutil.rmtree(work, ignore_errors=True)
+    from profiler.schema import load_profile
+
     profile = load_profile(out)
     print_summary(profile)
     print(f"\nprofile written to {out}  ({meta['profiling']['wall_s']:.0f} s)")
@@ -230,35 +217,68 @@ def _main_thread() -> bool:
 
 
 def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | None, object]:
-    """All the measuring; returns profile.json content, the per-prompt acceptance results and the
-    trained heads' acceptance rows (None without --heads)."""
-    import torch
-
-    from ppsd.paths import atomic_write_json
-    from profiler import latency as lat
-    from profiler.acceptance import profile_acceptance
-    from profiler.model import load_model
-    from profiler.progress import Progress
+    """All the measuring, phase by phase; returns profile.json content, the per-prompt acceptance
+    results and the trained heads' acceptance rows (None without --heads)."""
+    # Imported before the clock starts, so `load` and `wall_s` time the model and the measuring,
+    # not the import of torch and transformers.
+    import profiler.acceptance  # noqa: F401
+    import profiler.latency  # noqa: F401
+    import profiler.model  # noqa: F401
+    from ppsd.progress import PhaseBars
 
     t_start = time.perf_counter()
     phases: dict[str, float] = {}
+    adapter = _load_model(args)
+    phases["load"] = time.perf_counter() - t_start
+    heads = _load_exit_heads(args, adapter) if args.heads else None
+    _check_latency_context(args, adapter)
+    encoded = _encode_prompts(args, adapter, prompts)
+    cfg, warnings = _latency_config(args, corun_max)
+
+    head_rows = head_info = None
+    with PhaseBars(enabled=True) as bar:
+        latency, warnings = _latency(args, adapter, cfg, work, bar, phases, warnings)
+        results = _acceptance(args, adapter, prompts, encoded, work, bar, phases)
+        if heads is not None:
+            head_rows, latency["exit_heads"], head_info = _exit_heads(args, adapter, heads, results, cfg, bar, phases)
+
+    meta = _meta(args, adapter, cfg, latency, prompts, results, warnings)
+    if heads is not None:
+        _record_exit_heads(meta, head_info, len(prompts))
+    meta["profiling"] = {"wall_s": round(time.perf_counter() - t_start, 2),
+                         "phases_s": {k: round(v, 2) for k, v in phases.items()}}
+    return meta, results, head_rows
+
+
+# --- the phases of a run, in order ----------------------------------------------------------------------
+
+def _load_model(args):
+    import torch
+
+    from profiler.model import load_model
+
     torch.set_num_threads(args.threads)
     _quiet_transformers()
-    adapter = load_model(args.model, device=args.device, dtype=args.dtype)
-    phases["load"] = time.perf_counter() - t_start
-    N = adapter.num_layers
-    heads = None
-    if args.heads:  # another model's heads, a missing weight file: refused before any measuring
-        from profiler.heads.profiling import load_for_profile
+    return load_model(args.model, device=args.device, dtype=args.dtype)
 
-        heads = load_for_profile(args.heads, adapter)
-    warnings: list[str] = []
 
+def _load_exit_heads(args, adapter):
+    """--heads: another model's heads, a missing weight file: refused before any measuring."""
+    from profiler.heads.profiling import load_for_profile
+
+    return load_for_profile(args.heads, adapter)
+
+
+def _check_latency_context(args, adapter) -> None:
     need_ctx = max(args.context_values) + max(args.n_values)
     if not args.skip_latency and need_ctx > adapter.max_context:
         raise UserError(f"--context-values {max(args.context_values)} plus {max(args.n_values)} new tokens exceeds "
                         f"the model's context of {adapter.max_context} tokens",
                         "give smaller --context-values / --n-values")
+
+
+def _encode_prompts(args, adapter, prompts) -> list:
+    """Every prompt's token ids; a prompt that leaves no room for its generation is refused."""
     encoded = [adapter.encode_prompt(p.text) for p in prompts]
     for p, ids in zip(prompts, encoded):
         if len(ids) + args.max_new_tokens > adapter.max_context:
@@ -266,7 +286,14 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
                             f"{args.max_new_tokens} it exceeds the model's context of {adapter.max_context}",
                             "drop it from the prompt file, subsample with --per-category/--limit, "
                             "or lower --max-new-tokens")
+    return encoded
 
+
+def _latency_config(args, corun_max: int):
+    """The latency measurement's settings, and the warnings list the run starts with."""
+    from profiler import latency as lat
+
+    warnings: list[str] = []
     cfg = lat.LatencyConfig(n_values=tuple(sorted(set(args.n_values))),
                             context_values=tuple(sorted(set(args.context_values))),
                             warmup=args.warmup, repeats=args.repeats, corun_max=corun_max,
@@ -277,76 +304,127 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
         # Keep the profile usable by the simulator: a quick n=1 table at the smallest context.
         cfg.n_values, cfg.context_values, cfg.repeats, cfg.whole_step_repeats = (1,), (min(cfg.context_values),), 3, 3
         warnings.append("latency was skipped (--skip-latency): the tables hold a quick n=1 measurement only")
+    return cfg, warnings
 
-    grid_cells = len(cfg.n_values) * len(cfg.context_values)
-    corun_rounds = (corun_max if corun_max >= 2 else 0) + (1 if cfg.measure_hop else 0) + (1 if cfg.pipeline_repeats else 0)
-    gen_total = len(prompts) * args.max_new_tokens
-    with Progress(enabled=True) as bar:
-        # --- latency ---------------------------------------------------------------------------
-        lat_file = work / "latency.json"
-        if lat_file.exists():
-            latency = json.loads(lat_file.read_text())
-        else:
-            t0 = time.perf_counter()
-            bar.phase("latency grid", grid_cells)
-            grid = lat.measure_grid(adapter, cfg, tick=lambda: bar.advance("latency grid"))
-            phases["latency"] = time.perf_counter() - t0
-            corun = hop = pipeline = None
-            if corun_rounds:
-                t0 = time.perf_counter()
-                bar.phase("co-run + hop", corun_rounds)
-                try:
-                    corun, hop, pipeline = lat.measure_corun_and_hop(args.model, adapter, cfg,
-                                                                     tick=lambda: bar.advance("co-run + hop"), grid=grid)
-                except RuntimeError as exc:
-                    # A profile without these is still useful; the simulator then assumes none.
-                    warnings.append(f"co-run / hop measurement failed: {str(exc).splitlines()[0]}")
-                bar.finish("co-run + hop")
-                phases["corun_hop"] = time.perf_counter() - t0
-            latency = {"n_values": list(cfg.n_values), "context_values": list(cfg.context_values), **grid,
-                       "hop": hop, "corun": corun, "pipeline": pipeline, "phases": dict(phases), "warnings": warnings}
-            atomic_write_json(lat_file, latency)
-        phases.update(latency.pop("phases", {}))
-        warnings = latency.pop("warnings", warnings)
-        if latency.get("whole_step") and latency["whole_step"].get("flagged"):
-            warnings.append("whole step: " + latency["whole_step"]["note"])
 
-        # --- acceptance -----------------------------------------------------------------------
-        results = None
-        if prompts:
-            t0 = time.perf_counter()
-            bar.phase("generate (tokens)", gen_total)
-            bar.phase("trace (prompts)", len(prompts))
-            results = profile_acceptance(adapter, prompts, encoded, args.max_new_tokens, args.temperature,
-                                         work_dir=work / "acceptance", max_batch=args.batch_size,
-                                         on_generate=lambda k: bar.advance("generate (tokens)", k),
-                                         on_prompt=lambda: bar.advance("trace (prompts)"))
-            bar.finish("generate (tokens)")
-            phases["acceptance"] = time.perf_counter() - t0
+def _latency(args, adapter, cfg, work: Path, bar, phases: dict[str, float],
+             warnings: list[str]) -> tuple[dict, list[str]]:
+    """The latency block: read back from the work folder (--resume), or measured (the tables, then
+    co-run + hop + pipeline probe) and kept there. Returns it and the warnings to carry on (a
+    resumed run's are the ones saved with its latency)."""
+    from ppsd.paths import atomic_write_json
 
-        # --- trained exit heads: drafting latency (stage 1's time) and traces on the same generations
-        head_rows = None
-        if heads is not None:
-            from profiler.heads.profiling import profile_heads
+    lat_file = work / "latency.json"
+    if lat_file.exists():
+        latency = json.loads(lat_file.read_text())
+    else:
+        grid = _latency_tables(adapter, cfg, bar, phases)
+        corun, hop, pipeline = _corun_hop_and_probe(args.model, adapter, cfg, grid, bar, phases, warnings)
+        latency = {"n_values": list(cfg.n_values), "context_values": list(cfg.context_values), **grid,
+                   "hop": hop, "corun": corun, "pipeline": pipeline, "phases": dict(phases), "warnings": warnings}
+        atomic_write_json(lat_file, latency)
+    phases.update(latency.pop("phases", {}))
+    warnings = latency.pop("warnings", warnings)
+    if latency.get("whole_step") and latency["whole_step"].get("flagged"):
+        warnings.append("whole step: " + latency["whole_step"]["note"])
+    return latency, warnings
 
-            t0 = time.perf_counter()
-            bar.phase("exit heads (prompts)", len(results or []))
-            head_rows, latency["exit_heads"], head_info = profile_heads(
-                adapter, heads, results, args.temperature, cfg.n_values, cfg.repeats,
-                progress=lambda: bar.advance("exit heads (prompts)"))
-            phases["exit_heads"] = time.perf_counter() - t0
 
-    meta = _meta(args, adapter, cfg, latency, prompts, results, warnings)
-    if heads is not None:
-        meta["exit_heads"] = head_info
-        if head_info["trained_on_profile_prompts"]:
-            meta["warnings"].append(f"the exit heads were trained on {head_info['trained_on_profile_prompts']} of the "
-                                    f"{len(prompts)} profiled prompts: their acceptance here is optimistic")
-        if meta["acceptance"]:
-            meta["acceptance"]["heads"] = ["shared", *head_info["names"]]
-    meta["profiling"] = {"wall_s": round(time.perf_counter() - t_start, 2),
-                         "phases_s": {k: round(v, 2) for k, v in phases.items()}}
-    return meta, results, head_rows
+def _latency_tables(adapter, cfg, bar, phases: dict[str, float]) -> dict:
+    """Every layer, the head and the embedding over (new tokens x context), and the whole step."""
+    from profiler import latency as lat
+
+    t0 = time.perf_counter()
+    bar.phase("latency grid", len(cfg.n_values) * len(cfg.context_values))
+    grid = lat.measure_grid(adapter, cfg, tick=lambda: bar.advance("latency grid"))
+    phases["latency"] = time.perf_counter() - t0
+    return grid
+
+
+def _corun_hop_and_probe(model_spec: str, adapter, cfg, grid: dict, bar, phases: dict[str, float],
+                         warnings: list[str]) -> tuple[dict | None, dict | None, dict | None]:
+    """Co-run slowdown, the idle hop and the two-stage pipeline probe: (corun, hop, pipeline).
+    The three share one pool of worker processes, so they are one phase here."""
+    from profiler import latency as lat
+
+    rounds = ((cfg.corun_max if cfg.corun_max >= 2 else 0) + (1 if cfg.measure_hop else 0)
+              + (1 if cfg.pipeline_repeats else 0))
+    if not rounds:
+        return None, None, None
+    corun = hop = pipeline = None
+    t0 = time.perf_counter()
+    bar.phase("co-run + hop", rounds)
+    try:
+        corun, hop, pipeline = lat.measure_corun_and_hop(model_spec, adapter, cfg,
+                                                         tick=lambda: bar.advance("co-run + hop"), grid=grid)
+    except RuntimeError as exc:
+        # A profile without these is still useful; the simulator then assumes none.
+        warnings.append(f"co-run / hop measurement failed: {str(exc).splitlines()[0]}")
+    bar.finish("co-run + hop")
+    phases["corun_hop"] = time.perf_counter() - t0
+    return corun, hop, pipeline
+
+
+def _acceptance(args, adapter, prompts, encoded, work: Path, bar, phases: dict[str, float]) -> list | None:
+    """Greedy generations on every prompt and every exit's match trace along them (None without prompts)."""
+    if not prompts:
+        return None
+    from profiler.acceptance import profile_acceptance
+
+    t0 = time.perf_counter()
+    bar.phase("generate (tokens)", len(prompts) * args.max_new_tokens)
+    bar.phase("trace (prompts)", len(prompts))
+    results = profile_acceptance(adapter, prompts, encoded, args.max_new_tokens, args.temperature,
+                                 work_dir=work / "acceptance", max_batch=args.batch_size,
+                                 on_generate=lambda k: bar.advance("generate (tokens)", k),
+                                 on_prompt=lambda: bar.advance("trace (prompts)"))
+    bar.finish("generate (tokens)")
+    phases["acceptance"] = time.perf_counter() - t0
+    return results
+
+
+def _exit_heads(args, adapter, heads, results, cfg, bar, phases: dict[str, float]) -> tuple:
+    """Trained exit heads: their drafting latency (stage 1's time) and traces on the same generations.
+    Returns (acceptance rows, the latency block's `exit_heads`, the meta's `exit_heads`)."""
+    from profiler.heads.profiling import profile_heads
+
+    t0 = time.perf_counter()
+    bar.phase("exit heads (prompts)", len(results or []))
+    rows, latency_block, info = profile_heads(adapter, heads, results, args.temperature, cfg.n_values, cfg.repeats,
+                                              progress=lambda: bar.advance("exit heads (prompts)"))
+    phases["exit_heads"] = time.perf_counter() - t0
+    return rows, latency_block, info
+
+
+def _record_exit_heads(meta: dict, head_info: dict, num_prompts: int) -> None:
+    meta["exit_heads"] = head_info
+    if head_info["trained_on_profile_prompts"]:
+        meta["warnings"].append(f"the exit heads were trained on {head_info['trained_on_profile_prompts']} of the "
+                                f"{num_prompts} profiled prompts: their acceptance here is optimistic")
+    if meta["acceptance"]:
+        meta["acceptance"]["heads"] = [SHARED, *head_info["names"]]
+
+
+def _write_profile(out: Path, meta: dict, results, head_rows) -> None:
+    """profile.json, the acceptance table (shared head, then the trained heads' rows) and the
+    generations, written all at once (temp folder + rename) after a read-back check."""
+    from ppsd.paths import atomic_dir
+    from profiler.schema import load_profile, save_profile
+
+    acceptance = generations = None
+    if results is not None:
+        from profiler.acceptance import acceptance_table
+
+        acceptance = acceptance_table(results)
+        if head_rows is not None:
+            import pandas as pd
+
+            acceptance = pd.concat([acceptance, head_rows], ignore_index=True)
+        generations = [r.generation_record() for r in results]
+    with atomic_dir(out) as tmp:
+        tmp.chmod(0o777 & ~_umask())  # a temp folder is private; the profile should not be
+        save_profile(tmp, meta, acceptance=acceptance, generations=generations)
+        load_profile(tmp)  # never hand out a folder this ppsd cannot read back
 
 
 def _meta(args, adapter, cfg, latency: dict, prompts, results, warnings: list[str]) -> dict:
@@ -364,7 +442,7 @@ def _meta(args, adapter, cfg, latency: dict, prompts, results, warnings: list[st
         acc = {"temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
                "prompt_set": args.prompts or "builtin", "per_category": args.per_category, "limit": args.limit,
                "num_prompts": len(results), "categories": sorted({r.category for r in results}),
-               "heads": ["shared"], "tokens": tokens,
+               "heads": [SHARED], "tokens": tokens,
                "teacher_forced_agree": sum(r.teacher_forced_agree for r in results),
                "chat_template": bool(getattr(adapter.tokenizer, "chat_template", None)),
                "generation": "greedy, batched with left padding, stops after an end-of-sequence token"}
@@ -403,7 +481,7 @@ def summary_rows(profile) -> list[dict]:
     alpha = beta = {}
     if profile.has_acceptance:
         df = profile.acceptance
-        df = df[df["head"] == "shared"]
+        df = df[df["head"] == SHARED]
         g = df.groupby("exit_layer")
         alpha = g["match"].mean().to_dict()
         beta = g["beta"].mean().to_dict()

@@ -3,7 +3,7 @@
 Peak figures are the vendor datasheet numbers (dense, i.e. without the 2:4-sparsity doubling NVIDIA
 prints next to them). A real decode step reaches only part of them, so each GPU also carries
 efficiency factors and a fixed per-kernel cost; those are not datasheet numbers but typical values
-for batch-1 decoding kernels, and `profiler.analytic.fit_efficiency` refits them to a measurement.
+for batch-1 decoding kernels, and `profiler.calibration.fit_efficiency` refits them to a measurement.
 """
 
 from __future__ import annotations

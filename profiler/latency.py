@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ppsd.net import free_port
 from profiler.model import KVCache, ModelAdapter, causal_mask
 
 
@@ -200,12 +200,6 @@ def measure_grid(adapter: ModelAdapter, cfg: LatencyConfig, tick=lambda: None) -
 
 
 # --- co-run slowdown and hop time: worker processes -------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _worker(rank: int, model_spec: str, device: str, dtype: str, threads: int, context: int,
             commands, results) -> None:
@@ -498,8 +492,9 @@ class WorkerPool:
 def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyConfig,
                           tick=lambda: None, grid: dict | None = None) -> tuple[dict | None, dict | None, dict | None]:
     """Co-run slowdown for p = 1..corun_max, the hop time and the two-stage pipeline probe, from
-    one pool of worker processes. `tick()` is called after each round (progress); `grid` (from
-    `measure_grid`) prices the probe's passes as the simulator will.
+    one pool of worker processes (loading the model into workers is the slow part, so the three
+    share them). `tick()` is called after each round (progress); `grid` (from `measure_grid`)
+    prices the probe's passes as the simulator will.
     Returns (corun, hop, pipeline); any may be None."""
     k = max(cfg.corun_max, 2 if cfg.measure_hop or cfg.pipeline_repeats else 1)
     if k < 2:
@@ -511,46 +506,64 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
     backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
     try:
         if cfg.corun_max >= 2:
-            medians, p10s, p90s, base = [], [], [], None
-            for p in range(1, cfg.corun_max + 1):
-                ranks = range(p)
-                pool.send(ranks, ("corun", time.time() + 0.3, cfg.corun_seconds))
-                got = pool.collect("corun", ranks)
-                per_rank = [np.median(s) for s in got.values()]
-                pooled = np.concatenate([np.asarray(s) for s in got.values()])
-                if base is None:
-                    base = float(np.median(pooled))
-                medians.append(float(np.mean(per_rank)) / base)
-                p10s.append(float(np.percentile(pooled, 10)) / base)
-                p90s.append(float(np.percentile(pooled, 90)) / base)
-                tick()
-            corun = {"processes": list(range(1, cfg.corun_max + 1)), "slowdown": medians, "p10": p10s,
-                     "p90": p90s, "alone_layer_ms": base, "context": int(cfg.context_values[0]),
-                     "threads_per_process": cfg.threads, "seconds_per_round": cfg.corun_seconds}
+            corun = _measure_corun(pool, cfg, tick)
         if cfg.measure_hop:
-            pool.send([0, 1], ("hop", _free_port(), cfg.hop_repeats, adapter.hidden_size, backend))
-            samples = pool.collect("hop", [0, 1])[0]
-            nbytes = adapter.hidden_size * 4  # one float32 hidden state
-            hop = {"backend": backend, "bytes": nbytes, **stats(samples), "repeats": len(samples),
-                   "method": "isend/irecv round trip / 2, two local processes"}
+            hop = _measure_hop(pool, cfg, adapter.hidden_size, backend)
             tick()
         if cfg.pipeline_repeats and adapter.num_layers >= 2:
-            # What a 2-stage pipeline really sees: both stages busy with layers *and* heads at once,
-            # and messages that wake a waiting process; the idle ping-pong above sees neither.
-            e = adapter.num_layers // 2
-            alone = {}
-            for r in (0, 1):
-                pool.send([r], ("stage_alone", e, cfg.pipeline_repeats))
-                alone.update(pool.collect("stage_alone", [r]))
-            pool.send([0, 1], ("pipeline", _free_port(), e, cfg.pipeline_repeats, backend))
-            piped = pool.collect("pipeline", [0, 1])
-            table = (table_pass_ms(grid, e, adapter.num_layers, cfg.n_values)
-                     if grid is not None and 1 in cfg.n_values else None)
-            pipeline = pipeline_summary(alone, piped, e, adapter.num_layers, backend, table)
+            pipeline = _measure_pipeline_probe(pool, cfg, adapter.num_layers, backend, grid)
             tick()
     finally:
         pool.close()
     return corun, hop, pipeline
+
+
+def _measure_corun(pool: WorkerPool, cfg: LatencyConfig, tick) -> dict:
+    """Per-layer time while p = 1..corun_max workers run decoder layers at once, over the time
+    of one alone; `tick()` after each p."""
+    medians, p10s, p90s, base = [], [], [], None
+    for p in range(1, cfg.corun_max + 1):
+        ranks = range(p)
+        pool.send(ranks, ("corun", time.time() + 0.3, cfg.corun_seconds))
+        got = pool.collect("corun", ranks)
+        per_rank = [np.median(s) for s in got.values()]
+        pooled = np.concatenate([np.asarray(s) for s in got.values()])
+        if base is None:
+            base = float(np.median(pooled))
+        medians.append(float(np.mean(per_rank)) / base)
+        p10s.append(float(np.percentile(pooled, 10)) / base)
+        p90s.append(float(np.percentile(pooled, 90)) / base)
+        tick()
+    return {"processes": list(range(1, cfg.corun_max + 1)), "slowdown": medians, "p10": p10s,
+            "p90": p90s, "alone_layer_ms": base, "context": int(cfg.context_values[0]),
+            "threads_per_process": cfg.threads, "seconds_per_round": cfg.corun_seconds}
+
+
+def _measure_hop(pool: WorkerPool, cfg: LatencyConfig, hidden_size: int, backend: str) -> dict:
+    """One-way time of a hidden-state message between two idle workers (ping-pong)."""
+    pool.send([0, 1], ("hop", free_port(), cfg.hop_repeats, hidden_size, backend))
+    samples = pool.collect("hop", [0, 1])[0]
+    nbytes = hidden_size * 4  # one float32 hidden state
+    return {"backend": backend, "bytes": nbytes, **stats(samples), "repeats": len(samples),
+            "method": "isend/irecv round trip / 2, two local processes"}
+
+
+def _measure_pipeline_probe(pool: WorkerPool, cfg: LatencyConfig, num_layers: int, backend: str,
+                            grid: dict | None) -> dict:
+    """A two-stage pipeline split at the middle layer: each stage's passes alone, then both running
+    as a pipeline; summarised against the tables' price of the same passes (`grid`)."""
+    # What a 2-stage pipeline really sees: both stages busy with layers *and* heads at once,
+    # and messages that wake a waiting process; the idle ping-pong (`_measure_hop`) sees neither.
+    e = num_layers // 2
+    alone = {}
+    for r in (0, 1):
+        pool.send([r], ("stage_alone", e, cfg.pipeline_repeats))
+        alone.update(pool.collect("stage_alone", [r]))
+    pool.send([0, 1], ("pipeline", free_port(), e, cfg.pipeline_repeats, backend))
+    piped = pool.collect("pipeline", [0, 1])
+    table = (table_pass_ms(grid, e, num_layers, cfg.n_values)
+             if grid is not None and 1 in cfg.n_values else None)
+    return pipeline_summary(alone, piped, e, num_layers, backend, table)
 
 
 def machine_info(adapter: ModelAdapter, threads: int) -> dict:

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from ppsd.errors import UserError
+from ppsd.exit_heads import SHARED
 from ppsd.paths import atomic_write_json, atomic_write_text
 
 SCHEMA_VERSION = 1
@@ -72,7 +73,7 @@ PROFILE_FILE = "profile.json"
 ACCEPTANCE_FILE = "acceptance.csv.gz"
 GENERATIONS_FILE = "generations.jsonl"
 ACCEPTANCE_COLUMNS = ["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"]
-SHARED_HEAD = "shared"
+SHARED_HEAD = SHARED  # the model's own norm + LM head as exit head (ppsd/exit_heads.py)
 
 
 def _bad(path: Path, what: str) -> UserError:

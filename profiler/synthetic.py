@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ppsd import __version__
+from ppsd.exit_heads import SHARED
 from profiler.schema import SCHEMA_VERSION, Profile, load_profile, save_profile
 
 
@@ -77,7 +78,7 @@ def bernoulli_acceptance(num_layers: int, alpha_by_exit, prompts: int = 4, token
             a = alpha_by_exit(e) if callable(alpha_by_exit) else alpha_by_exit[e]
             m = (rng.random(tokens) < a).astype(int)
             for pos in range(tokens):
-                rows.append(("shared", f"p{p}", cat, e, pos, int(m[pos]), float(a)))
+                rows.append((SHARED, f"p{p}", cat, e, pos, int(m[pos]), float(a)))
     return pd.DataFrame(rows, columns=["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"])
 
 
@@ -89,6 +90,6 @@ def write_synthetic_profile(out_dir: str | Path, alpha_by_exit=None, seed: int =
         acc = bernoulli_acceptance(meta["model"]["num_layers"], alpha_by_exit, seed=seed)
         meta["acceptance"] = {"temperature": 1.0, "max_new_tokens": 64, "prompt_set": "synthetic",
                               "num_prompts": int(acc["prompt_id"].nunique()),
-                              "categories": sorted(acc["category"].unique().tolist()), "heads": ["shared"]}
+                              "categories": sorted(acc["category"].unique().tolist()), "heads": [SHARED]}
     save_profile(out_dir, meta, acceptance=acc)
     return load_profile(out_dir)

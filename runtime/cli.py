@@ -5,8 +5,7 @@ No torch at import time: the handlers import the runtime lazily.
 
 from __future__ import annotations
 
-import json
-import sys
+from sim.modes import MODES, Mode
 
 
 def register(sub) -> None:
@@ -15,11 +14,14 @@ def register(sub) -> None:
                        "load time, accepted lengths and per-stage busy time. Speculative modes also run AR "
                        "in the same session for the speedup and the losslessness check.")
     p.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default), tiny-llama, a folder, a .gguf")
-    p.add_argument("--mode", choices=("ar", "eesd", "ppsd"), default="ppsd")
+    p.add_argument("--mode", choices=MODES, default=Mode.PPSD.value)
     p.add_argument("--exit", type=int, dest="exit_layer", help="exit layer E (1..N-1); needed for eesd/ppsd")
     p.add_argument("--draft-len", type=int, default=4, help="EESD drafts per round γ (default 4)")
     p.add_argument("--stages", type=int, default=2, help="PPSD pipeline stages k (default 2)")
-    p.add_argument("--stage-bounds", help="PPSD layer cuts, e.g. 0,15,30 (default: balanced by layer count)")
+    p.add_argument("--stage-bounds", help="PPSD layer cuts, e.g. 0,15,30 (default: balanced by the profile's "
+                   "time, as `ppsd simulate` cuts them)")
+    p.add_argument("--profile", metavar="DIR", help="profile of this model whose measured times cut the PPSD stages "
+                   "(default: the committed example profile when it is of this model, else by layer count)")
     p.add_argument("--prompts", default=None, help="JSONL in Spec-Bench format, or spec-bench (default: built-in)")
     p.add_argument("--limit", type=int, default=4, help="number of prompts (default 4)")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -77,10 +79,5 @@ def cmd_validate(args) -> int:
     from runtime.validate import validate_command
 
     return validate_command(args)
-
-
-def print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=1)
-    sys.stdout.write("\n")
 
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 import torch
 
 from ppsd.errors import UserError
-
-SHARED, TRAINED = "shared", "trained"
+from ppsd.exit_heads import SHARED, TRAINED, vocab_size
 
 
 def parse_head_name(name: str) -> int | None:
     """None for shared / trained, V for vocab<V>; UserError for anything else."""
     if name in (SHARED, TRAINED):
         return None
-    if name.startswith("vocab") and name[5:].isdigit() and int(name[5:]) > 0:
-        return int(name[5:])
+    size = vocab_size(name)
+    if size is not None:
+        return size
     raise UserError(f"unknown exit head {name!r}", "use --exit-head shared, trained or vocab<V> (e.g. vocab4096)")
 
 

@@ -26,12 +26,7 @@ from multiprocessing.connection import wait as wait_sentinels
 from pathlib import Path
 
 from ppsd.errors import UserError
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from ppsd.net import free_port
 
 
 def check_port(port: int) -> int:

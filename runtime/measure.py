@@ -17,7 +17,8 @@ import numpy as np
 
 from runtime.acceptance import ForcedTrace, Sampler
 from runtime.decoding import SeqRecord, generate_ar, generate_eesd
-from sim.plan import Event, Plan, Result
+from sim.modes import Mode
+from sim.plan import Event, MeasuredDetails, Plan, Result
 
 
 @dataclass
@@ -56,7 +57,7 @@ def _run_in_process(model, job: Job) -> list[list[SeqRecord]]:
     seq = 0
     origin = None
     drafter = None
-    if plan.mode == "eesd":
+    if plan.mode is Mode.EESD:
         from runtime.heads import make_drafter
 
         drafter = make_drafter(model, plan.exit_layer, job.heads_dir, plan.exit_head)
@@ -68,7 +69,7 @@ def _run_in_process(model, job: Job) -> list[list[SeqRecord]]:
             record = job.timeline and rep == 0
             if record and origin is None:
                 origin = time.perf_counter()
-            if plan.mode == "ar":
+            if plan.mode is Mode.AR:
                 r = generate_ar(model, prompt, job.max_new[i], sampler, eos, origin, record)
             else:
                 forced = job.forced[i] if job.forced else None
@@ -124,8 +125,9 @@ def records_from_logs(pjob, logs) -> list[list[SeqRecord]]:
     return [reps[r] for r in sorted(reps)]
 
 
-def summarize(plan: Plan, reps: list[list[SeqRecord]], *, load_s: float = 0.0, extra: dict | None = None) -> Measurement:
-    """Per-repetition records -> Result with median and spread."""
+def summarize(plan: Plan, reps: list[list[SeqRecord]], *, load_s: float = 0.0, facts: dict | None = None) -> Measurement:
+    """Per-repetition records -> Result with median and spread. `facts`: further MeasuredDetails
+    fields (the model, the job's settings)."""
     tps, times, prefill, toks = [], [], [], []
     for recs in reps:
         n = sum(r.decode_tokens for r in recs)
@@ -147,26 +149,24 @@ def summarize(plan: Plan, reps: list[list[SeqRecord]], *, load_s: float = 0.0, e
         tokens_per_s=float(med), speedup_vs_ar=None,
         mean_accepted=(float(np.mean([a + 1 for a in rounds])) if rounds else 1.0),
         accepted_hist=hist,
-        acceptance_rate=(sum(rounds) / verified if verified else None) if plan.mode != "ar" else None,
+        acceptance_rate=(sum(rounds) / verified if verified else None) if plan.mode.speculative else None,
         stage_busy=[round(b, 4) for b in busy], device_busy=[round(b, 4) for b in busy],
         timeline=events,
-        extra={
-            "tokens_per_s_p10": float(np.percentile(tps, 10)), "tokens_per_s_p90": float(np.percentile(tps, 90)),
-            "tokens_per_s_min": float(min(tps)), "tokens_per_s_max": float(max(tps)),
-            "tokens_per_s_reps": [round(x, 4) for x in tps], "repeats": len(reps),
-            "prefill_s": float(statistics.median(prefill)), "load_s": round(load_s, 3),
-            **(extra or {}),
-        },
+        details=MeasuredDetails(
+            tokens_per_s_p10=float(np.percentile(tps, 10)), tokens_per_s_p90=float(np.percentile(tps, 90)),
+            tokens_per_s_min=float(min(tps)), tokens_per_s_max=float(max(tps)),
+            tokens_per_s_reps=[round(x, 4) for x in tps], repeats=len(reps),
+            prefill_s=float(statistics.median(prefill)), load_s=round(load_s, 3), **(facts or {})),
     )
     return Measurement(res, [r.tokens for r in first], reps)
 
 
-def measure(model, job: Job, *, load_s: float = 0.0, extra: dict | None = None) -> Measurement:
+def measure(model, job: Job, *, load_s: float = 0.0, facts: dict | None = None) -> Measurement:
     """Run `job` (AR / EESD in this process, PPSD in stage processes) and summarise it."""
-    if job.plan.mode == "ppsd":
+    if job.plan.mode is Mode.PPSD:
         reps = _run_pipeline(model, job)
     else:
         reps = _run_in_process(model, job)
     ex = {"warmup": job.warmup, "temperature": job.temperature,
-          "forced_trace": (job.forced[0].label if job.forced and job.forced[0] else None), **(extra or {})}
-    return summarize(job.plan, reps, load_s=load_s, extra=ex)
+          "forced_trace": (job.forced[0].label if job.forced and job.forced[0] else None), **(facts or {})}
+    return summarize(job.plan, reps, load_s=load_s, facts=ex)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from ppsd.exit_heads import SHARED
 from runtime.acceptance import ForcedTrace, Sampler
 from sim.plan import Event
 
@@ -58,7 +59,7 @@ class PipelineJob:
     model_seed: int = 0
     threads: int = 1
     heads_dir: str | None = None  # exit-head folder (runtime/heads.py) when exit_head is not "shared"
-    exit_head: str = "shared"
+    exit_head: str = SHARED
 
     @property
     def schedule(self) -> list[tuple[int, int]]:

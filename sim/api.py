@@ -1,9 +1,11 @@
-"""The simulator's public API (torch-free): resolve a plan, simulate it, sweep every plan, recommend.
+"""The simulator's public API (torch-free): resolve a plan, simulate it, sweep every plan, recommend,
+price it by the closed form.
 
-Two engines implement one timing model (see `sim/engine.py` for the model in words):
+Each scheme (AR, EESD, PPSD) keeps its whole timing model in one home under `sim/schemes/`, with
+two engines and an oracle behind one interface (`sim/schemes/base.py`):
   "event"  the SimPy discrete-event model (reference; timelines come from it)
-  "fast"   an exact vectorised replay of the same model (sweeps); tested equal to "event".
-`sim/analytic.py` holds the closed forms for i.i.d. acceptance at a fixed context (the oracle).
+  "fast"   an exact replay of the same model without SimPy (sweeps); tested equal to "event"
+  closed form: expected time per token for i.i.d. acceptance at one context (the oracle)
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ppsd.errors import UserError
+from ppsd.exit_heads import SHARED
 from sim.plan import Plan, Result
+from sim.run import ENGINES  # re-exported
 
-ENGINES = ("event", "fast")
 ACCEPTANCE_SOURCES = ("trace", "bernoulli")
 
 
@@ -21,7 +24,7 @@ def resolve_plan(plan: Plan, profile) -> Plan:
     """Fill what the plan leaves open: PPSD stage bounds balanced by profiled time (LM head counted
     in the last stage, exit head in stage 1) when None, and the hop latency from the profile when
     None. Validates the plan against the profile's layer count (UserError on bad input)."""
-    from sim.costs import resolve_plan as _resolve
+    from sim.resolve import resolve_plan as _resolve
 
     return _resolve(plan, profile)
 
@@ -48,7 +51,7 @@ def simulate(profile, plan: Plan, *, tokens: int | None = None, acceptance: str 
 
 def sweep(profile, *, devices: int = 4, gammas: Iterable[int] = range(1, 9), hop_ms: float | None = None,
           alpha_scale: float = 1.0, temperature: float = 0.0, tokens: int = 2000, category: str | None = None,
-          exit_head: str = "shared") -> list[Result]:
+          exit_head: str = SHARED) -> list[Result]:
     """AR, EESD at every exit layer × γ, and PPSD at every exit layer × k ∈ 2..devices (default
     balanced partition), each replaying `tokens` trace-driven tokens through the fast exact engine.
     Sorted by predicted speedup, best first. alpha_scale ≠ 1 rescales every position's acceptance
@@ -66,3 +69,17 @@ def recommend(results: Sequence[Result]) -> tuple[Result, str]:
     if not results:
         raise UserError("no simulated plans to choose from", "run a sweep over a profile first")
     return _recommend(results)
+
+
+def closed_form(profile, plan: Plan, alpha: float, context: float | None = None) -> dict:
+    """A resolved plan priced by its scheme's closed form (i.i.d. acceptance α, costs at one
+    context, default the smallest profiled): {time_per_token_ms, ar_time_per_token_ms,
+    speedup_vs_ar, tokens_per_s}. Milliseconds for a whole sweep: the planner's instant preview.
+    PPSD needs one device per stage (ValueError otherwise: simulate shared placements)."""
+    from sim.modes import Mode
+    from sim.schemes import scheme
+
+    c = float(profile.context_values[0]) if context is None else float(context)
+    ar = scheme(Mode.AR).closed_form(profile, plan, 0.0, c)
+    t = scheme(plan.mode).closed_form(profile, plan, alpha, c)
+    return {"time_per_token_ms": t, "ar_time_per_token_ms": ar, "speedup_vs_ar": ar / t, "tokens_per_s": 1000.0 / t}

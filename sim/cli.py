@@ -7,7 +7,9 @@ import json
 import tempfile
 
 from ppsd.errors import UserError
+from ppsd.exit_heads import SHARED
 from sim import gpus
+from sim.modes import MODES, Mode
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -28,7 +30,7 @@ def register(subparsers) -> None:
     src.add_argument("--embed-ms", type=float, default=0.13, metavar="M", help="synthetic embedding time")
     src.add_argument("--corun", type=float, default=1.0, metavar="F",
                      help="synthetic co-run slowdown of 2+ concurrent stages (default 1.0)")
-    p.add_argument("--mode", choices=["ar", "eesd", "ppsd"], default="ppsd")
+    p.add_argument("--mode", choices=MODES, default=Mode.PPSD.value)
     p.add_argument("--exit", type=int, dest="exit_layer", metavar="E", help="exit layer (1..N-1)")
     p.add_argument("--stages", type=int, default=2, metavar="K", help="PPSD stages (default 2)")
     p.add_argument("--stage-bounds", type=_ints, metavar="0,E,...,N", help="explicit PPSD layer cuts")
@@ -43,7 +45,7 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="> 0: accept with probability β per position")
     p.add_argument("--seed", type=int, default=0, metavar="S")
     p.add_argument("--hop-us", type=float, metavar="X", help="stage-to-stage hop in µs (default: the profile's)")
-    p.add_argument("--exit-head", default="shared", metavar="NAME",
+    p.add_argument("--exit-head", default=SHARED, metavar="NAME",
                    help="which exit head drafts: shared (default), or one the profile has from `ppsd profile "
                         "--heads` (trained, vocab4096, ...)")
     p.add_argument("--engine", choices=["event", "fast"], default="event")
@@ -92,12 +94,13 @@ def simulate_cmd(args) -> int:
     if (args.profile is None) == (args.synthetic_layers is None):
         raise UserError("give exactly one of --profile DIR or --synthetic-layers N",
                         "e.g. --synthetic-layers 30 --layer-ms 2.8 --head-ms 12.6 --alpha 0.6")
-    if args.mode != "ar" and args.exit_layer is None:
-        raise UserError(f"--mode {args.mode} needs an exit layer", "give --exit E")
-    plan = Plan(args.mode, exit_layer=args.exit_layer if args.mode != "ar" else None, draft_len=args.draft_len,
+    mode = Mode.parse(args.mode)
+    if mode.speculative and args.exit_layer is None:
+        raise UserError(f"--mode {mode} needs an exit layer", "give --exit E")
+    plan = Plan(mode, exit_layer=args.exit_layer if mode.speculative else None, draft_len=args.draft_len,
                 stage_bounds=args.stage_bounds, stages=args.stages, placement=args.placement,
                 hop_ms=_hop_ms(args.hop_us), exit_head=args.exit_head)
-    if args.mode == "ppsd" and args.stage_bounds is not None and len(args.stage_bounds) < 3:
+    if mode is Mode.PPSD and args.stage_bounds is not None and len(args.stage_bounds) < 3:
         raise UserError(f"--stage-bounds {','.join(map(str, args.stage_bounds))} gives fewer than 2 stages",
                         "give at least 0,E,N")
     acceptance = args.acceptance or ("bernoulli" if args.alpha is not None else "trace")
@@ -131,14 +134,14 @@ def simulate_cmd(args) -> int:
     if args.json:
         print(json.dumps(result.to_json_dict()))
         return 0
-    r = result
+    r, d = result, result.details
     print(f"{r.plan.label()}: {r.tokens} tokens in {r.time_s:.3f} s simulated = {r.tokens_per_s:.2f} tokens/s, "
-          f"{r.speedup_vs_ar:.3f}× AR ({r.extra['ar_tokens_per_s']:.2f} tokens/s)")
-    if r.plan.mode != "ar":
-        print(f"  acceptance {r.extra['acceptance_source']}: rate {r.acceptance_rate:.3f}, "
-              f"{r.mean_accepted:.2f} tokens per round over {r.extra['rounds']} rounds")
+          f"{r.speedup_vs_ar:.3f}× AR ({d.ar_tokens_per_s:.2f} tokens/s)")
+    if r.plan.mode.speculative:
+        print(f"  acceptance {d.acceptance_source}: rate {r.acceptance_rate:.3f}, "
+              f"{r.mean_accepted:.2f} tokens per round over {d.rounds} rounds")
     print("  stage busy: " + ", ".join(f"{b:.0%}" for b in r.stage_busy)
-          + (f"; hop {r.plan.hop_ms * 1000:.0f} µs" if r.plan.mode == "ppsd" else ""))
+          + (f"; hop {r.plan.hop_ms * 1000:.0f} µs" if r.plan.mode is Mode.PPSD else ""))
     if args.trace_out:
         print(f"  timeline: {args.trace_out} (open in https://ui.perfetto.dev)")
     return 0
@@ -170,15 +173,15 @@ def plan_cmd(args) -> int:
           + (f", exit heads {', '.join(by_head)}" if len(by_head) > 1 else ""))
     print(f"{'rank':>4}  {'plan':<36} {'speedup':>8} {'tokens/s':>9} {'α':>5} {'tok/round':>9}")
     for i, r in enumerate(results[: args.top], 1):
-        alpha = r.extra.get("stream_alpha")
+        alpha = r.details.stream_alpha if r.plan.mode.speculative else float("nan")
         print(f"{i:>4}  {r.plan.label():<36} {r.speedup_vs_ar:>7.3f}× {r.tokens_per_s:>9.2f} "
-              f"{alpha if r.plan.mode != 'ar' else float('nan'):>5.2f} {r.mean_accepted:>9.2f}")
+              f"{alpha:>5.2f} {r.mean_accepted:>9.2f}")
     print("best per mode:")
-    for mode in ("ar", "eesd", "ppsd"):
-        rs = [r for r in results if r.plan.mode == mode]
+    for mode in Mode:
+        rs = [r for r in results if r.plan.mode is mode]
         if rs:
             r = rs[0]
-            print(f"  {mode.upper():<5} {r.plan.label():<36} {r.speedup_vs_ar:.3f}× {r.tokens_per_s:.2f} tokens/s")
+            print(f"  {mode.name:<5} {r.plan.label():<36} {r.speedup_vs_ar:.3f}× {r.tokens_per_s:.2f} tokens/s")
     if len(by_head) > 1:
         print("best per exit head (draft ms: the head's cost per drafted token, paid in stage 1):")
         print("\n".join("  " + line for line in hd.format_comparison(hd.comparison(profile, by_head)).splitlines()))

@@ -1,16 +1,17 @@
-"""Costs from a profile, vectorised over context length, and plan resolution.
+"""Prices of the pieces of decoding from a profile, vectorised over context length.
 
-Every engine reads its times through `CostModel`, so the event model, the fast replay and the AR
-baseline price the same work identically; they differ only in how they schedule it.
+The one module that reads a profile's latency tables for the simulator (DistServe's time estimator
+plays this part there): every scheme prices its work through `CostModel` (layer ranges, LM head,
+embedding, exit head, co-run slowdown), so all engines and the AR baseline price the same work
+identically; they differ only in how they schedule it. What a scheme's unit of work is (a draft, a
+verification, a stage pass) lives with the scheme, under `sim/schemes/`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 import numpy as np
 
-from sim.partition import balanced_bounds
-from sim.plan import Plan
+from ppsd.exit_heads import SHARED
 
 
 def _lin(x, grid: np.ndarray, values: np.ndarray):
@@ -73,7 +74,7 @@ class CostModel:
     position once (`_Interp`); and a range's cost over one context array is kept, read-only, so
     the AR baseline and the stages shared by many plans of one stream are computed once."""
 
-    def __init__(self, profile, exit_head: str = "shared"):
+    def __init__(self, profile, exit_head: str = SHARED):
         self.profile = profile
         self.num_layers = profile.num_layers
         self.n_grid = np.asarray(profile.n_values, dtype=float)
@@ -153,49 +154,11 @@ class CostModel:
             self._ranges[rkey] = out
         return out
 
-    # --- the three schemes' unit costs --------------------------------------------------------
-    def ar_step(self, context: np.ndarray) -> np.ndarray:
-        """One full pass: embed + every layer + final norm and LM head."""
-        return self.embed(1) + self.layers(context, 0, self.num_layers) + self.head(1)
-
-    def draft_step(self, context: np.ndarray, exit_layer: int) -> np.ndarray:
-        """One EESD draft: embed + layers [0, E) + exit head."""
-        return self.embed(1) + self.layers(context, 0, exit_layer) + self.exit_head()
-
-    def verify_step(self, context: np.ndarray, last_context: np.ndarray, exit_layer: int, gamma) -> np.ndarray:
-        """EESD verification of γ drafts: layers [E, N) and the head on γ+1 positions at the round's
-        context, plus embed + layers [0, E) for the last draft (the earlier positions' layer-E
-        states were computed while drafting). γ may be an array (shortened final rounds); γ=0 is a
-        plain AR step."""
-        gamma = np.broadcast_to(np.asarray(gamma), np.shape(context))
-        out = np.empty(np.shape(context), dtype=float)
-        for g in np.unique(gamma):
-            sel = gamma == g
-            n = int(g) + 1
-            out[sel] = (self.layers(context[sel], exit_layer, self.num_layers, n) + self.head(n)
-                        + self.embed(1) + self.layers(last_context[sel], 0, exit_layer))
-        return out
-
-    def stage_steps(self, context: np.ndarray, bounds: tuple[int, ...]) -> list[np.ndarray]:
-        """PPSD per-stage one-token times: stage 1 adds embed and the exit head (it drafts), the last
-        stage adds the final norm + LM head (it verifies). Stage 1's time is its whole occupancy per
-        token; its hidden state leaves `exit_head()` earlier (see `PPSDCosts.exit_ms`)."""
-        k = len(bounds) - 1
-        out = []
-        for m in range(k):
-            t = self.layers(context, bounds[m], bounds[m + 1])
-            if m == 0:
-                t = t + self.embed(1) + self.exit_head()
-            if m == k - 1:
-                t = t + self.head(1)
-            out.append(np.asarray(t, dtype=float))
-        return out
-
 
 _MODELS: dict = {}
 
 
-def cost_model(profile, exit_head: str = "shared") -> CostModel:
+def cost_model(profile, exit_head: str = SHARED) -> CostModel:
     """One CostModel per (profile object, exit head), so sweeps reuse the summed tables."""
     key = (id(profile), exit_head)
     cm = _MODELS.get(key)
@@ -209,76 +172,3 @@ def cost_model(profile, exit_head: str = "shared") -> CostModel:
 def corun_factors(profile, devices: int) -> list[float]:
     """factor[b] = slowdown of each stage while b devices compute at once (index 0 unused)."""
     return [1.0] + [float(profile.corun_slowdown(b)) for b in range(1, devices + 1)]
-
-
-def resolve_plan(plan: Plan, profile) -> Plan:
-    """Balanced stage bounds (by profiled one-token time at the smallest context, head in the last
-    stage, exit head + embedding in stage 1) and the profile's hop when the plan leaves them open."""
-    n = profile.num_layers
-    plan.validate(n)
-    changes: dict = {}
-    if plan.mode == "ppsd":
-        if plan.stage_bounds is None:
-            cm = cost_model(profile, plan.exit_head)
-            key = (plan.exit_layer, plan.num_stages)
-            if key not in cm.bounds:  # a sweep resolves each (E, k) for every setting: cut once
-                cm.bounds[key] = balanced_bounds(plan.exit_layer, n, plan.num_stages, cm.layer_costs(), cm.head(1))
-            changes["stage_bounds"] = cm.bounds[key]
-        if plan.hop_ms is None:
-            changes["hop_ms"] = float(profile.hop_ms())
-    elif plan.hop_ms is None:
-        changes["hop_ms"] = 0.0
-    if plan.mode == "eesd":
-        cost_model(profile, plan.exit_head)  # raises UserError for an unknown exit head
-    out = replace(plan, **changes) if changes else plan
-    return out.validate(n)
-
-
-@dataclass
-class PPSDCosts:
-    """Everything the PPSD engines need: per-stage cost arrays over the stream's positions, the hop,
-    the device of each stage and the co-run factors.
-
-    `exit_ms` is the exit-head part of `stage[0]` per position (None: 0). Stage 1's pass of a token
-    is embed + layers [0, E) (the hidden state leaves for stage 2 then), followed by the exit head
-    (the draft for the next token, sent to the last stage on its own channel); both parts get the
-    pass's co-run factor."""
-
-    stage: list[np.ndarray]  # [k][T] ms
-    hop_ms: float
-    placement: tuple[int, ...]
-    factors: list[float]  # factors[b]: slowdown with b devices busy
-    exit_ms: np.ndarray | None = None  # [T] ms, the exit head's share of stage[0]
-    jitter_cv: float = 0.0  # relative spread of a pass: softens the restart race (sim/restart.py)
-
-    def exit_array(self) -> np.ndarray:
-        n = len(self.stage[0])
-        if self.exit_ms is None:
-            return np.zeros(n)
-        return np.broadcast_to(np.asarray(self.exit_ms, dtype=float), (n,))
-
-    @property
-    def k(self) -> int:
-        return len(self.stage)
-
-    @property
-    def num_devices(self) -> int:
-        return len(set(self.placement))
-
-    def factor(self, index_in_cycle: int, stage: int) -> float:
-        """Co-run slowdown of the pass of the i-th token of a cycle at stage m (0-based). Stage 1
-        never idles (it drafts ahead), so when that token reaches stage m, stages 1..m are busy
-        with it and its successors, and min(i, k-m-1) later stages with its predecessors: the
-        pipeline is fully loaded from its k-th token on. Stages sharing a device count once."""
-        busy = min(self.num_devices, stage + 1 + index_in_cycle)
-        return self.factors[min(busy, len(self.factors) - 1)]
-
-
-def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
-    cm = cost_model(profile, plan.exit_head)
-    placement = plan.devices()
-    d = len(set(placement))
-    return PPSDCosts(stage=cm.stage_steps(context, plan.stage_bounds), hop_ms=float(plan.hop_ms or 0.0),
-                     placement=placement, factors=corun_factors(profile, d),
-                     exit_ms=np.full(np.shape(context), cm.exit_head(), dtype=float),
-                     jitter_cv=float(profile.pass_jitter_cv()))

@@ -9,6 +9,7 @@ layer" for GPU profiles.
 from __future__ import annotations
 
 from ppsd.errors import UserError
+from sim.modes import Mode
 
 DEFAULT_DEVICES = 4  # `ppsd plan --devices` when the profile sets no GPU count
 
@@ -38,7 +39,7 @@ def _fix(option: str, n: int, want: int) -> str:
 def check_plan(profile, plan) -> None:
     """UserError when a PPSD plan needs more GPUs (distinct stage devices) than the estimate has."""
     n = gpu_count(profile)
-    if n is None or plan.mode != "ppsd":
+    if n is None or plan.mode is not Mode.PPSD:
         return
     used = len(set(plan.devices()))
     if used > n:
@@ -65,12 +66,12 @@ def recommendation(profile, best, reason: str) -> str:
         return reason
     p = best.plan
     speed = f"{best.speedup_vs_ar:.2f}× AR, {best.tokens_per_s:.1f} tokens/s"
-    if p.mode == "ppsd":
+    if p.mode is Mode.PPSD:
         k = len(set(p.devices()))
         bounds = ",".join(map(str, p.stage_bounds or ()))
         head = (f"use {k} GPUs with exit layer {p.exit_layer}: PPSD with {p.num_stages} stages on {k} GPUs "
                 f"(layers {bounds}), {speed}")
-    elif p.mode == "eesd":
+    elif p.mode is Mode.EESD:
         head = f"use 1 GPU with exit layer {p.exit_layer}: EESD γ={p.draft_len}, {speed} (more GPUs do not pay here)"
     else:
         head = f"use 1 GPU and no early exit: plain AR, {best.tokens_per_s:.1f} tokens/s (more GPUs do not pay here)"

@@ -8,19 +8,12 @@ simulator when it has both (the shared head's cost is the profile's `head`).
 
 from __future__ import annotations
 
+from ppsd import exit_heads
 from ppsd.errors import UserError
+from ppsd.exit_heads import SHARED
+from sim.modes import Mode
 
-SHARED = "shared"
-
-
-def _order(name: str) -> tuple:
-    if name == SHARED:
-        return (0, 0, name)
-    if name == "trained":
-        return (1, 0, name)
-    if name.startswith("vocab") and name[5:].isdigit():
-        return (2, int(name[5:]), name)
-    return (3, 0, name)
+_order = exit_heads.order_key
 
 
 def available_heads(profile) -> list[str]:
@@ -40,8 +33,7 @@ def check_head(profile, name: str) -> str:
     return name
 
 
-def head_label(name: str) -> str:
-    return "naive (shared)" if name == SHARED else name
+head_label = exit_heads.label
 
 
 def sweep_heads(profile, heads: list[str] | None = None, **sweep_kwargs) -> dict:
@@ -54,19 +46,19 @@ def sweep_heads(profile, heads: list[str] | None = None, **sweep_kwargs) -> dict
 
 def merge(by_head: dict) -> list:
     """All heads' plans in one ranking (AR once: it drafts nothing), best first; each speculative
-    result's extra gets `head_rank` (1 = the best EESD / PPSD plan drafting with its head; None for AR)."""
+    result's details get `head_rank` (1 = the best EESD / PPSD plan drafting with its head; None for AR)."""
     merged, ar_seen = [], False
     for h, results in by_head.items():
         rank = 0
         for r in results:
-            if r.plan.mode == "ar":
-                r.extra["head_rank"] = None
+            if not r.plan.mode.speculative:
+                r.details.head_rank = None
                 if ar_seen:
                     continue
                 ar_seen = True
             else:
                 rank += 1
-                r.extra["head_rank"] = rank
+                r.details.head_rank = rank
             merged.append(r)
     merged.sort(key=lambda r: -(r.speedup_vs_ar or 0.0))
     return merged
@@ -77,7 +69,7 @@ def comparison(profile, by_head: dict) -> list[dict]:
     rows = []
     for h, results in by_head.items():
         entry = (profile.latency.get("exit_heads") or {}).get(h, {})
-        best = {m: next((r for r in results if r.plan.mode == m), None) for m in ("eesd", "ppsd")}
+        best = {m: next((r for r in results if r.plan.mode is m), None) for m in Mode if m.speculative}
         spec = [r for r in best.values() if r is not None]
         top = max(spec, key=lambda r: r.speedup_vs_ar or 0.0) if spec else None
         alphas = profile.alpha_by_exit(head=h) if profile.has_acceptance else {}
@@ -87,12 +79,12 @@ def comparison(profile, by_head: dict) -> list[dict]:
                "best_alpha": round(max(alphas.values()), 4) if alphas else None,
                "best_alpha_exit": max(alphas, key=alphas.get) if alphas else None}
         for m, r in best.items():
-            row[f"best_{m}"] = r.plan.label() if r else None
-            row[f"best_{m}_speedup"] = round(r.speedup_vs_ar, 4) if r else None
+            row[f"best_{m.value}"] = r.plan.label() if r else None
+            row[f"best_{m.value}_speedup"] = round(r.speedup_vs_ar, 4) if r else None
         beats_ar = top is not None and (top.speedup_vs_ar or 0) > 1.0
         row["best_plan"] = top.plan.label() if beats_ar else "AR"
         row["best_speedup"] = round(top.speedup_vs_ar, 4) if beats_ar else 1.0
-        row["best_tokens_per_s"] = round(top.tokens_per_s if beats_ar else top.extra.get("ar_tokens_per_s") or 0.0,
+        row["best_tokens_per_s"] = round(top.tokens_per_s if beats_ar else top.ar_tokens_per_s or 0.0,
                                          3) if top else None
         rows.append(row)
     return rows

@@ -6,20 +6,21 @@ the same Result type, so they can be laid side by side without translation.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
+from ppsd import exit_heads
 from ppsd.errors import UserError
-
-MODES = ("ar", "eesd", "ppsd")
+from ppsd.exit_heads import SHARED as SHARED_HEAD
+from sim.modes import Mode
 
 
 @dataclass(frozen=True)
 class Plan:
     """How to decode.
 
-    mode         "ar" (one token per full pass), "eesd" (draft γ with the exit head, then verify),
-                 "ppsd" (pipeline: stage 1 ends at the exit layer and drafts while later stages verify)
+    mode         Mode.AR (one token per full pass), Mode.EESD (draft γ with the exit head, then
+                 verify), Mode.PPSD (pipeline: stage 1 ends at the exit layer and drafts while later
+                 stages verify); a mode's name is parsed on construction
     exit_layer   E: the draft reads the hidden state after E decoder layers (1 <= E < N); None for AR
     draft_len    γ, drafts per EESD round (ignored by AR and PPSD)
     stage_bounds PPSD layer cut points (0 = b0 < b1 = E < ... < bk = N): stage i runs layers
@@ -30,16 +31,17 @@ class Plan:
     exit_head    which exit head drafts ("shared" = final norm + LM head)
     """
 
-    mode: str
+    mode: Mode
     exit_layer: int | None = None
     draft_len: int = 1
     stage_bounds: tuple[int, ...] | None = None
     stages: int = 2
     placement: tuple[int, ...] | None = None
     hop_ms: float | None = None
-    exit_head: str = "shared"
+    exit_head: str = SHARED_HEAD
 
     def __post_init__(self):
+        object.__setattr__(self, "mode", Mode.parse(self.mode))
         if self.stage_bounds is not None:
             object.__setattr__(self, "stage_bounds", tuple(int(b) for b in self.stage_bounds))
             object.__setattr__(self, "stages", len(self.stage_bounds) - 1)
@@ -48,34 +50,32 @@ class Plan:
 
     @property
     def num_stages(self) -> int:
-        return self.stages if self.mode == "ppsd" else 1
+        return self.stages if self.mode is Mode.PPSD else 1
 
     def devices(self) -> tuple[int, ...]:
-        if self.mode != "ppsd":
+        if self.mode is not Mode.PPSD:
             return (0,)
         return self.placement if self.placement is not None else tuple(range(self.num_stages))
 
     def label(self) -> str:
-        if self.mode == "ar":
+        if self.mode is Mode.AR:
             return "AR"
-        head = "" if self.exit_head == "shared" else f" {self.exit_head}"  # the shared head goes unnamed
-        if self.mode == "eesd":
+        head = exit_heads.suffix(self.exit_head, " ")  # the shared head goes unnamed
+        if self.mode is Mode.EESD:
             return f"EESD E={self.exit_layer} γ={self.draft_len}{head}"
         bounds = "" if self.stage_bounds is None else " [" + ",".join(map(str, self.stage_bounds)) + "]"
         return f"PPSD E={self.exit_layer} k={self.num_stages}{bounds}{head}"
 
     def validate(self, num_layers: int, num_devices: int | None = None) -> Plan:
         """Raise UserError naming the valid range for anything out of range; return self."""
-        if self.mode not in MODES:
-            raise UserError(f"unknown mode {self.mode!r}", f"use one of: {', '.join(MODES)}")
-        if self.mode == "ar":
+        if self.mode is Mode.AR:
             return self
         if self.exit_layer is None or not 1 <= int(self.exit_layer) <= num_layers - 1:
             raise UserError(f"exit layer {self.exit_layer} is out of range for a {num_layers}-layer model",
                             f"choose --exit between 1 and {num_layers - 1}")
-        if self.mode == "eesd" and not 1 <= self.draft_len <= 64:
+        if self.mode is Mode.EESD and not 1 <= self.draft_len <= 64:
             raise UserError(f"draft length {self.draft_len} is out of range", "choose --draft-len between 1 and 64")
-        if self.mode == "ppsd":
+        if self.mode is Mode.PPSD:
             k = self.num_stages
             if k < 2:
                 raise UserError(f"PPSD needs at least 2 stages, got {k}", "use --stages 2 or more")
@@ -105,6 +105,7 @@ class Plan:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["mode"] = self.mode.value
         d["stages"] = self.num_stages
         for key in ("stage_bounds", "placement"):
             if d[key] is not None:
@@ -133,6 +134,46 @@ class Event:
 
 
 @dataclass
+class SimulatedDetails:
+    """What the simulator knows about a run besides the shared Result fields."""
+
+    engine: str                      # "event" (SimPy model), "fast" (exact replay) or "closed form"
+    acceptance_source: str           # "trace", "beta" (sampled from β), "trace-scaled", "bernoulli", "iid"
+    stream_alpha: float | None       # mean acceptance of the stream that was replayed
+    ar_tokens_per_s: float | None    # AR on the same profile and contexts (the speedup's baseline)
+    rounds: int = 0                  # verification rounds (AR: tokens)
+    generations: int = 0             # prompts replayed (each restarts the pipeline)
+    seed: int = 0
+    label: str = ""                  # Plan.label() when simulated
+    head_rank: int | None = None     # set by sim.heads.merge: rank among the plans drafting with its head
+
+
+@dataclass
+class MeasuredDetails:
+    """What a real run (`ppsd run`, `ppsd validate`) knows besides the shared Result fields."""
+
+    tokens_per_s_p10: float
+    tokens_per_s_p90: float
+    tokens_per_s_min: float
+    tokens_per_s_max: float
+    tokens_per_s_reps: list[float]
+    repeats: int
+    prefill_s: float
+    load_s: float
+    warmup: int | None = None
+    temperature: float | None = None
+    forced_trace: str | None = None  # label of a forced acceptance trace (timing only, not lossless)
+    model: str | None = None
+    prompts: int | None = None
+    max_new_tokens: int | None = None
+    ar_tokens_per_s: float | None = None   # AR measured in the same run
+    outputs_match_ar: bool | None = None   # greedy speculative output identical to AR's
+
+
+Details = SimulatedDetails | MeasuredDetails
+
+
+@dataclass
 class Result:
     """What a plan did (measured) or would do (simulated)."""
 
@@ -148,16 +189,21 @@ class Result:
     stage_busy: list[float] = field(default_factory=list)  # busy fraction per stage
     device_busy: list[float] = field(default_factory=list)  # busy fraction per device
     timeline: list[Event] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    details: Details | None = None
+
+    @property
+    def ar_tokens_per_s(self) -> float | None:
+        return None if self.details is None else self.details.ar_tokens_per_s
 
     def to_json_dict(self, timeline: bool = False) -> dict:
-        """Flat JSON object (the `--json` output of `ppsd simulate` and `ppsd run`)."""
+        """Flat JSON object (the `--json` output of `ppsd simulate` and `ppsd run`): the plan, the
+        shared figures, then the details' fields."""
         p = self.plan
         d = {
             "source": self.source,
-            "mode": p.mode,
+            "mode": p.mode.value,
             "exit_layer": p.exit_layer,
-            "draft_len": p.draft_len if p.mode == "eesd" else None,
+            "draft_len": p.draft_len if p.mode is Mode.EESD else None,
             "stages": p.num_stages,
             "stage_bounds": list(p.stage_bounds) if p.stage_bounds else None,
             "placement": list(p.devices()),
@@ -172,7 +218,7 @@ class Result:
             "acceptance_rate": self.acceptance_rate,
             "stage_busy": self.stage_busy,
             "device_busy": self.device_busy,
-            **self.extra,
+            **(asdict(self.details) if self.details is not None else {}),
         }
         if timeline:
             d["timeline"] = [asdict(e) for e in self.timeline]
@@ -180,22 +226,25 @@ class Result:
 
     @classmethod
     def from_json_dict(cls, d: dict) -> Result:
+        mode = Mode.parse(d["mode"])
         plan = Plan.from_dict({
-            "mode": d["mode"], "exit_layer": d.get("exit_layer"), "draft_len": d.get("draft_len") or 1,
+            "mode": mode, "exit_layer": d.get("exit_layer"), "draft_len": d.get("draft_len") or 1,
             "stage_bounds": d.get("stage_bounds"), "stages": d.get("stages") or 1,
-            "placement": d.get("placement") if d.get("mode") == "ppsd" else None,
-            "hop_ms": d.get("hop_ms"), "exit_head": d.get("exit_head", "shared"),
+            "placement": d.get("placement") if mode is Mode.PPSD else None,
+            "hop_ms": d.get("hop_ms"), "exit_head": d.get("exit_head", SHARED_HEAD),
         })
-        core = {"source", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "placement", "hop_ms",
-                "exit_head", "tokens", "time_s", "tokens_per_s", "speedup_vs_ar", "mean_accepted",
-                "accepted_hist", "acceptance_rate", "stage_busy", "device_busy", "timeline"}
+        source = d.get("source", "simulated")
+        kind = MeasuredDetails if source == "measured" else SimulatedDetails
+        names = {f.name for f in fields(kind)}
+        required = {f.name for f in fields(kind) if f.default is MISSING and f.default_factory is MISSING}
+        details = kind(**{k: v for k, v in d.items() if k in names}) if required <= d.keys() else None
         return cls(
-            plan=plan, source=d.get("source", "simulated"), tokens=d["tokens"], time_s=d["time_s"],
+            plan=plan, source=source, tokens=d["tokens"], time_s=d["time_s"],
             tokens_per_s=d["tokens_per_s"], speedup_vs_ar=d.get("speedup_vs_ar"),
             mean_accepted=d.get("mean_accepted", 1.0),
             accepted_hist={int(k): v for k, v in (d.get("accepted_hist") or {}).items()},
             acceptance_rate=d.get("acceptance_rate"), stage_busy=d.get("stage_busy") or [],
             device_busy=d.get("device_busy") or [],
             timeline=[Event(**e) for e in d.get("timeline") or []],
-            extra={k: v for k, v in d.items() if k not in core},
+            details=details,
         )

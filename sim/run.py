@@ -1,21 +1,27 @@
-"""simulate / sweep / recommend behind sim/api.py: streams in, engines run, Results out."""
+"""simulate / sweep / recommend behind sim/api.py: streams in, a scheme's engine runs, Results out.
+
+Nothing here knows how any scheme decodes: each plan's scheme comes from the registry
+(`sim.schemes.scheme(plan.mode)`), which prices its work and runs its event model or its replay.
+"""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 
 import numpy as np
 
 from ppsd.errors import UserError
-from sim import engine as ev
-from sim import fast
-from sim.costs import cost_model, ppsd_costs, resolve_plan
-from sim.plan import Plan, Result
+from ppsd.exit_heads import SHARED
+from ppsd.progress import report
+from sim.modes import Mode
+from sim.plan import Plan, Result, SimulatedDetails
+from sim.resolve import resolve_plan
+from sim.schemes import SCHEMES, RunStats, scheme
+from sim.schemes.ar import step_ms as ar_step_ms
 from sim.streams import Stream, bernoulli_stream, check_alpha, check_tokens, trace_stream
+
+ENGINES = ("event", "fast")
 
 DEFAULT_TOKENS = 2000
 
@@ -29,7 +35,7 @@ def make_stream(profile, plan: Plan, *, tokens, acceptance, alpha, category, pro
         raise UserError(f"temperature {temperature} is negative", "give a temperature >= 0")
     if acceptance == "bernoulli":
         return bernoulli_stream(profile, check_alpha(alpha), tokens or DEFAULT_TOKENS, seed)
-    if plan.mode == "ar":
+    if plan.mode is Mode.AR:
         exits = sorted(_exit_layers(profile, plan.exit_head))
         exit_layer = exits[0] if exits else 1
     else:
@@ -44,39 +50,19 @@ def _exit_layers(profile, head):
     return _traces(profile, head).keys()
 
 
-def run_plan(profile, plan: Plan, stream: Stream, engine: str, record: bool) -> tuple[ev.RunStats, float]:
-    """Run a resolved plan on a stream; returns (stats, AR time in ms on the same contexts)."""
-    cm = cost_model(profile, plan.exit_head)
-    ar_ms = cm.ar_step(stream.context)
-    ar_total = float(np.sum(ar_ms))
-    use_event = engine == "event" or record
-    if plan.mode == "ar":
-        stats = ev.run_ar(ar_ms, record) if use_event else fast.fast_ar(ar_ms)
-    elif plan.mode == "eesd":
-        e = plan.exit_layer
-        if use_event:
-            @lru_cache(maxsize=None)
-            def draft(c):
-                return float(cm.draft_step(np.array([c]), e)[0])
-
-            @lru_cache(maxsize=None)
-            def verify(c, g):
-                arr = np.array([c])
-                return float(cm.verify_step(arr, arr + g, e, g)[0])
-
-            stats = ev.run_eesd(stream, plan.draft_len, draft, verify, record)
-        else:
-            stats = fast.fast_eesd(stream, plan.draft_len, cm, e)
-    else:
-        costs = ppsd_costs(profile, plan, stream.context)
-        if use_event or costs.num_devices < costs.k:
-            stats = ev.run_ppsd(stream, costs, record)
-        else:
-            stats = fast.fast_ppsd(stream, costs)
-    return stats, ar_total
+def run_plan(profile, plan: Plan, stream: Stream, engine: str, record: bool) -> tuple[RunStats, float]:
+    """Run a resolved plan on a stream with its scheme's event model (engine "event", or whenever a
+    timeline is recorded or the replay does not cover the plan) or its exact replay ("fast");
+    returns (stats, AR time in ms on the same contexts)."""
+    ar_total = float(np.sum(ar_step_ms(profile, stream.context, plan.exit_head)))
+    sch = scheme(plan.mode)
+    costs = sch.unit_costs(profile, plan, stream.context)
+    if engine == "event" or record or not sch.can_replay(costs):
+        return sch.event_model(stream, costs, record), ar_total
+    return sch.replay(stream, costs), ar_total
 
 
-def to_result(plan: Plan, stream: Stream, stats: ev.RunStats, ar_ms: float, engine: str, seed: int) -> Result:
+def to_result(plan: Plan, stream: Stream, stats: RunStats, ar_ms: float, engine: str, seed: int) -> Result:
     time_s = stats.time_ms / 1e3
     rounds = len(stats.rounds_a)
     accepted = int(sum(stats.rounds_a))
@@ -85,26 +71,27 @@ def to_result(plan: Plan, stream: Stream, stats: ev.RunStats, ar_ms: float, engi
     devices = plan.devices()
     dev_busy = [stats.device_busy_ms.get(d, 0.0) / stats.time_ms if stats.time_ms > 0 else 0.0
                 for d in sorted(set(devices))]
-    hist = dict(sorted(Counter(stats.rounds_a).items())) if plan.mode != "ar" else {}
+    speculative = plan.mode.speculative
+    hist = dict(sorted(Counter(stats.rounds_a).items())) if speculative else {}
     return Result(
         plan=plan, source="simulated", tokens=stats.tokens, time_s=time_s,
         tokens_per_s=stats.tokens / time_s if time_s > 0 else float("inf"),
         speedup_vs_ar=ar_ms / stats.time_ms if stats.time_ms > 0 else None,
-        mean_accepted=(stats.tokens / rounds) if (plan.mode != "ar" and rounds) else 1.0,
+        mean_accepted=(stats.tokens / rounds) if (speculative and rounds) else 1.0,
         accepted_hist={int(k): int(v) for k, v in hist.items()},
-        acceptance_rate=(accepted / judged if judged else None) if plan.mode != "ar" else None,
+        acceptance_rate=(accepted / judged if judged else None) if speculative else None,
         stage_busy=busy, device_busy=dev_busy, timeline=stats.events,
-        extra={"engine": "event" if stats.events or engine == "event" else engine,
-               "acceptance_source": stream.source, "stream_alpha": stream.alpha,
-               "ar_tokens_per_s": stats.tokens / (ar_ms / 1e3) if ar_ms > 0 else None,
-               "rounds": rounds, "generations": int(stream.seg_start.sum()), "seed": seed,
-               "label": plan.label()},
+        details=SimulatedDetails(
+            engine="event" if stats.events or engine == "event" else engine,
+            acceptance_source=stream.source, stream_alpha=stream.alpha,
+            ar_tokens_per_s=stats.tokens / (ar_ms / 1e3) if ar_ms > 0 else None,
+            rounds=rounds, generations=int(stream.seg_start.sum()), seed=seed, label=plan.label()),
     )
 
 
 def simulate(profile, plan: Plan, *, tokens=None, acceptance="trace", alpha=None, category=None, prompt_ids=None,
              seed=0, temperature=0.0, engine="event", timeline=False) -> Result:
-    if engine not in ("event", "fast"):
+    if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}", "use engine event or fast")
     plan = resolve_plan(plan, profile)
     stream = make_stream(profile, plan, tokens=tokens, acceptance=acceptance, alpha=alpha, category=category,
@@ -113,13 +100,8 @@ def simulate(profile, plan: Plan, *, tokens=None, acceptance="trace", alpha=None
     return to_result(plan, stream, stats, ar_ms, engine, seed)
 
 
-def _progress(phase: str, done: int, total: int):
-    if os.environ.get("PPSD_PROGRESS") == "jsonl":
-        print('{"phase": "%s", "done": %d, "total": %d}' % (phase, done, total), file=sys.stderr, flush=True)
-
-
 def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=None, alpha_scale=1.0,
-          temperature=0.0, tokens=DEFAULT_TOKENS, category=None, exit_head="shared", seed=0) -> list[Result]:
+          temperature=0.0, tokens=DEFAULT_TOKENS, category=None, exit_head=SHARED, seed=0) -> list[Result]:
     n = profile.num_layers
     tokens = check_tokens(tokens) or DEFAULT_TOKENS
     gammas = sorted(set(int(g) for g in gammas))
@@ -136,55 +118,53 @@ def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=Non
         raise UserError(f"profile {profile.path} has no acceptance traces for exit layers 1..{n - 1}",
                         "re-run `ppsd profile` with acceptance measurement")
     results: list[Result] = []
-    ar_plan = resolve_plan(Plan("ar", hop_ms=hop_ms), profile)
+    ar_plan = resolve_plan(Plan(Mode.AR, hop_ms=hop_ms), profile)
     first = trace_stream(profile, exits[0], tokens=tokens, category=category, temperature=temperature, seed=seed,
                          head=exit_head)
     stats, ar_ms = run_plan(profile, ar_plan, first, "fast", False)
     results.append(to_result(ar_plan, first, stats, ar_ms, "fast", seed))
+    speculative = [s for mode, s in SCHEMES.items() if mode.speculative]
     for done, e in enumerate(exits):
-        _progress("sweep", done, len(exits))
+        report("sweep", done, len(exits))
         stream = trace_stream(profile, e, tokens=tokens, category=category, temperature=temperature, seed=seed,
                               head=exit_head, alpha_scale=alpha_scale)
-        for g in gammas:
-            plan = resolve_plan(Plan("eesd", exit_layer=e, draft_len=g, hop_ms=hop_ms, exit_head=exit_head), profile)
-            stats, ar_ms = run_plan(profile, plan, stream, "fast", False)
-            results.append(to_result(plan, stream, stats, ar_ms, "fast", seed))
-        for k in range(2, min(int(devices), n - e + 1) + 1):
-            plan = resolve_plan(Plan("ppsd", exit_layer=e, stages=k, hop_ms=hop_ms, exit_head=exit_head), profile)
-            stats, ar_ms = run_plan(profile, plan, stream, "fast", False)
-            results.append(to_result(plan, stream, stats, ar_ms, "fast", seed))
-    _progress("sweep", len(exits), len(exits))
+        for sch in speculative:
+            for plan in sch.sweep_plans(e, num_layers=n, gammas=gammas, devices=int(devices), hop_ms=hop_ms,
+                                        exit_head=exit_head):
+                plan = resolve_plan(plan, profile)
+                stats, ar_ms = run_plan(profile, plan, stream, "fast", False)
+                results.append(to_result(plan, stream, stats, ar_ms, "fast", seed))
+    report("sweep", len(exits), len(exits))
     results.sort(key=lambda r: -(r.speedup_vs_ar or 0.0))
     return results
 
 
 def recommend(results: Sequence[Result]) -> tuple[Result, str]:
     best = max(results, key=lambda r: r.speedup_vs_ar or 0.0)
-    by_mode: dict[str, Result] = {}
+    by_mode: dict[Mode, Result] = {}
     for r in results:
         m = r.plan.mode
         if m not in by_mode or (r.speedup_vs_ar or 0) > (by_mode[m].speedup_vs_ar or 0):
             by_mode[m] = r
-    if best.plan.mode == "ar" or (best.speedup_vs_ar or 0) <= 1.0:
-        others = [r for m, r in by_mode.items() if m != "ar"]
+    # nothing beats plain decoding: recommend AR and name the best speculative plan
+    if not best.plan.mode.speculative or (best.speedup_vs_ar or 0) <= 1.0:
+        others = [r for m, r in by_mode.items() if m.speculative]
         if others:
             o = max(others, key=lambda r: r.speedup_vs_ar or 0)
             reason = (f"stay with AR: no early-exit plan beats plain decoding here "
                       f"(best is {o.plan.label()} at {o.speedup_vs_ar:.2f}× AR, α={_alpha(o)})")
         else:
             reason = "AR is the only plan simulated"
-        ar = by_mode.get("ar", best)
+        ar = by_mode.get(Mode.AR, best)
         return ar, reason
-    other_mode = "eesd" if best.plan.mode == "ppsd" else "ppsd"
-    tail = ""
-    if other_mode in by_mode:
-        o = by_mode[other_mode]
-        tail = f"; best {other_mode.upper()} is {o.plan.label()} at {o.speedup_vs_ar:.2f}×"
+    tail = "".join(f"; best {m.name} is {o.plan.label()} at {o.speedup_vs_ar:.2f}×"
+                   for m, o in sorted(by_mode.items(), key=lambda mo: list(Mode).index(mo[0]))
+                   if m.speculative and m is not best.plan.mode)
     reason = (f"{best.plan.label()} is fastest: {best.speedup_vs_ar:.2f}× AR, {best.tokens_per_s:.1f} tokens/s, "
               f"α={_alpha(best)}, {best.mean_accepted:.2f} tokens per round{tail}")
     return best, reason
 
 
 def _alpha(r: Result) -> str:
-    a = r.extra.get("stream_alpha")
+    a = r.details.stream_alpha if isinstance(r.details, SimulatedDetails) else None
     return "?" if a is None else f"{a:.2f}"

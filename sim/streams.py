@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppsd.errors import UserError
+from ppsd.exit_heads import SHARED
 
 DEFAULT_GEN_LEN = 256
 
@@ -135,7 +136,7 @@ def _traces(profile, head: str) -> dict[int, _Trace]:
 
 
 def trace_stream(profile, exit_layer: int, *, tokens: int | None = None, category: str | None = None,
-                 prompt_ids=None, temperature: float = 0.0, seed: int = 0, head: str = "shared",
+                 prompt_ids=None, temperature: float = 0.0, seed: int = 0, head: str = SHARED,
                  alpha_scale: float = 1.0) -> Stream:
     """The recorded traces of one exit layer as a stream (see module doc). temperature > 0 draws
     each position from Bernoulli(β_p); alpha_scale ≠ 1 rescales acceptance (seeded what-if)."""

@@ -164,17 +164,15 @@ def record(tmp: Path) -> dict:
         out["sweeps"].append({"profile": name, "kwargs": _plain(kw), "results": columns([result_figures(r) for r in rs])})
     by_head = hd.sweep_heads(profiles["heads"], devices=3, tokens=800)
     merged = hd.merge(by_head)
-    out["heads"] = {"merged": columns([result_figures(r) | {"head_rank": r.extra.get("head_rank")} for r in merged]),
+    out["heads"] = {"merged": columns([result_figures(r) | {"head_rank": r.details.head_rank} for r in merged]),
                     "comparison": _plain(hd.comparison(profiles["heads"], by_head))}
     for name, fields, kw in SIMULATIONS:
         r = api.simulate(profiles[name], Plan(**{k: (tuple(v) if isinstance(v, list) else v)
                                                  for k, v in fields.items()}), **kw)
         out["simulations"].append({"profile": name, "plan": fields, "kwargs": _plain(kw), "result": result_figures(r)})
-    from sim.analytic import plan_time_per_token
-
     for name, fields, alpha in CLOSED_FORMS:
         plan = api.resolve_plan(Plan(**fields), profiles[name])
-        cf = plan_time_per_token(profiles[name], plan, alpha)
+        cf = api.closed_form(profiles[name], plan, alpha)
         out["closed_forms"].append({"profile": name, "plan": fields, "alpha": alpha, "figures": _plain(cf)})
     return out
 

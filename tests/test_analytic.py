@@ -11,15 +11,11 @@ import numpy as np
 import pytest
 
 from ppsd.errors import UserError
-from profiler.analytic import (
-    add_analytic_arguments,
-    analytic_profile_meta,
-    fit_efficiency,
-    rescale_exit_map,
-    run_analytic,
-    write_analytic_profile,
-)
+from profiler.acceptance_transfer import rescale_exit_map
+from profiler.analytic_cli import add_analytic_arguments, run_analytic
 from profiler.archs import arch_from_config, resolve_arch
+from profiler.calibration import fit_efficiency
+from profiler.estimated_profile import analytic_profile_meta, write_analytic_profile
 from profiler.hardware import resolve_hardware
 from profiler.schema import load_profile, save_profile
 from profiler.synthetic import write_synthetic_profile
@@ -314,6 +310,7 @@ def test_cli_glue_reuses_an_existing_dtype_option(tmp_path):
 
 
 def test_no_torch_imported():
-    code = ("import sys, profiler.analytic, profiler.archs, profiler.hardware; "
+    code = ("import sys, profiler.acceptance_transfer, profiler.analytic_cli, profiler.archs, profiler.calibration, "
+            "profiler.estimated_profile, profiler.hardware, profiler.roofline; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

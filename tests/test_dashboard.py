@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import data, jobs, whatif
+from dashboard import data, jobs, tables
 from dashboard_fixtures import (EXAMPLE, make_estimate_pair, make_heldout, make_malformed, make_multihead,
                                 make_synthetic, make_validation)
 from ppsd.errors import UserError
@@ -64,10 +64,10 @@ def _control(at: AppTest, label: str):
 
 def _wait_for_warm_sweeps(timeout: float = 150.0) -> None:
     """Until the planner's background sweeps are done (a user pausing between moves)."""
-    from dashboard import sweeps
+    from dashboard import sweep_cache
 
     deadline = time.time() + timeout
-    while sweeps.CACHE.busy() and time.time() < deadline:
+    while sweep_cache.CACHE.busy() and time.time() < deadline:
         time.sleep(0.2)
 
 
@@ -292,11 +292,13 @@ def test_closed_forms_match_the_design_notes(tmp_path):
     """Uniform layers, no head, no embedding, free hops: the PPSD closed form the planner overlays
     is the design notes' 1 / (1 − α(1 − E/N))."""
     from profiler.synthetic import write_synthetic_profile
+    from sim.modes import Mode
+    from sim.planning import closed_form_sweep
 
     profile = write_synthetic_profile(tmp_path / "flat", alpha_by_exit=lambda e: 0.8, num_layers=8, layer_ms=1.0,
                                       head_ms=0.0, embed_ms=0.0, hop_ms=0.0)
-    df = whatif.closed_forms(profile, {2: 0.8}, range(1, 5), [4], hop_ms=0.0)
-    ppsd = df[(df.scheme == "ppsd") & (df.k == 4)].speedup.iloc[0]
+    df = tables.closed_curves(closed_form_sweep(profile, {2: 0.8}, range(1, 5), [4], hop_ms=0.0))
+    ppsd = df[(df["mode"] == Mode.PPSD) & (df.k == 4)].speedup.iloc[0]
     assert ppsd == pytest.approx(1 / (1 - 0.8 * (1 - 2 / 8)), rel=1e-6)
 
 
@@ -326,10 +328,10 @@ def heads_root(tmp_path_factory) -> Path:
 
 
 def test_planner_answers_an_unswept_setting_from_the_closed_forms_then_refines(monkeypatch, data_root):
-    from dashboard import sweeps
+    from dashboard import sweep_cache
 
-    cache = sweeps.SweepCache()  # a server that has swept nothing yet
-    monkeypatch.setattr(sweeps, "CACHE", cache)
+    cache = sweep_cache.SweepCache()  # a server that has swept nothing yet
+    monkeypatch.setattr(sweep_cache, "CACHE", cache)
     cache.warm = lambda wanted: None  # nothing swept ahead
     try:
         at = _app(monkeypatch, [data_root / "examples"])

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from ppsd.cli import main
-from profiler.analytic import write_analytic_profile
+from profiler.estimated_profile import write_analytic_profile
 from profiler.synthetic import write_synthetic_profile
 
 

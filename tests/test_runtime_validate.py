@@ -7,7 +7,8 @@ import pytest
 
 from ppsd.cli import main
 from profiler.schema import load_profile
-from runtime.validate import COLUMNS, pick_round_robin
+from ppsd.validation_folder import CSV_COLUMNS
+from runtime.validate import pick_round_robin
 
 TINY = ["profile", "--model", "tiny-llama", "--limit", "4", "--max-new-tokens", "8", "--n-values", "1,2,4",
         "--context-values", "8,32", "--repeats", "2", "--warmup", "1", "--corun-max", "1", "--no-hop"]
@@ -47,7 +48,7 @@ def test_validate_writes_the_folder_and_the_outputs_match_ar(tiny_profile, tmp_p
                                                     abs=1e-2)
     with open(out / "validation.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == COLUMNS and len(rows) == 3
+    assert list(rows[0]) == CSV_COLUMNS and len(rows) == 3
     names = sorted(p.name for p in (out / "timelines").iterdir())
     assert "ar.measured.json" in names and "ppsd-e3-k2.simulated.json" in names
     assert "MAPE speedup" in capsys.readouterr().out

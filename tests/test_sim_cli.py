@@ -87,10 +87,10 @@ def test_bad_profile_inputs(prof, bare, capsys):
 
 
 def test_sim_imports_no_torch():
-    code = ("import sys, sim.api, sim.cli, sim.engine, sim.fast, sim.analytic, sim.run, profiler.synthetic; "
+    code = ("import sys, sim.api, sim.cli, sim.schemes, sim.resolve, sim.run, profiler.synthetic; "
             "import tempfile; from profiler.synthetic import write_synthetic_profile; from sim.plan import Plan; "
             "p = write_synthetic_profile(tempfile.mkdtemp(), alpha_by_exit=lambda e: 0.5, num_layers=6); "
-            "sim.api.sweep(p, tokens=50); sim.api.simulate(p, Plan('ppsd', exit_layer=2), timeline=True); "
+            "sim.api.sweep(p, tokens=50); sim.api.simulate(p, Plan('ppsd', exit_layer=2), timeline=True); sim.api.closed_form(p, sim.api.resolve_plan(Plan('eesd', exit_layer=2), p), 0.5); "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -7,8 +7,10 @@ import math
 
 import streamlit as st
 
-from dashboard import charts, data, predict, theme, ui, whatif
+from dashboard import cached, charts, data, tables, theme, ui
 from sim.heads import available_heads, head_label
+from sim.modes import Mode
+from sim.planning import acceptance_by_exit
 
 profile = ui.require_profile()
 path = ui.selected_path()
@@ -20,17 +22,17 @@ st.caption(f"Versions: {facts['versions'] or '–'}")
 
 HEADS = available_heads(profile)
 if len(HEADS) > 1:  # like `ppsd plan`: every exit head the profile has, the best plan over all of them
-    by_head = predict.sweep_heads(path, HEADS)
-    best_head, best, reason = predict.best_over_heads(by_head)
-    table, _, _, closed = by_head[best_head]
+    best_head, best, reason = cached.best_over_heads(path, HEADS)
+    table, _, _, closed = cached.sweep(path, exit_head=best_head)
 else:
-    best_head, (table, best, reason, closed) = HEADS[0], predict.sweep(path)
-ar = table[table["scheme"] == "ar"]
+    best_head, (table, best, reason, closed) = HEADS[0], cached.sweep(path)
+ar = table[table["mode"] == Mode.AR]
 ar_tps = float(ar["tokens_per_s"].iloc[0]) if not ar.empty else None
 
 m = st.columns(4)
-m[0].metric("recommended plan", best["plan"].split(" [")[0], help="The fastest plan in the sweep (same as `ppsd plan`). "
-            + theme.GLOSSARY["eesd"] + " " + theme.GLOSSARY["ppsd"])
+m[0].metric("recommended plan", tables.short_label(best["plan"]),
+            help="The fastest plan in the sweep (same as `ppsd plan`). " + theme.GLOSSARY["eesd"] + " "
+            + theme.GLOSSARY["ppsd"])
 m[1].metric("predicted speedup", theme.fmt_x(best["speedup"]), help=theme.GLOSSARY["speedup"])
 m[2].metric("AR decoding", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
 m[3].metric("with the recommended plan", theme.fmt_tps(best["tokens_per_s"]))
@@ -43,14 +45,14 @@ def explain() -> str:
     head, embed = profile.head_ms(1), profile.embed_ms(1)
     full = sum(layers) + head + embed
     draft_head = profile.exit_head_ms(best_head, 1)  # what a draft pays for its head
-    if best["scheme"] == "ar" or best.get("exit_layer") is None or (isinstance(best["exit_layer"], float)
+    if best["mode"] == Mode.AR or best.get("exit_layer") is None or (isinstance(best["exit_layer"], float)
                                                                     and math.isnan(best["exit_layer"])):
-        spec = table[table["scheme"] != "ar"].sort_values("speedup", ascending=False)
+        spec = table[table["mode"] != Mode.AR].sort_values("speedup", ascending=False)
         if spec.empty:
             return f"Only plain decoding was simulated. {reason}"
         alt = spec.iloc[0]
         e = int(alt["exit_layer"])
-        alpha = whatif.alphas(profile, head=best_head).get(e)
+        alpha = acceptance_by_exit(profile, head=best_head).get(e)
         draft = sum(layers[:e]) + draft_head + embed
         return (f"No speculative plan beats plain decoding on this profile; the closest is {alt['plan']} at "
                 f"{theme.fmt_x(alt['speedup'])}. At exit layer {e} of {n} the draft matches the full model only "
@@ -60,17 +62,17 @@ def explain() -> str:
                 f"paid for and thrown away, so speculation loses. Earlier exits are cheaper but agree even less. "
                 f"A better exit head (try the acceptance scale on the What-if planner) is what would change this.")
     e = int(best["exit_layer"])
-    alpha = whatif.alphas(profile, head=best_head).get(e)
+    alpha = acceptance_by_exit(profile, head=best_head).get(e)
     draft = sum(layers[:e]) + draft_head + embed
     a_txt = f"α = {alpha:.2f}" if alpha is not None else "the measured acceptance"
     text = (f"At exit layer {e} of {n}, the draft matches the full model's token at {a_txt} of positions. "
             f"A draft costs {theme.fmt_ms(draft)} ({draft / full:.0%} of a {theme.fmt_ms(full)} full pass, "
             f"of which the exit head ({head_label(best_head)}) is {theme.fmt_ms(draft_head)}). ")
-    if best["scheme"] == "ppsd":
+    if best["mode"] == Mode.PPSD:
         text += (f"In a {int(best['stages'])}-stage pipeline (stages {best['stage_bounds']}) an accepted draft lets "
                  f"stage 1 start the next token while the later stages verify, so accepted tokens cost about one "
                  f"stage's time and a rejection costs a full pass plus the flush. ")
-    elif best["scheme"] == "eesd":
+    elif best["mode"] == Mode.EESD:
         g = int(best["draft_len"])
         if alpha is not None and alpha < 1:
             per_round = (1 - alpha ** (g + 1)) / (1 - alpha)
@@ -84,7 +86,7 @@ with ui.guard("explanation"):
 
 if len(HEADS) > 1:
     st.subheader("Exit heads side by side", help=theme.GLOSSARY["exit_head"])
-    comp = whatif.head_comparison(profile, {h: t for h, (t, *_) in by_head.items()})
+    comp = cached.head_comparison(path, HEADS)
     st.plotly_chart(charts.heads_bars(comp), key="chart_heads_overview")
     st.dataframe(comp.drop(columns=["head", "source"]), hide_index=True, width="stretch", key="table_heads_overview",
                  column_config=ui.heads_table_columns())
@@ -93,12 +95,12 @@ if len(HEADS) > 1:
 
 st.subheader("Speedup at every exit layer" + (f" ({head_label(best_head)} head)" if len(HEADS) > 1 else ""),
              help=theme.GLOSSARY["speedup"])
-fig = charts.speedup_vs_exit(whatif.curves(table), closed,
-                             {"exit_layer": best["exit_layer"] if best["scheme"] != "ar" else None,
+fig = charts.speedup_vs_exit(tables.curves(table), closed,
+                             {"exit_layer": best["exit_layer"] if best["mode"] != Mode.AR else None,
                               "speedup": best["speedup"], "label": best["plan"]}, [], profile.num_layers)
 st.plotly_chart(fig, key="chart_overview")
-st.caption(f"Defaults: up to {predict.DEFAULT_DEVICES} devices, measured hop {theme.fmt_ms(profile.hop_ms())}, "
-           f"greedy decoding, {predict.DEFAULT_TOKENS} tokens. Change them on the What-if planner.")
+st.caption(f"Defaults: up to {cached.DEFAULT_DEVICES} devices, measured hop {theme.fmt_ms(profile.hop_ms())}, "
+           f"greedy decoding, {cached.DEFAULT_TOKENS} tokens. Change them on the What-if planner.")
 c = st.columns(3)
 c[0].page_link("views/planner.py", label="What-if planner", icon=":material/tune:")
 c[1].page_link("views/profile.py", label="Evidence: the profile", icon=":material/timer:")

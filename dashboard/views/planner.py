@@ -2,7 +2,7 @@
 count), the closed forms beside them, the best plan, and the plans the controls pick.
 
 Speed: the sweep depends only on devices, hop, acceptance scale and temperature and is cached per
-setting; exit layer, draft length and stage count pick rows out of it (see dashboard/predict.py).
+setting; exit layer, draft length and stage count pick rows out of it (see dashboard/cached.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import hashlib
 
 import streamlit as st
 
-from dashboard import charts, predict, theme, ui, whatif
+from dashboard import cached, charts, tables, theme, ui
 from sim.heads import available_heads, head_label
+from sim.modes import Mode
+from sim.planning import round_robin
 from sim.plan import Plan
 
 profile = ui.require_profile()
@@ -20,18 +22,18 @@ path = ui.selected_path()
 ui.page_header("What-if planner", profile, "Move a control; the prediction follows. Solid lines are the simulator, "
                "dashed the textbook formulas.")
 N = profile.num_layers
-stamp = predict.mtime(path)
+stamp = cached.mtime(path)
 # widget keys carry the profile, so switching profiles starts from that profile's defaults
 pk = hashlib.sha1(path.encode()).hexdigest()[:8]
 
 HEADS = available_heads(profile)
 if len(HEADS) > 1:  # start on the head `ppsd plan` recommends (it compares every head)
-    head0, best0, _ = predict.best_over_heads(predict.sweep_heads(path, HEADS))
+    head0, best0, _ = cached.best_over_heads(path, HEADS)
 else:
-    head0, (_, best0, _, _) = HEADS[0], predict.sweep(path)
+    head0, (_, best0, _, _) = HEADS[0], cached.sweep(path)
 measured_hop = round(profile.hop_ms(), 3)
 # Discrete steps for the controls that need a new sweep: each value one step away is swept in
-# the background (dashboard/sweeps.py), so moving one of them answers from the cache.
+# the background (dashboard/sweep_cache.py), so moving one of them answers from the cache.
 HOP_OPTIONS = sorted({0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, measured_hop})
 SCALE_OPTIONS = [0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0]
 acc_meta = profile.meta.get("acceptance") or {}
@@ -42,7 +44,7 @@ TEMP_OPTIONS = [0.0, t_rec] if t_rec > 0 else [0.0]
 left, right = st.columns([1, 3], gap="medium")
 with left:
     st.markdown("**Hardware and acceptance**")
-    devices = st.slider("devices", 1, 8, predict.DEFAULT_DEVICES, key=f"pl_dev_{pk}", help=theme.GLOSSARY["devices"])
+    devices = st.slider("devices", 1, 8, cached.DEFAULT_DEVICES, key=f"pl_dev_{pk}", help=theme.GLOSSARY["devices"])
     hop = st.select_slider("hop latency (ms)", HOP_OPTIONS, measured_hop, key=f"pl_hop_{pk}",
                            format_func=lambda h: f"{h:g} ms" + (" (measured)" if h == measured_hop else ""),
                            help=theme.GLOSSARY["hop"] + f" Measured: {theme.fmt_ms(profile.hop_ms())}.")
@@ -57,53 +59,51 @@ with left:
         head = st.selectbox("exit head", HEADS, HEADS.index(head0), key=f"pl_head_{pk}", format_func=head_label,
                             help=theme.GLOSSARY["exit_head"])
     st.markdown("**Plan**")
-    e0 = int(best0["exit_layer"]) if best0["scheme"] != "ar" else N // 2
+    e0 = int(best0["exit_layer"]) if best0["mode"] != Mode.AR else N // 2
     exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
-    gamma = st.slider("draft length γ (EESD)", 1, max(predict.DEFAULT_GAMMAS), 4, key=f"pl_gamma_{pk}",
+    gamma = st.slider("draft length γ (EESD)", 1, max(cached.DEFAULT_GAMMAS), 4, key=f"pl_gamma_{pk}",
                       help=theme.GLOSSARY["draft_len"])
     k_max = max(2, min(8, N - exit_layer + 1))
     stages = st.slider("stages k (PPSD)", 2, k_max, min(2, k_max), key=f"pl_k_{pk}", help=theme.GLOSSARY["stages"])
 
 hop_key = None if hop == measured_hop else hop  # the measured hop is the profile's (as `ppsd plan`)
-table, best, reason, closed, preview = predict.plans(path, devices=devices, hop_ms=hop_key, alpha_scale=scale,
+table, best, reason, closed, preview = cached.plans(path, devices=devices, hop_ms=hop_key, alpha_scale=scale,
                                                      temperature=temp, exit_head=head)
 
 
 SHARED_TOKENS = 500
 
 
-def pick(scheme: str) -> dict:
+def pick(mode: Mode) -> dict:
     """The selected EESD or PPSD plan: a row of the cached sweep when it holds one, else one
     cached simulation (e.g. more stages than devices, which the sweep leaves out)."""
-    row = whatif.find_plan(table, scheme, exit_layer, draft_len=gamma, stages=stages)
+    row = tables.find_row(table, mode, exit_layer, draft_len=gamma, stages=stages)
     if row is not None:
         return row.to_dict()
-    plan = Plan(scheme, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop, exit_head=head,
-                placement=whatif.round_robin(stages, devices) if scheme == "ppsd" else None)
+    plan = Plan(mode, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop, exit_head=head,
+                placement=round_robin(stages, devices) if mode == Mode.PPSD else None)
     # shared devices need the event engine; 500 tokens keep it interactive (the speedup moves by
     # well under 1% against 2000 on the profiles tried)
-    res = predict.simulate_one(path, stamp, plan.to_dict(), scale, temp, tokens=SHARED_TOKENS)
-    return {"plan": plan.label() + (" (shared devices)" if plan.placement else ""), "scheme": scheme,
+    res = cached.simulate_one(path, stamp, plan.to_dict(), scale, temp, tokens=SHARED_TOKENS)
+    return {"plan": plan.label() + (" (shared devices)" if plan.placement else ""), "mode": mode,
             "exit_layer": exit_layer, "speedup": res["speedup_vs_ar"], "tokens_per_s": res["tokens_per_s"],
             "mean_accepted": res["mean_accepted"], "stage_bounds": ",".join(map(str, res["stage_bounds"] or []))}
 
 
-sel_e, sel_p = pick("eesd"), pick("ppsd")
+sel_e, sel_p = pick(Mode.EESD), pick(Mode.PPSD)
 with right:
     fig = charts.speedup_vs_exit(
-        whatif.curves(table), closed,
-        {"exit_layer": best["exit_layer"] if best["scheme"] != "ar" else None, "speedup": best["speedup"],
+        tables.curves(table), closed,
+        {"exit_layer": best["exit_layer"] if best["mode"] != Mode.AR else None, "speedup": best["speedup"],
          "label": best["plan"]},
         [{"exit_layer": exit_layer, "speedup": sel_p["speedup"], "label": sel_p["plan"]},
          {"exit_layer": exit_layer, "speedup": sel_e["speedup"], "label": sel_e["plan"]}], N)
     st.plotly_chart(fig, key="chart_speedup")
-    ar_tps = float(table.loc[table["scheme"] == "ar", "tokens_per_s"].iloc[0]) if (table["scheme"] == "ar").any() \
+    ar_tps = float(table.loc[table["mode"] == Mode.AR, "tokens_per_s"].iloc[0]) if (table["mode"] == Mode.AR).any() \
         else None
     m = st.columns(4)
 
-    def short(label: str) -> str:
-        return label.split(" [")[0]
-
+    short = tables.short_label
     m[0].metric(f"best: {short(best['plan'])}", theme.fmt_x(best["speedup"]), theme.fmt_tps(best["tokens_per_s"]),
                 delta_color="off", delta_arrow="off", help=f"Recommended by the simulator: {reason}")
     m[1].metric("AR", theme.fmt_x(1.0), theme.fmt_tps(ar_tps), delta_color="off", delta_arrow="off",
@@ -119,20 +119,20 @@ with right:
 
 st.subheader("Where the selected PPSD plan spends a token", help=theme.GLOSSARY["stages"])
 with ui.guard("stage breakdown"):
-    plan = predict.resolve(path, Plan("ppsd", exit_layer=exit_layer, stages=stages, hop_ms=hop, exit_head=head))
-    st.plotly_chart(charts.stage_times(whatif.stage_breakdown(profile, plan),
-                                       f"Per-stage time for one token, {plan.label()}"), key="chart_stages")
+    label, parts = cached.stage_breakdown(path, stamp, Plan(Mode.PPSD, exit_layer=exit_layer, stages=stages, hop_ms=hop,
+                                                            exit_head=head).to_dict())
+    st.plotly_chart(charts.stage_times(parts, f"Per-stage time for one token, {label}"), key="chart_stages")
     st.caption("The slowest stage bounds the pipeline's rate while drafts are accepted; a rejection costs the "
                "whole pass plus the hops.")
 
 st.subheader("Top plans")
 top = table.sort_values("speedup", ascending=False).head(12)
 st.dataframe(
-    top[["plan", "scheme", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s", "speedup",
+    top[["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s", "speedup",
          "mean_accepted"]],
     hide_index=True, width="stretch",
     column_config={
-        "scheme": st.column_config.TextColumn("scheme", help="ar / eesd / ppsd"),
+        "mode": st.column_config.TextColumn("mode", help="ar / eesd / ppsd"),
         "exit_layer": st.column_config.NumberColumn("E", help=theme.GLOSSARY["exit_layer"]),
         "draft_len": st.column_config.NumberColumn("γ", help=theme.GLOSSARY["draft_len"]),
         "stages": st.column_config.NumberColumn("k", help=theme.GLOSSARY["stages"]),
@@ -148,25 +148,19 @@ waiting = [head] if preview else []
 if len(HEADS) > 1:
     st.subheader("Exit heads side by side", help="The best plan drafting with each exit head at these settings "
                  "(`ppsd plan` prints the same comparison).")
-    tables, previews = {}, {}
-    for h in HEADS:
-        t, *_, pv = (table, None, None, None, preview) if h == head else \
-            predict.plans(path, devices=devices, hop_ms=hop_key, alpha_scale=scale, temperature=temp, exit_head=h)
-        tables[h], previews[h] = t, pv
-        if pv and h != head:
-            waiting.append(h)
-    comp = whatif.head_comparison(profile, tables, previews)
+    comp = cached.head_comparison(path, HEADS, devices, hop_key, scale, temp, exact=False)
+    waiting += [h for h, src in zip(comp["head"], comp["source"]) if src != "simulated" and h != head]
     st.plotly_chart(charts.heads_bars(comp), key="chart_heads")
     st.dataframe(comp.drop(columns=["head"]), hide_index=True, width="stretch", key="table_heads",
                  column_config=ui.heads_table_columns())
 
 # after the page is drawn: sweep this setting (when only previewed) and the settings one control
 # step away in the background
-predict.warm(path, HOP_OPTIONS, SCALE_OPTIONS, TEMP_OPTIONS, hop, scale, temp, devices, measured_hop, head, HEADS)
+cached.warm(path, HOP_OPTIONS, SCALE_OPTIONS, TEMP_OPTIONS, hop, scale, temp, devices, measured_hop, head, HEADS)
 if waiting:
     def _refresh():
         # rerun the page once the exact sweeps it previewed have landed in the cache
-        if all(predict.ready(path, devices, hop_key, scale, temp, h) for h in waiting):
+        if all(cached.ready(path, devices, hop_key, scale, temp, h) for h in waiting):
             st.rerun()
 
     st.fragment(_refresh, run_every=0.25)()

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard import charts, data, predict, theme, ui
+from dashboard import cached, charts, data, theme, ui
+from ppsd import validation_folder as vf
+from sim.heads import available_heads, head_label
+from sim.modes import Mode
 from sim.plan import Event, Plan
 from sim.timeline import to_chrome_trace
 
@@ -17,26 +20,32 @@ path = ui.selected_path()
 ui.page_header("Timeline", profile, "Who works when: drafts, verifications, hops and flushes for a short simulated "
                "run. Drag to zoom, double-click to reset.")
 N = profile.num_layers
-stamp = predict.mtime(path)
-_, best, _, _ = predict.sweep(path)
+stamp = cached.mtime(path)
+_, best, _, _ = cached.sweep(path)
+HEADS = available_heads(profile)
 
-c = st.columns(5)
-modes = ["ppsd", "eesd", "ar"]
-# the recommended scheme first; when that is plain AR, show PPSD (more to see)
-mode = c[0].selectbox("scheme", modes, index=modes.index(best["scheme"]) if best["scheme"] in ("ppsd", "eesd") else 0,
+c = st.columns(6 if len(HEADS) > 1 else 5)
+modes = [Mode.PPSD, Mode.EESD, Mode.AR]
+# the recommended mode first; when that is plain AR, show PPSD (more to see)
+mode = c[0].selectbox("mode", modes, index=modes.index(best["mode"]) if best["mode"] != Mode.AR else 0,
                       format_func=str.upper, key="tl_mode", help=theme.GLOSSARY["ppsd"])
-e_default = int(best["exit_layer"]) if best["scheme"] != "ar" else N // 2
+e_default = int(best["exit_layer"]) if best["mode"] != Mode.AR else N // 2
 exit_layer = c[1].number_input("exit layer E", 1, N - 1, e_default, key="tl_exit", help=theme.GLOSSARY["exit_layer"],
-                               disabled=mode == "ar")
-gamma = c[2].number_input("draft length γ", 1, 16, int(best["draft_len"]) if best["scheme"] == "eesd" else 4,
-                          key="tl_gamma", help=theme.GLOSSARY["draft_len"], disabled=mode != "eesd")
+                               disabled=mode == Mode.AR)
+gamma = c[2].number_input("draft length γ", 1, 16, int(best["draft_len"]) if best["mode"] == Mode.EESD else 4,
+                          key="tl_gamma", help=theme.GLOSSARY["draft_len"], disabled=mode != Mode.EESD)
 stages = c[3].number_input("stages k", 2, max(2, N - int(exit_layer) + 1),
-                           int(best["stages"]) if best["scheme"] == "ppsd" else 2, key="tl_k",
-                           help=theme.GLOSSARY["stages"], disabled=mode != "ppsd")
+                           int(best["stages"]) if best["mode"] == Mode.PPSD else 2, key="tl_k",
+                           help=theme.GLOSSARY["stages"], disabled=mode != Mode.PPSD)
 tokens = c[4].number_input("tokens", 4, 200, 24, key="tl_tokens", help="Tokens to decode in the simulated run.")
+head = HEADS[0]
+if len(HEADS) > 1:
+    head = c[5].selectbox("exit head", HEADS, key="tl_head", format_func=head_label, help=theme.GLOSSARY["exit_head"],
+                          disabled=mode == Mode.AR)
 
-plan = Plan(mode, exit_layer=None if mode == "ar" else int(exit_layer), draft_len=int(gamma), stages=int(stages))
-res = predict.simulate_one(path, stamp, plan.to_dict(), tokens=int(tokens), timeline=True, engine="event")
+plan = Plan(mode, exit_layer=None if mode == Mode.AR else int(exit_layer), draft_len=int(gamma), stages=int(stages),
+            exit_head=head)
+res = cached.simulate_one(path, stamp, plan.to_dict(), tokens=int(tokens), timeline=True, engine="event")
 events = [Event(**e) for e in res.get("timeline") or []]
 sim_col, meas_col = st.columns(2)
 
@@ -54,24 +63,19 @@ with meas_col:
     for vdir in data.find_validations():
         with ui.guard("validation folder"):
             for slug, files in data.load_validation(vdir).timeline_files().items():
-                if "measured" in files:
-                    recorded[f"{data.display_name(vdir)}: {slug}"] = files["measured"]
+                if vf.MEASURED in files:
+                    recorded[f"{data.display_name(vdir)}: {slug}"] = files[vf.MEASURED]
     if not recorded:
         st.info("No measured timeline yet. `ppsd validate` records one per plan (in "
                 "`timelines/<plan>.measured.json`); it then appears here beside the simulation.")
     else:
-        # default: the recording of the plan simulated on the left (`ppsd validate` names them so),
-        # else the first pipeline run
-        slug = {"ar": "ar", "eesd": f"eesd-e{plan.exit_layer}-g{plan.draft_len}",
-                "ppsd": f"ppsd-e{plan.exit_layer}-k{plan.num_stages}"}[plan.mode]
+        # default: the recording of the plan simulated on the left, else the first pipeline run
         names = list(recorded)
-        same = [i for i, n in enumerate(names) if n.endswith(f": {slug}")]
-        pipes = [i for i, n in enumerate(names) if ": ppsd-" in n]
-        choice = st.selectbox("measured run", names, index=(same or pipes or [0])[0], key="tl_measured",
+        choice = st.selectbox("measured run", names, index=data.default_recording(names, plan), key="tl_measured",
                               help="Timelines the runtime recorded while decoding for real.")
         measured = data.read_chrome_trace(recorded[choice])
         st.plotly_chart(charts.gantt(measured, f"Measured: {choice.split(': ', 1)[-1]}"), key="chart_gantt_meas")
-        sim_file = recorded[choice].with_name(recorded[choice].name.replace(".measured.", ".simulated."))
+        sim_file = recorded[choice].with_name(recorded[choice].name.replace(f".{vf.MEASURED}.", f".{vf.SIMULATED}."))
         st.download_button("Download this measured trace", recorded[choice].read_bytes(),
                            file_name=recorded[choice].name, mime="application/json", key="dl_measured")
         if sim_file.exists():

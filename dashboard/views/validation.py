@@ -8,6 +8,8 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import charts, data, theme, ui
+from ppsd import validation_folder as vf
+from sim.modes import Mode
 
 ui.page_header("Validation", None, "Predicted versus measured speedup for the same plans on the same machine.")
 
@@ -33,7 +35,7 @@ m[1].metric("MAPE, tokens/s", theme.fmt_pct(meta.get("mape_tokens_per_s_pct")),
             help="Mean absolute percentage error of predicted against measured tokens/s.")
 m[2].metric("plans", len(rows))
 if "outputs_match_ar" in rows.columns:
-    spec = rows[rows["mode"] != "ar"] if "mode" in rows.columns else rows  # AR is the reference itself
+    spec = rows[rows["mode"] != Mode.AR] if "mode" in rows.columns else rows  # AR is the reference itself
     ok = int(spec["outputs_match_ar"].astype(bool).sum())
     m[3].metric("outputs identical to AR", f"{ok} / {len(spec)}",
                 help="Greedy EESD and PPSD must produce exactly the AR tokens (lossless).")
@@ -43,7 +45,7 @@ st.caption(f"Model {meta.get('model', '?')} · device {meta.get('device_name', '
 st.plotly_chart(charts.predicted_vs_measured(rows), key="chart_validation")
 
 st.subheader("Per-plan error")
-show = [c for c in data.VALIDATION_COLUMNS if c in rows.columns]
+show = [c for c in vf.CSV_COLUMNS if c in rows.columns]
 st.dataframe(
     rows[show], hide_index=True, width="stretch",
     column_config={
@@ -55,5 +57,8 @@ st.dataframe(
         "measured_speedup": st.column_config.NumberColumn("measured ×", format="%.2f×"),
         "speedup_error_pct": st.column_config.NumberColumn("speedup error", format="%.1f%%"),
         "tokens_per_s_error_pct": st.column_config.NumberColumn("tokens/s error", format="%.1f%%"),
+        "ar_reference_tokens_per_s": st.column_config.NumberColumn(
+            "AR reference tokens/s", format="%.1f", help="The AR tokens/s this plan's measured speedup is "
+            "taken against (bracketed: the mean of the AR runs right before and after the plan)."),
     },
 )

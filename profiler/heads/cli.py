@@ -86,7 +86,7 @@ def _train(args) -> int:
         raise UserError(f"--epochs must be 0 or more (got {args.epochs})", "give 0 (closed form only) or more")
     import torch
 
-    from profiler.heads.progress import Progress
+    from ppsd.progress import SequentialProgress
     from profiler.heads.store import default_heads_dir
     from profiler.heads.train import TrainConfig, parse_exits, train_heads
     from profiler.model import load_model
@@ -99,7 +99,7 @@ def _train(args) -> int:
                       max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
                       epochs=args.epochs, init=args.init, lr=args.lr, vocab_sizes=args.vocab_sizes)
     out = Path(args.out).expanduser() if args.out else default_heads_dir(adapter.model_id)
-    with Progress(enabled=not args.quiet) as progress:
+    with SequentialProgress(enabled=not args.quiet) as progress:
         meta = train_heads(adapter, cfg, out, progress=progress, fresh=args.fresh)
     print(f"trained exit heads for {meta.model_id} at exits {meta.exits} in {out} "
           f"({meta.training.get('tokens')} training tokens, {meta.training.get('total_s')} s this run)")
@@ -113,8 +113,8 @@ def _eval(args) -> int:
     import torch
 
     from ppsd.paths import atomic_write_json, atomic_write_text
+    from ppsd.progress import SequentialProgress
     from profiler.heads.evaluate import comparison_table, evaluate_heads, heldout_prompts
-    from profiler.heads.progress import Progress
     from profiler.heads.store import load_heads, read_meta
     from profiler.heads.train import parse_exits
     from profiler.model import load_model
@@ -127,7 +127,7 @@ def _eval(args) -> int:
     prompts = heldout_prompts(heads, args.prompts, args.heldout_per_category, args.limit_per_category)
     if not prompts:
         raise UserError("the held-out split is empty", "give --heldout-per-category 1 or more, or another --prompts")
-    with Progress(enabled=not args.quiet) as progress:
+    with SequentialProgress(enabled=not args.quiet) as progress:
         res = evaluate_heads(adapter, heads, prompts, exits=exits, vocab_sizes=args.vocab_sizes,
                              max_new_tokens=args.max_new_tokens, progress=progress, latency=not args.no_latency)
     table = comparison_table(res.summary)

@@ -19,12 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ppsd.exit_heads import SHARED, TRAINED, order_key, vocab_name, vocab_size
 from ppsd.paths import cache_dir
 from profiler.heads.collect import collect, collection_key
 from profiler.heads.store import ExitHeads
 from profiler.heads.vocab import VocabHead, time_ms
-
-SHARED, TRAINED = "shared", "trained"
 
 
 @dataclass
@@ -65,7 +64,7 @@ def heldout_prompts(heads: ExitHeads, source: str | None = None, heldout_per_cat
 def _heads_to_score(heads: ExitHeads, vocab_sizes: list[int]) -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = [(SHARED, None), (TRAINED, heads)]
     for v in vocab_sizes:
-        out.append((f"vocab{v}", heads.vocab_head(v)))
+        out.append((vocab_name(v), heads.vocab_head(v)))
     return out
 
 
@@ -118,8 +117,7 @@ def summarise(acceptance) -> object:
     g_cat = acceptance.groupby(["exit_layer", "head", "category"]).agg(
         tokens=("match", "size"), alpha=("match", "mean"), beta=("beta", "mean")).reset_index()
     df = pd.concat([g_all, g_cat], ignore_index=True)
-    order = {SHARED: 0, TRAINED: 1}
-    df["_h"] = df["head"].map(lambda h: order.get(h, 2 + int(h[5:]) if h.startswith("vocab") else 99))
+    df["_h"] = df["head"].map({h: i for i, h in enumerate(sorted(df["head"].unique(), key=order_key))})
     df["_c"] = (df["category"] != "all").astype(int)
     df = df.sort_values(["exit_layer", "_c", "category", "_h"]).drop(columns=["_h", "_c"]).reset_index(drop=True)
     df["alpha"] = df["alpha"].round(4)
@@ -159,9 +157,9 @@ def evaluate_heads(adapter, heads: ExitHeads, prompts, exits: list[int] | None =
                    max_prompt_tokens: int | None = None, gen_batch: int = 16, progress=None,
                    latency: bool = True, latency_n_values=(1, 2, 4, 8, 16)) -> EvalResult:
     """Score naive / trained / reduced-vocabulary heads on `prompts` (the held-out split)."""
-    from profiler.heads.progress import Progress
+    from ppsd.progress import SequentialProgress
 
-    progress = progress or Progress(enabled=False)
+    progress = progress or SequentialProgress(enabled=False)
     exits = heads.exits if exits is None else exits
     for e in exits:
         heads._adapter(e)                               # a missing exit is a UserError now, not later
@@ -188,8 +186,8 @@ def comparison_table(summary, category: str = "all"):
     """Wide table: one row per exit, α and β per head."""
     df = summary[summary["category"] == category]
     wide = df.pivot(index="exit_layer", columns="head", values=["alpha", "beta"])
-    heads = [h for h in [SHARED, TRAINED] + sorted((h for h in df["head"].unique() if h.startswith("vocab")),
-                                                   key=lambda h: int(h[5:])) if h in df["head"].unique()]
+    heads = [h for h in sorted(df["head"].unique(), key=order_key)
+             if h in (SHARED, TRAINED) or vocab_size(h) is not None]
     cols = [(m, h) for m in ("alpha", "beta") for h in heads]
     wide = wide[cols]
     wide.columns = [f"{m}_{'naive' if h == SHARED else h}" for m, h in cols]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-TRAINED = "trained"
+from ppsd.exit_heads import SHARED, TRAINED, vocab_name
 
 
 def fingerprint(folder: str | Path) -> str:
@@ -36,7 +36,7 @@ def load_for_profile(folder: str | Path, adapter):
 
 
 def _scorers(heads, vocab_sizes):
-    return [(TRAINED, heads)] + [(f"vocab{v}", heads.vocab_head(v)) for v in vocab_sizes]
+    return [(TRAINED, heads)] + [(vocab_name(v), heads.vocab_head(v)) for v in vocab_sizes]
 
 
 def vocab_sizes_of(heads) -> list[int]:
@@ -146,7 +146,7 @@ def summary_lines(profile) -> list[str]:
         lines.append(f"  {name:>10}: {profile.exit_head_ms(name, 1):.3f} ms a draft ({entry.get('kind')}, "
                      f"{params if params is not None else '?'} extra parameters per exit)")
     if exits:
-        names = ["shared", *extra]
+        names = [SHARED, *extra]
         lines.append("  α by exit:  " + "  ".join(f"{n:>9}" for n in names))
         for e in exits:
             vals = [alphas.get(n, {}).get(e) for n in names]

@@ -229,9 +229,9 @@ def _open_meta(out: Path, adapter, cfg: TrainConfig, fresh: bool) -> HeadsMeta:
 
 def train_heads(adapter, cfg: TrainConfig, out: Path, progress=None, fresh: bool = False) -> HeadsMeta:
     """Collect, fit every requested exit not yet in `out`, save as it goes; return the final meta."""
-    from profiler.heads.progress import Progress
+    from ppsd.progress import SequentialProgress
 
-    progress = progress or Progress(enabled=False)
+    progress = progress or SequentialProgress(enabled=False)
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     meta = _open_meta(out, adapter, cfg, fresh)

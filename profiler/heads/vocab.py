@@ -15,6 +15,8 @@ import time
 import numpy as np
 import torch
 
+from ppsd.exit_heads import vocab_name
+
 
 def frequency_order(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Every token id, most frequent in `tokens` first; ties (and unseen tokens) by id, so the order
@@ -43,7 +45,7 @@ class VocabHead:
 
     @property
     def name(self) -> str:
-        return f"vocab{self.size}"
+        return vocab_name(self.size)
 
     def params(self) -> int:
         return self.heads.params()

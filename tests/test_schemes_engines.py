@@ -9,9 +9,11 @@ import pytest
 from profiler.schema import load_profile, save_profile
 from profiler.synthetic import synthetic_meta, write_synthetic_profile
 from sim import api
-from sim import engine as ev
-from sim import fast
-from sim.costs import PPSDCosts
+from sim.schemes import eesd
+from sim.schemes import scheme
+from sim.schemes.ppsd import event_model as ppsd_event
+from sim.schemes.ppsd import replay as ppsd_replay
+from sim.schemes.ppsd.costs import PPSDCosts
 from sim.plan import Plan
 from sim.streams import Stream
 
@@ -25,10 +27,26 @@ def stream(bits, gens=None):
     return Stream(m, 64.0 + np.arange(len(m), dtype=float), seg, "trace")
 
 
+class FlatEESDCosts:
+    """Every draft 1 ms, every verification 10 ms, whatever the context and γ'."""
+
+    def __init__(self, gamma):
+        self.draft_len = gamma
+
+    def draft(self, context):
+        return np.full(np.shape(context), 1.0)
+
+    def verify(self, context, gamma):
+        return np.full(np.shape(context), 10.0)
+
+
 def eesd_both(bits, gamma, gens=None):
     s = stream(bits, gens)
-    a = ev.run_eesd(s, gamma, lambda c: 1.0, lambda c, g: 10.0)
-    starts, g, acc = fast.eesd_rounds(s, gamma)
+    costs = FlatEESDCosts(gamma)
+    a = scheme("eesd").event_model(s, costs)
+    b = scheme("eesd").replay(s, costs)
+    assert a.rounds_a == b.rounds_a and a.time_ms == pytest.approx(b.time_ms, rel=1e-12)
+    starts, g, acc = eesd.rounds(s, gamma)
     assert acc.tolist() == a.rounds_a and (acc < g).tolist() == a.rounds_rejected
     return a
 
@@ -38,8 +56,8 @@ def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None, exit=0.0
     k = len(stage)
     costs = PPSDCosts([np.full(len(bits), c) for c in stage], hop, tuple(range(k)), factors or [1.0] * (k + 1),
                       exit_ms=np.full(len(bits), exit), jitter_cv=jitter)
-    a = ev.run_ppsd(s, costs)
-    b = fast.fast_ppsd(s, costs)
+    a = ppsd_event.run(s, costs)
+    b = ppsd_replay.replay(s, costs)
     assert a.rounds_a == b.rounds_a and a.rounds_rejected == b.rounds_rejected
     assert a.time_ms == pytest.approx(b.time_ms, rel=1e-12, abs=1e-9)
     assert a.stage_busy_ms == pytest.approx(b.stage_busy_ms, rel=1e-9, abs=1e-9)
@@ -248,8 +266,46 @@ def test_trace_replay_per_prompt_and_category(tmp_path):
     plan = Plan("ppsd", exit_layer=2, stages=2, hop_ms=0.0)
     r = api.simulate(p, plan)  # each prompt once, a new generation at each
     assert r.tokens == 7 and r.accepted_hist == {2: 1, 0: 4}
-    assert r.extra["generations"] == 2 and r.acceptance_rate == pytest.approx(2 / 5)
+    assert r.details.generations == 2 and r.acceptance_rate == pytest.approx(2 / 5)
     r = api.simulate(p, plan, prompt_ids=["b"])
-    assert r.tokens == 3 and r.accepted_hist == {0: 3} and r.extra["generations"] == 1
+    assert r.tokens == 3 and r.accepted_hist == {0: 3} and r.details.generations == 1
     r = api.simulate(p, Plan("eesd", exit_layer=2, draft_len=3), category="math")
     assert r.tokens == 4 and r.accepted_hist == {2: 1, 0: 1}
+
+
+def test_eesd_round_starts_equal_the_pointer_chase():
+    # the replay's vectorised round boundaries against the event model's pointer chase
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        t = int(rng.integers(1, 400))
+        match = rng.random(t) < rng.random()
+        seg = rng.random(t) < 0.03
+        seg[0] = True
+        s = Stream(match, np.arange(t, dtype=float), seg, "test")
+        for gamma in (1, 2, 3, 5, 8):
+            chased = scheme("eesd").event_model(s, FlatEESDCosts(gamma))
+            starts, g, a = eesd.rounds(s, gamma)
+            assert a.tolist() == chased.rounds_a and (a < g).tolist() == chased.rounds_rejected, (trial, gamma)
+            assert int(np.sum(a + 1)) == t and starts[0] == 0
+
+
+def test_every_mode_has_one_scheme():
+    from sim.modes import Mode
+    from sim.schemes import SCHEMES
+    from sim.schemes.base import Scheme
+
+    assert set(SCHEMES) == set(Mode)
+    for mode, sch in SCHEMES.items():
+        assert isinstance(sch, Scheme) and sch.mode is mode and scheme(mode.value) is sch
+    with pytest.raises(Exception, match="unknown mode"):
+        scheme("medusa")
+
+
+def test_plan_modes_parse_and_serialise():
+    from ppsd.errors import UserError
+    from sim.modes import Mode
+
+    p = Plan("PPSD", exit_layer=4, stages=2)
+    assert p.mode is Mode.PPSD and p.to_dict()["mode"] == "ppsd" and Plan.from_dict(p.to_dict()) == p
+    with pytest.raises(UserError, match="unknown mode 'medusa'"):
+        Plan("medusa")

@@ -1,12 +1,8 @@
-"""Closed forms: the simulator's oracle and the planner's quick estimates (pure functions).
+"""The PPSD closed form: the oracle of the event model and the replay, and the planner's preview.
 
-They assume i.i.d. acceptance with rate α, an endless stream and costs at one context. Under those
-assumptions they are exact for the model the engines implement (sim/engine.py):
+It assumes i.i.d. acceptance with rate α, an endless stream and costs at one context. Under those
+assumptions it is exact for the model the PPSD engines implement (event_model.py):
 
-AR     t_AR = embed + Σ layers + head per token.
-EESD   a round drafts γ tokens (draft = embed + layers [0,E) + exit head each) and verifies once
-       (layers [E,N) + head on γ+1 positions, embed + layers [0,E) of the last draft); it commits
-       (1 − α^(γ+1)) / (1 − α) tokens on average (Leviathan et al. 2023).
 PPSD   renewal argument over "cycles" (restart → first rejection): a cycle that accepts a drafts
        commits a+1 tokens and lasts D(a) + hop, where D(a) is the deterministic tandem-pipeline
        departure time of its (a+1)-th token from the last stage (unbalanced stages, hops between
@@ -35,29 +31,10 @@ import numpy as np
 from sim.restart import TIE_MS, head_wait, jitter_sigma
 
 
-# --- ideal formulas (the papers') --------------------------------------------------------------
-
-def expected_tokens_per_round(alpha: float, gamma: int) -> float:
-    """E[tokens committed by one EESD round] = (1 − α^(γ+1)) / (1 − α)."""
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-
-
-def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
-    """Speedup of speculative decoding when a draft costs c full passes and verification one pass."""
-    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
-
-
-def ppsd_ideal_speedup(alpha: float, exit_layer: int, num_layers: int) -> float:
+def ideal_speedup(alpha: float, exit_layer: int, num_layers: int) -> float:
     """Balanced stages, free hops, heads ignored: S = 1 / (1 − α(1 − E/N))."""
     return 1.0 / (1.0 - alpha * (1.0 - exit_layer / num_layers))
 
-
-# --- with real costs -----------------------------------------------------------------------
-
-def eesd_time_per_token(draft_ms: float, verify_ms: float, alpha: float, gamma: int) -> float:
-    return (gamma * draft_ms + verify_ms) / expected_tokens_per_round(alpha, gamma)
 
 
 def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
@@ -91,7 +68,7 @@ def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
     return out
 
 
-def ppsd_time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
+def time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
                         factors: Sequence[float] | None = None, num_devices: int | None = None,
                         exit_ms: float = 0.0, jitter_cv: float = 0.0) -> float:
     """Expected ms per committed token of PPSD (see module doc); exact for the engines' model.
@@ -154,28 +131,3 @@ def restart_time(flush_ms: float, stage1_ms: float, exit_ms: float, factors: Seq
     return flush_ms + wait + float(np.sum(head_wait(ends - x, ends, flush_ms, sigma)))
 
 
-# --- from a profile and a plan ---------------------------------------------------------------
-
-def plan_time_per_token(profile, plan, alpha: float, context: float | None = None) -> dict:
-    """Closed-form ms per token of a resolved plan and of AR on the same profile at one context
-    (default: the smallest profiled), with the speedup. Uses the profile's co-run slowdown."""
-    from sim.costs import corun_factors, cost_model
-
-    cm = cost_model(profile, plan.exit_head)
-    c = np.array([float(profile.context_values[0]) if context is None else float(context)])
-    ar = float(cm.ar_step(c)[0])
-    if plan.mode == "ar":
-        t = ar
-    elif plan.mode == "eesd":
-        g = plan.draft_len
-        t = eesd_time_per_token(float(cm.draft_step(c, plan.exit_layer)[0]),
-                                float(cm.verify_step(c, c + g, plan.exit_layer, g)[0]), alpha, g)
-    else:
-        stages = [float(s[0]) for s in cm.stage_steps(c, plan.stage_bounds)]
-        devices = len(set(plan.devices()))
-        if devices != len(stages):
-            raise ValueError("the closed form needs one device per stage; simulate shared placements")
-        t = ppsd_time_per_token(stages, float(plan.hop_ms or 0.0), alpha, corun_factors(profile, devices), devices,
-                                cm.exit_head(), profile.pass_jitter_cv())
-    return {"time_per_token_ms": t, "ar_time_per_token_ms": ar, "speedup_vs_ar": ar / t,
-            "tokens_per_s": 1000.0 / t}

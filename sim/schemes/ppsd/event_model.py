@@ -1,12 +1,9 @@
-"""The event-level SimPy model of AR, EESD and PPSD (the reference; `sim/fast.py` replays it exactly).
+"""The PPSD event model: SimPy processes for the stages (the reference; `replay.py` replays it exactly).
 
 The model in words
-- Times come from the profile via `CostModel`, at each token's own context (it grows as tokens are
-  generated) and with the new-token count of each pass (γ+1 in an EESD verification).
-- AR and EESD run on one device, one pass after another. An EESD round drafts γ' = min(γ, tokens
-  left in the generation − 1) tokens at contexts c, c+1, ..., then verifies at c; it keeps the
-  leading matches and one token from the verifier.
-- PPSD: stage m runs layers [b_m, b_{m+1}); stage 1 adds the embedding and the exit head, the last
+- Times come from the profile via `CostModel` (costs.py), at each token's own context (it grows
+  as tokens are generated).
+- Stage m runs layers [b_m, b_{m+1}); stage 1 adds the embedding and the exit head, the last
   stage the final norm + LM head. Devices are `simpy.Resource`s, so stages placed on one device
   serialise. Stages are processes linked by stores; a hop is a delay between them. Stage 1's pass
   of token j is embed + layers [0, E), after which j's hidden state leaves for stage 2 at once, then
@@ -32,103 +29,15 @@ The model in words
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import simpy
 
-from sim.costs import PPSDCosts
 from sim.plan import Event
 from sim.restart import TIE_MS, head_wait, jitter_sigma
+from sim.schemes.base import RunStats
+from sim.schemes.ppsd.costs import PPSDCosts
 from sim.streams import Stream
 
-
-@dataclass
-class RunStats:
-    """What an engine measured in the model (times in ms)."""
-
-    time_ms: float
-    tokens: int
-    rounds_a: list[int] = field(default_factory=list)  # accepted drafts per round
-    rounds_rejected: list[bool] = field(default_factory=list)  # did the round end at a mismatch
-    stage_busy_ms: list[float] = field(default_factory=list)
-    device_busy_ms: dict[int, float] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
-
-
-def _seg_ends(stream: Stream) -> np.ndarray:
-    """seg_end[j]: index one past the last token of j's generation."""
-    t = stream.tokens
-    starts = np.flatnonzero(stream.seg_start)
-    ends = np.append(starts[1:], t)
-    return np.repeat(ends, np.diff(np.append(starts, t)))
-
-
-# --- AR ---------------------------------------------------------------------------------------
-
-def run_ar(ar_ms: np.ndarray, record: bool = False) -> RunStats:
-    env = simpy.Environment()
-    events: list[Event] = []
-    costs = ar_ms.tolist()
-
-    def decode():
-        for j, c in enumerate(costs):
-            start = env.now
-            yield env.timeout(c)
-            if record:
-                events.append(Event("forward", "device 0", start / 1e3, c / 1e3, token=j))
-
-    env.process(decode())
-    env.run()
-    return RunStats(env.now, len(costs), stage_busy_ms=[env.now], device_busy_ms={0: env.now}, events=events)
-
-
-# --- EESD -------------------------------------------------------------------------------------
-
-def run_eesd(stream: Stream, gamma: int, draft_ms, verify_ms, record: bool = False) -> RunStats:
-    """draft_ms(context) and verify_ms(context, gamma) price one draft and one verification."""
-    env = simpy.Environment()
-    match = stream.match.tolist()
-    ctx = stream.context.tolist()
-    seg_end = _seg_ends(stream).tolist()
-    t = stream.tokens
-    stats = RunStats(0.0, 0)
-    row = "device 0"
-
-    def decode():
-        p = 0
-        while p < t:
-            g = min(gamma, seg_end[p] - p - 1)  # no drafting past the generation's end
-            start = env.now
-            for q in range(g):
-                c = draft_ms(ctx[p] + q)
-                s = env.now
-                yield env.timeout(c)
-                if record:
-                    stats.events.append(Event("draft", row, s / 1e3, c / 1e3, token=p + q))
-            v = verify_ms(ctx[p], g)
-            s = env.now
-            yield env.timeout(v)
-            a = 0
-            while a < g and match[p + a]:
-                a += 1
-            if record:
-                stats.events.append(Event("verify", row, s / 1e3, v / 1e3, token=p,
-                                          args={"drafts": g, "accepted": a, "round_ms": env.now - start}))
-            stats.rounds_a.append(a)
-            stats.rounds_rejected.append(a < g)
-            p += a + 1
-
-    env.process(decode())
-    env.run()
-    stats.time_ms = env.now
-    stats.tokens = t
-    stats.stage_busy_ms = [env.now]
-    stats.device_busy_ms = {0: env.now}
-    return stats
-
-
-# --- PPSD -------------------------------------------------------------------------------------
 
 class _Pipeline:
     """PPSD as SimPy processes. Tokens travel as (epoch, position, index_in_cycle); a flush bumps
@@ -336,5 +245,5 @@ class _Pipeline:
                         self.events)
 
 
-def run_ppsd(stream: Stream, costs: PPSDCosts, record: bool = False) -> RunStats:
+def run(stream: Stream, costs: PPSDCosts, record: bool = False) -> RunStats:
     return _Pipeline(stream, costs, record).run()

@@ -1,4 +1,4 @@
-"""The planner's sweep cache, with background warming (no Streamlit here).
+"""The planner's sweep cache, with background warming (no Streamlit here): Results, per setting.
 
 One trace-driven sweep (`sim.api.sweep`, the exact fast path) of a 30-layer profile takes about
 0.3 s at 4 devices and 0.5 s at 8 on this machine (it was 0.6–1 s before sim/costs.py cached its
@@ -7,8 +7,8 @@ interpolation), and the planner must answer a control change in half a second. S
     count only filters it (PPSD plans with k ≤ devices; each plan's result does not depend on how
     many devices exist beyond its own stages), so one sweep at the most devices serves them all;
   * a setting not swept yet is answered at once by `preview` (every plan priced by the closed
-    forms, ~20 ms) while the worker sweeps exactly that setting first; the page reruns when it
-    lands (dashboard/predict.py `plans`, the planner's refresh fragment);
+    forms, `sim.planning.closed_form_sweep`, ~20 ms) while the worker sweeps exactly that setting
+    first; the page reruns when it lands (dashboard/cached.py `plans`, the planner's refresh fragment);
   * after each page run the planner asks `warm()` for the settings one control step away; a
     single worker *process* computes them (a process, so it never holds the server's GIL while a
     page renders) and the results land in the cache as they finish.
@@ -28,9 +28,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 
-import pandas as pd
-
+from ppsd.exit_heads import SHARED
 from ppsd.paths import PROJECT_ROOT
+from sim.modes import Mode
 from sim.plan import Result
 
 MAX_DEVICES = 8
@@ -46,22 +46,26 @@ class Key:
     alpha_scale: float = 1.0
     temperature: float = 0.0
     tokens: int = TOKENS
-    exit_head: str = "shared"  # which head drafts (profiles made with `ppsd profile --heads` have several)
+    exit_head: str = SHARED  # which head drafts (profiles made with `ppsd profile --heads` have several)
+
+
+def within(results: list[Result], devices: int) -> list[Result]:
+    """The results whose plan fits on `devices` (PPSD with k ≤ devices; AR and EESD always)."""
+    return [r for r in results if r.plan.mode != Mode.PPSD or r.plan.num_stages <= devices]
 
 
 @dataclass
 class Entry:
     devices: int
-    results: list[Result]
-    closed: pd.DataFrame  # closed forms for k = 2..devices
+    results: list[Result]  # the trace-driven sweep (`sim.api.sweep`), best first
+    closed: list[Result]   # the closed forms of the same plans, k = 2..devices
 
-    def for_devices(self, devices: int) -> tuple[list[Result], pd.DataFrame]:
-        res = [r for r in self.results if r.plan.mode != "ppsd" or r.plan.num_stages <= devices]
-        return res, self.closed[(self.closed["scheme"] != "ppsd") | (self.closed["k"] <= devices)]
+    def for_devices(self, devices: int) -> tuple[list[Result], list[Result]]:
+        return within(self.results, devices), within(self.closed, devices)
 
 
 @lru_cache(maxsize=8)
-def _profile(path: str, stamp: float):
+def profile(path: str, stamp: float):
     from profiler.schema import load_profile
 
     return load_profile(path)
@@ -71,25 +75,24 @@ def compute(key: Key, devices: int) -> Entry:
     """Run the sweep and the closed forms for one setting (in the server or in the worker)."""
     from sim import api
 
-    profile = _profile(key.path, key.stamp)
-    results = api.sweep(profile, devices=devices, gammas=GAMMAS, hop_ms=key.hop_ms, alpha_scale=key.alpha_scale,
-                        temperature=key.temperature, tokens=key.tokens, exit_head=key.exit_head)
-    closed = preview(key, devices)[1]
+    results = api.sweep(profile(key.path, key.stamp), devices=devices, gammas=GAMMAS, hop_ms=key.hop_ms,
+                        alpha_scale=key.alpha_scale, temperature=key.temperature, tokens=key.tokens,
+                        exit_head=key.exit_head)
+    closed = preview(key, devices)
     for r in results:  # timelines are empty in the fast path; keep pickles small anyway
         r.timeline = []
     return Entry(devices, results, closed)
 
 
-def preview(key: Key, devices: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(every plan priced by the closed forms, the closed-form curves) for one setting: a few ms,
-    what the planner shows while the trace-driven sweep of a new setting is still running."""
-    from dashboard import whatif
+def preview(key: Key, devices: int) -> list[Result]:
+    """Every plan of one setting priced by the closed forms (`sim.planning.closed_form_sweep`): a
+    few ms, what the planner shows while the trace-driven sweep of a new setting is still running."""
+    from sim import planning
 
-    profile = _profile(key.path, key.stamp)
-    hop = profile.hop_ms() if key.hop_ms is None else key.hop_ms
-    plans = whatif.closed_form_plans(profile, whatif.alphas(profile, key.alpha_scale, key.temperature, head=key.exit_head),
-                                     GAMMAS, range(2, max(devices, 2) + 1), hop, key.exit_head)
-    return plans, whatif.closed_curves(plans)
+    prof = profile(key.path, key.stamp)
+    hop = prof.hop_ms() if key.hop_ms is None else key.hop_ms
+    alpha = planning.acceptance_by_exit(prof, key.alpha_scale, key.temperature, head=key.exit_head)
+    return planning.closed_form_sweep(prof, alpha, GAMMAS, range(2, max(devices, 2) + 1), hop, key.exit_head)
 
 
 class _Worker:
@@ -99,7 +102,7 @@ class _Worker:
 
     def __init__(self):
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from dashboard.sweeps import worker_main; worker_main()"],
+            [sys.executable, "-c", "from dashboard.sweep_cache import worker_main; worker_main()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=PROJECT_ROOT,
             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])})
 

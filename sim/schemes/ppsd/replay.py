@@ -1,9 +1,6 @@
-"""Exact vectorised replay of the event model (sim/engine.py), for sweeps and long runs.
+"""Exact replay of the PPSD event model (event_model.py) without SimPy, for sweeps and long runs.
 
-Same stream, same costs, same rules; only the bookkeeping differs:
-- EESD: round boundaries follow from run lengths of matches (one cheap pointer chase), costs are
-  array sums.
-- PPSD: the stream splits into cycles at each restart (mismatch or new generation). A cycle starts
+Same stream, same costs, same rules; only the bookkeeping differs: the stream splits into cycles at each restart (mismatch or new generation). A cycle starts
   with every stage free, so each is a deterministic tandem pipeline with stage 1 feeding back to
   back: D_m(i) = max(D_{m-1}(i) + hop, D_m(i-1)) + w_m(i), where stage 1 hands on its token its
   exit-head time before D_1(i) and the last stage also waits for the draft: D_k(i) ≥ D_1(i) + hop.
@@ -12,61 +9,17 @@ Same stream, same costs, same rules; only the bookkeeping differs:
   exit head stage 1 is then running ends (it cannot be cut; with jitter, after the expected wait).
   Stale tokens (drafted behind the mismatch) are replayed too, clipped at the flush, for busy-time
   accounting and to find that head.
-Tested equal to the SimPy model (tests/test_sim_engines.py).
+Tested equal to the event model (tests/test_sim_schemes_ppsd.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sim.costs import CostModel, PPSDCosts
-from sim.engine import RunStats, _seg_ends
 from sim.restart import TIE_MS, head_wait, jitter_sigma
+from sim.schemes.base import RunStats
+from sim.schemes.ppsd.costs import PPSDCosts
 from sim.streams import Stream
-
-
-def fast_ar(ar_ms: np.ndarray) -> RunStats:
-    total = float(np.sum(ar_ms))
-    return RunStats(total, len(ar_ms), stage_busy_ms=[total], device_busy_ms={0: total})
-
-
-def eesd_rounds(stream: Stream, gamma: int):
-    """(start position, drafts γ', accepted a) of every EESD round, fully vectorised.
-
-    Why no pointer chase is needed: a round from p either stops at its first mismatch j (next
-    round at j + 1) or accepts all γ' drafts and takes the verifier's token at p + γ' (next at
-    p + γ' + 1, which is j + 1 again when that token is a mismatch j, and the generation's end when
-    γ' was shortened there). So every position after a mismatch, and every generation start, begins
-    a round (a "reset"); between two resets r < r' the rounds start at r, r + γ + 1, r + 2(γ + 1), …
-    (tests/sim_reference.py keeps the pointer chase; the tests compare both)."""
-    t = stream.tokens
-    seg_end = _seg_ends(stream)
-    pos = np.arange(t)
-    zeros = np.flatnonzero(~stream.match)
-    nz = np.append(zeros, t)[np.searchsorted(zeros, pos)]  # first mismatch at or after p
-    run = np.minimum(nz, seg_end) - pos  # leading matches from p within the generation
-    g = np.minimum(gamma, seg_end - pos - 1)
-    a = np.minimum(run, g)
-    reset = stream.seg_start.copy()
-    reset[0] = True
-    reset[zeros[zeros + 1 < t] + 1] = True
-    r = np.flatnonzero(reset)
-    span = np.append(r[1:], t) - r
-    per = -(-span // (gamma + 1))  # rounds between consecutive resets (ceil)
-    first = np.repeat(np.cumsum(per) - per, per)
-    s = np.repeat(r, per) + (np.arange(int(per.sum())) - first) * (gamma + 1)
-    return s.astype(np.int64), g[s], a[s]
-
-
-def fast_eesd(stream: Stream, gamma: int, cm: CostModel, exit_layer: int) -> RunStats:
-    s, g, a = eesd_rounds(stream, gamma)
-    c = stream.context[s]
-    total = float(np.sum(cm.verify_step(c, c + g, exit_layer, g)))
-    if len(g) and g.max() > 0:
-        # every round's q-th draft (q < γ') at context c + q, priced in one call
-        q = np.arange(int(g.max()), dtype=float)
-        total += float(np.sum(cm.draft_step((c[:, None] + q[None, :])[q[None, :] < g[:, None]], exit_layer)))
-    return RunStats(total, stream.tokens, a.tolist(), (a < g).tolist(), [total], {0: total})
 
 
 def _seg_cumsum(w: np.ndarray, first: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -82,7 +35,7 @@ def _seg_cummax(v: np.ndarray, cyc: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(v + off) - off
 
 
-def fast_ppsd(stream: Stream, costs: PPSDCosts) -> RunStats:
+def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
     if costs.num_devices < costs.k:
         raise ValueError("the fast replay needs one device per stage; use the event engine")
     t, k, h = stream.tokens, costs.k, costs.hop_ms

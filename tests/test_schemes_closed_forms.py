@@ -7,7 +7,12 @@ import itertools
 import pytest
 
 from profiler.synthetic import write_synthetic_profile
-from sim import analytic, api
+from sim import api
+from sim.schemes import eesd
+from sim.schemes.ppsd import closed_form as ppsd_cf
+from sim.schemes.ppsd import event_model as ppsd_event
+from sim.schemes.ppsd import replay as ppsd_replay
+from sim.schemes.ppsd.costs import PPSDCosts
 from sim.plan import Plan
 
 ALPHAS = (0.2, 0.4, 0.6, 0.8, 0.95)
@@ -29,7 +34,7 @@ def ideal(tmp_path_factory):
 
 
 def closed(profile, plan, alpha):
-    return analytic.plan_time_per_token(profile, api.resolve_plan(plan, profile), alpha)["speedup_vs_ar"]
+    return api.closed_form(profile, api.resolve_plan(plan, profile), alpha)["speedup_vs_ar"]
 
 
 def sim(profile, plan, alpha, engine, seed=11):
@@ -42,7 +47,7 @@ def check(profile, plan, alpha, engine):
     draw of Bernoulli(0.4) can land at 0.406, which alone moves EESD by 1%); the draw itself must be
     within 1% of α."""
     r = api.simulate(profile, plan, acceptance="bernoulli", alpha=alpha, tokens=TOKENS, seed=11, engine=engine)
-    a_hat = r.extra["stream_alpha"]
+    a_hat = r.details.stream_alpha
     assert a_hat == pytest.approx(alpha, abs=0.01)
     assert r.speedup_vs_ar == pytest.approx(closed(profile, plan, a_hat), rel=0.01), plan
 
@@ -73,8 +78,8 @@ def test_ppsd_paper_point(ideal):
     """k = 4, E/N = 1/4, balanced, free hops, α = 0.8056 → 1 / (1 − α(1 − E/N)) = 2.53."""
     plan = Plan("ppsd", exit_layer=8, stages=4)
     assert api.resolve_plan(plan, ideal).stage_bounds == (0, 8, 16, 24, 32)
-    assert analytic.ppsd_ideal_speedup(0.8056, 8, 32) == pytest.approx(2.53, abs=0.005)
-    assert closed(ideal, plan, 0.8056) == pytest.approx(analytic.ppsd_ideal_speedup(0.8056, 8, 32), rel=1e-9)
+    assert ppsd_cf.ideal_speedup(0.8056, 8, 32) == pytest.approx(2.53, abs=0.005)
+    assert closed(ideal, plan, 0.8056) == pytest.approx(ppsd_cf.ideal_speedup(0.8056, 8, 32), rel=1e-9)
     assert sim(ideal, plan, 0.8056, "event") == pytest.approx(2.53, rel=0.01)
     assert api.simulate(ideal, plan, acceptance="bernoulli", alpha=0.8056, tokens=200_000, engine="fast",
                         seed=3).speedup_vs_ar == pytest.approx(2.53, rel=0.005)
@@ -84,7 +89,7 @@ def test_ppsd_paper_point(ideal):
 def test_eesd_matches_leviathan(ideal, alpha, gamma):
     """Free heads and verification at the cost of one pass: c = E/N exactly."""
     plan = Plan("eesd", exit_layer=8, draft_len=gamma)
-    expect = analytic.leviathan_speedup(alpha, gamma, 8 / 32)
+    expect = eesd.leviathan_speedup(alpha, gamma, 8 / 32)
     assert closed(ideal, plan, alpha) == pytest.approx(expect, rel=1e-9)
     assert sim(ideal, plan, alpha, "event") == pytest.approx(expect, rel=0.01)
 
@@ -92,7 +97,7 @@ def test_eesd_matches_leviathan(ideal, alpha, gamma):
 def test_general_closed_form_reduces_to_ideal(ideal):
     for alpha, (e, k) in itertools.product((0.0, 0.3, 0.9, 1.0), ((8, 4), (16, 2))):
         assert closed(ideal, Plan("ppsd", exit_layer=e, stages=k), alpha) == pytest.approx(
-            analytic.ppsd_ideal_speedup(alpha, e, 32), rel=1e-9)
+            ppsd_cf.ideal_speedup(alpha, e, 32), rel=1e-9)
 
 
 def test_real_costs_ppsd_slower_than_ar_at_low_alpha(real):
@@ -110,8 +115,6 @@ def test_closed_form_matches_replay_with_overlapped_exit_head(stage, hop, exit_m
     """Stage 1's exit head overlaps the later stages; the draft's arrival binds in the first case."""
     import numpy as np
 
-    from sim import fast
-    from sim.costs import PPSDCosts
     from sim.streams import Stream
 
     k, t = len(stage), 40_000
@@ -121,9 +124,9 @@ def test_closed_form_matches_replay_with_overlapped_exit_head(stage, hop, exit_m
         seg[0] = True
         costs = PPSDCosts([np.full(t, c) for c in stage], hop, tuple(range(k)), [1.0, 1.0, 1.2, 1.4][:k + 1],
                           exit_ms=np.full(t, exit_ms))
-        st = fast.fast_ppsd(Stream(match, np.full(t, 64.0), seg, "bernoulli"), costs)
+        st = ppsd_replay.replay(Stream(match, np.full(t, 64.0), seg, "bernoulli"), costs)
         a_hat = float(match[:-1].mean())
-        want = analytic.ppsd_time_per_token(stage, hop, a_hat, costs.factors, k, exit_ms)
+        want = ppsd_cf.time_per_token(stage, hop, a_hat, costs.factors, k, exit_ms)
         assert st.time_ms / t == pytest.approx(want, rel=0.01)
 
 
@@ -138,8 +141,6 @@ def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, ho
     equals both engines to rounding."""
     import numpy as np
 
-    from sim import engine, fast
-    from sim.costs import PPSDCosts
     from sim.streams import Stream
 
     k, t = len(stage), 600
@@ -148,18 +149,18 @@ def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, ho
     seg[0] = True
     s = Stream(match, np.full(t, 64.0), seg, "bernoulli")
     costs = PPSDCosts([np.full(t, c) for c in stage], hop, tuple(range(k)), factors, exit_ms=np.full(t, exit_ms))
-    d = analytic.pipeline_departures(stage, hop, t + 1, factors, k, exit_ms)
+    d = ppsd_cf.pipeline_departures(stage, hop, t + 1, factors, k, exit_ms)
     starts = np.flatnonzero(np.concatenate([[True], ~match[:-1]]))
     a = np.append(starts[1:], t) - 1 - starts
-    want = sum(analytic.restart_time(d[x] + hop, stage[0], exit_ms, factors, k, k) for x in a[:-1]) + d[a[-1]]
-    assert fast.fast_ppsd(s, costs).time_ms == pytest.approx(want, rel=1e-12)
-    assert engine.run_ppsd(s, costs).time_ms == pytest.approx(want, rel=1e-12)
+    want = sum(ppsd_cf.restart_time(d[x] + hop, stage[0], exit_ms, factors, k, k) for x in a[:-1]) + d[a[-1]]
+    assert ppsd_replay.replay(s, costs).time_ms == pytest.approx(want, rel=1e-12)
+    assert ppsd_event.run(s, costs).time_ms == pytest.approx(want, rel=1e-12)
     # and the cut-at-the-flush model would be faster whenever a flush lands in an exit head
     cut = sum(d[x] + hop for x in a[:-1]) + d[a[-1]]
     assert want >= cut
     # with timing jitter the closed form stays exact per cycle
     costs.jitter_cv = 0.03
-    soft = sum(analytic.restart_time(d[x] + hop, stage[0], exit_ms, factors, k, k, 0.03) for x in a[:-1]) + d[a[-1]]
-    assert fast.fast_ppsd(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
-    assert engine.run_ppsd(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
+    soft = sum(ppsd_cf.restart_time(d[x] + hop, stage[0], exit_ms, factors, k, k, 0.03) for x in a[:-1]) + d[a[-1]]
+    assert ppsd_replay.replay(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
+    assert ppsd_event.run(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
     assert soft >= cut

@@ -1,0 +1,206 @@
+"""The simulator's answers for the pages, cached by Streamlit (tables ready to plot).
+
+Each page asks here; this module fetches Results (sweeps from dashboard/sweep_cache.py, cached per
+setting and warmed in the background; single plans through `sim.api.simulate`), lets the simulator
+choose (`sim.api.recommend`, `sim.planning`, `sim.heads.comparison`) and caches the tables
+dashboard/tables.py makes of them. The planner must answer a control change within half a second:
+exit layer, draft length and stage count only pick rows out of a cached sweep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import sweep_cache, tables, ui
+from ppsd.exit_heads import SHARED
+from profiler.schema import PROFILE_FILE
+from sim.modes import Mode
+from sim.plan import Plan
+
+# The same defaults `ppsd plan` uses, so the Overview's recommendation is the CLI's.
+DEFAULT_DEVICES = 4
+DEFAULT_GAMMAS = sweep_cache.GAMMAS
+DEFAULT_TOKENS = sweep_cache.TOKENS
+
+# (results table, best plan's row, one-line reason, closed-form curves)
+Answer = tuple[pd.DataFrame, dict, str, pd.DataFrame]
+
+
+def mtime(path: str) -> float:
+    f = Path(path) / PROFILE_FILE
+    return f.stat().st_mtime if f.exists() else 0.0
+
+
+def key(path: str, hop_ms: float | None = None, alpha_scale: float = 1.0, temperature: float = 0.0,
+        exit_head: str = SHARED) -> sweep_cache.Key:
+    return sweep_cache.Key(path, mtime(path), None if hop_ms is None else float(hop_ms), float(alpha_scale),
+                           float(temperature), sweep_cache.TOKENS, exit_head)
+
+
+def _previewed(k: sweep_cache.Key, devices: int) -> bool:
+    """Whether this setting is answered by its closed-form preview for now (not swept yet, and the
+    background worker is healthy enough to sweep it)."""
+    return sweep_cache.CACHE.cached(k, devices) is None and sweep_cache.CACHE.failures <= 5
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _preview_results(fields: tuple, devices: int) -> list:
+    # shared, not copied: the main answer and the head comparison price a setting's closed forms once
+    return sweep_cache.preview(sweep_cache.Key(*fields), devices)
+
+
+def _results(k: sweep_cache.Key, devices: int, preview: bool):
+    """(plans, closed forms) of one setting: the closed forms twice for a preview, else the sweep."""
+    if preview:
+        closed = _preview_results(astuple(k), devices)
+        return closed, closed
+    return sweep_cache.CACHE.get(k, devices).for_devices(devices)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _answer(fields: tuple, devices: int, preview: bool) -> Answer:
+    from sim import api
+
+    results, closed = _results(sweep_cache.Key(*fields), devices, preview)
+    best, reason = api.recommend(results)
+    if preview:
+        reason = (f"closed-form preview (i.i.d. acceptance at the smallest context): "
+                  f"{tables.short_label(best.plan.label())} at {best.speedup_vs_ar:.2f}× AR; the trace-driven "
+                  "simulation of this setting follows in a moment")
+    return tables.results_table(results), tables.result_row(best), reason, tables.closed_curves(closed)
+
+
+def sweep(path: str, devices: int = DEFAULT_DEVICES, hop_ms: float | None = None, alpha_scale: float = 1.0,
+          temperature: float = 0.0, exit_head: str = SHARED) -> Answer:
+    """(results table, best plan row, one-line reason, closed forms) for one setting of the
+    sweep-level controls; with the defaults this is exactly `ppsd plan`'s sweep and choice."""
+    k = key(path, hop_ms, alpha_scale, temperature, exit_head)
+    sweep_cache.CACHE.get(k, devices)  # computes now on a cold cache
+    return _answer(astuple(k), devices, False)
+
+
+def plans(path: str, devices: int = DEFAULT_DEVICES, hop_ms: float | None = None, alpha_scale: float = 1.0,
+          temperature: float = 0.0, exit_head: str = SHARED) -> tuple[pd.DataFrame, dict, str, pd.DataFrame, bool]:
+    """Like `sweep`, plus a flag: when this setting has not been simulated yet, answer at once with
+    the closed forms (flag True) and let the background worker run the exact sweep (the caller
+    asks for it first in `warm` and reruns when `ready`). A cold sweep takes ~0.3 s here, the
+    closed forms ~20 ms, and the page must answer within 0.5 s."""
+    k = key(path, hop_ms, alpha_scale, temperature, exit_head)
+    if _previewed(k, devices):
+        pv = _answer(astuple(k), devices, True)
+        # no speculative plan to preview (no acceptance for this head): the exact path says why
+        if (pv[0]["mode"] != Mode.AR).any():
+            return (*pv, True)
+    return (*_answer(astuple(k), devices, False), False)
+
+
+def ready(path: str, devices: int, hop_ms: float | None, alpha_scale: float, temperature: float,
+          exit_head: str = SHARED) -> bool:
+    return sweep_cache.CACHE.cached(key(path, hop_ms, alpha_scale, temperature, exit_head), devices) is not None
+
+
+def _head_keys(path: str, heads, hop_ms, alpha_scale, temperature, devices: int, exact: bool) -> tuple:
+    """((key fields, preview?) per head) for the cached head functions; exact=True sweeps every head."""
+    out = []
+    for h in heads:
+        k = key(path, hop_ms, alpha_scale, temperature, h)
+        if exact:
+            sweep_cache.CACHE.get(k, devices)  # computes now on a cold cache
+        out.append((astuple(k), not exact and _previewed(k, devices)))
+    return tuple(out)
+
+
+def _by_head(head_keys: tuple, devices: int) -> dict:
+    """{head: its Results} (exact, or the closed-form preview where flagged)."""
+    out = {}
+    for fields, preview in head_keys:
+        k = sweep_cache.Key(*fields)
+        out[k.exit_head] = _results(k, devices, preview)[0]
+    return out
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _best_over_heads(head_keys: tuple, devices: int) -> tuple[str, dict, str]:
+    from sim import planning
+
+    head, best, reason = planning.best_over_heads(_by_head(head_keys, devices))
+    return head, tables.result_row(best), reason
+
+
+def best_over_heads(path: str, heads: list[str], devices: int = DEFAULT_DEVICES) -> tuple[str, dict, str]:
+    """(head, best plan row, reason) of the fastest plan over every head at `ppsd plan`'s defaults,
+    as `ppsd plan` chooses (`sim.planning.best_over_heads`)."""
+    return _best_over_heads(_head_keys(path, heads, None, 1.0, 0.0, devices, exact=True), devices)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _head_comparison(head_keys: tuple, devices: int) -> pd.DataFrame:
+    from sim import heads as sim_heads
+    from sim import planning
+
+    by_head = _by_head(head_keys, devices)
+    path, stamp = head_keys[0][0][:2]
+    rows = sim_heads.comparison(sweep_cache.profile(path, stamp), by_head)
+    sources = {h: "closed form (simulating…)" if any(planning.is_closed_form(r) for r in res) else "simulated"
+               for h, res in by_head.items()}
+    return tables.head_comparison(rows, sources)
+
+
+def head_comparison(path: str, heads: list[str], devices: int = DEFAULT_DEVICES, hop_ms: float | None = None,
+                    alpha_scale: float = 1.0, temperature: float = 0.0, exact: bool = True) -> pd.DataFrame:
+    """One row per exit head (`sim.heads.comparison`): the best plan drafting with each. exact=False
+    shows a head not swept at this setting yet by its closed-form preview (source column says so)."""
+    return _head_comparison(_head_keys(path, heads, hop_ms, alpha_scale, temperature, devices, exact), devices)
+
+
+def warm(path: str, hop_options, scale_options, temperature_options, hop_ms, alpha_scale, temperature,
+         devices: int, measured_hop: float, exit_head: str = SHARED, heads=()) -> None:
+    """Ask the background worker for this setting first (when only its preview is shown), then the
+    settings one control change away, nearest first: this setting at the most devices (so the
+    device slider only filters), each other head, and each other hop, scale and temperature."""
+    def norm(h):
+        return None if h is None or abs(h - measured_hop) < 1e-9 else h
+
+    def nearest(options, cur):
+        return sorted(options, key=lambda o: abs(list(options).index(o) - list(options).index(cur)))
+
+    cur = dict(hop_ms=norm(hop_ms), alpha_scale=alpha_scale, temperature=temperature, exit_head=exit_head)
+    wanted = [(key(path, **cur), devices), (key(path, **cur), sweep_cache.MAX_DEVICES)]
+    alternatives = [key(path, **{**cur, "exit_head": h}) for h in heads if h != exit_head]
+    alternatives += [key(path, **{**cur, "temperature": t}) for t in temperature_options]
+    alternatives += [key(path, **{**cur, "alpha_scale": s}) for s in nearest(scale_options, alpha_scale)]
+    alternatives += [key(path, **{**cur, "hop_ms": norm(h)}) for h in nearest(hop_options, hop_ms)]
+    wanted += [(k, devices) for k in dict.fromkeys(alternatives)]
+    sweep_cache.CACHE.warm(wanted)
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def simulate_one(path: str, stamp: float, plan_dict: dict, alpha_scale: float = 1.0, temperature: float = 0.0,
+                 tokens: int = DEFAULT_TOKENS, timeline: bool = False, engine: str = "fast") -> dict:
+    """One plan through the simulator, as Result.to_json_dict(timeline=...) (cacheable)."""
+    from sim import api, planning
+
+    profile = ui.load(path)
+    plan = Plan.from_dict(plan_dict)
+    kw: dict = {}
+    if alpha_scale != 1.0:
+        # a scaled acceptance is a what-if: draw Bernoulli(α·scale) instead of replaying the trace
+        alpha = planning.acceptance_by_exit(profile, alpha_scale, temperature, head=plan.exit_head)
+        kw = {"acceptance": "bernoulli", "alpha": alpha.get(plan.exit_layer, 0.0) if plan.exit_layer else 0.0}
+    result = api.simulate(profile, plan, tokens=tokens, temperature=temperature, engine=engine, timeline=timeline,
+                          **kw)
+    return result.to_json_dict(timeline=timeline)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def stage_breakdown(path: str, stamp: float, plan_dict: dict) -> tuple[str, pd.DataFrame]:
+    """(resolved plan's label, per-stage time table) of one PPSD plan (`sim.planning.stage_breakdown`)."""
+    from sim import api, planning
+
+    profile = ui.load(path)
+    plan = api.resolve_plan(Plan.from_dict(plan_dict), profile)
+    return plan.label(), tables.stage_table(planning.stage_breakdown(profile, plan))

@@ -1,0 +1,128 @@
+"""Simulator Results turned into the tables the pages show and plot (no Streamlit, no simulation).
+
+Every number here comes from a Result (`sim.api.sweep`, `sim.planning.closed_form_sweep`,
+`sim.api.simulate`) or from `sim.planning` / `sim.heads`; this module only lays them out as
+DataFrames in the units the pages show. Column `mode` holds `sim.modes.Mode` values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import pandas as pd
+
+from sim.heads import head_label
+from sim.modes import Mode
+from sim.plan import Result
+
+TABLE_COLUMNS = ["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s",
+                 "speedup", "mean_accepted", "acceptance_rate", "placement"]
+CURVE_COLUMNS = ["mode", "k", "exit_layer", "speedup"]
+
+
+def short_label(label: str) -> str:
+    """A plan label without its stage bounds ("PPSD E=15 k=2 [0,15,30]" -> "PPSD E=15 k=2")."""
+    return str(label).split(" [")[0]
+
+
+def result_row(r: Result) -> dict:
+    """One Result as a table row (see TABLE_COLUMNS)."""
+    p = r.plan
+    mode = Mode.parse(p.mode)
+    return {
+        "plan": p.label(),
+        "mode": mode,
+        "exit_layer": p.exit_layer,
+        "draft_len": p.draft_len if mode == Mode.EESD else None,
+        "stages": p.num_stages if mode == Mode.PPSD else None,
+        "stage_bounds": ",".join(map(str, p.stage_bounds)) if (mode == Mode.PPSD and p.stage_bounds) else None,
+        "tokens_per_s": float(r.tokens_per_s),
+        "speedup": float(r.speedup_vs_ar) if r.speedup_vs_ar is not None else float("nan"),
+        "mean_accepted": float(r.mean_accepted),
+        "acceptance_rate": r.acceptance_rate,
+        "placement": ",".join(map(str, p.devices())),
+    }
+
+
+def results_table(results: Iterable[Result]) -> pd.DataFrame:
+    """One row per plan, in the order given."""
+    return pd.DataFrame([result_row(r) for r in results], columns=TABLE_COLUMNS)
+
+
+def curves(table: pd.DataFrame) -> pd.DataFrame:
+    """Speedup per exit layer: EESD at its best γ (one curve), PPSD one curve per stage count."""
+    out = []
+    eesd = table[table["mode"] == Mode.EESD]
+    if not eesd.empty:
+        best = eesd.loc[eesd.groupby("exit_layer")["speedup"].idxmax()]
+        out.append(pd.DataFrame({"mode": Mode.EESD, "k": 0, "exit_layer": best["exit_layer"].astype(int),
+                                 "speedup": best["speedup"],
+                                 "detail": [f"γ = {int(g)}" for g in best["draft_len"]]}))
+    ppsd = table[table["mode"] == Mode.PPSD]
+    for k, sub in ppsd.groupby("stages"):
+        # several placements/bounds of one (E, k) may be swept: keep the fastest
+        best = sub.loc[sub.groupby("exit_layer")["speedup"].idxmax()]
+        out.append(pd.DataFrame({"mode": Mode.PPSD, "k": int(k), "exit_layer": best["exit_layer"].astype(int),
+                                 "speedup": best["speedup"],
+                                 "detail": [f"stages [{b}]" if b else f"k = {int(k)}" for b in best["stage_bounds"]]}))
+    if not out:
+        return pd.DataFrame(columns=[*CURVE_COLUMNS, "detail"])
+    return pd.concat(out, ignore_index=True)
+
+
+def closed_curves(results: Sequence[Result]) -> pd.DataFrame:
+    """The closed-form curves of a `closed_form_sweep`: EESD at its best γ per exit, PPSD per stage
+    count (balanced stages). They are the simulator's oracle, so a gap between a dashed and a solid
+    curve is what the recorded trace (bursty acceptance, growing context) adds over the textbook
+    assumption."""
+    plans = sorted(results, key=lambda r: _build_order(r))  # ties between γ go to the smallest
+    best_eesd: dict[int, Result] = {}
+    for r in plans:
+        if r.plan.mode == Mode.EESD:
+            e = r.plan.exit_layer
+            if e not in best_eesd or r.speedup_vs_ar > best_eesd[e].speedup_vs_ar:
+                best_eesd[e] = r
+    rows = [(Mode.EESD, 0, int(e), float(r.speedup_vs_ar)) for e, r in best_eesd.items()]
+    rows += [(Mode.PPSD, int(r.plan.num_stages), int(r.plan.exit_layer), float(r.speedup_vs_ar))
+             for r in plans if r.plan.mode == Mode.PPSD]
+    df = pd.DataFrame(rows, columns=CURVE_COLUMNS)
+    return df.sort_values(["exit_layer", "mode", "k"], kind="stable").reset_index(drop=True)
+
+
+def _build_order(r: Result) -> tuple:
+    p = r.plan
+    return (p.exit_layer or 0, p.mode != Mode.EESD, p.draft_len if p.mode == Mode.EESD else p.num_stages)
+
+
+def find_row(table: pd.DataFrame, mode: Mode, exit_layer: int, draft_len: int | None = None,
+             stages: int | None = None) -> pd.Series | None:
+    """The table's row for the plan the controls select (the fastest if several match), or None."""
+    sub = table[(table["mode"] == mode) & (table["exit_layer"] == exit_layer)]
+    if mode == Mode.EESD:
+        sub = sub[sub["draft_len"] == draft_len]
+    elif mode == Mode.PPSD:
+        sub = sub[sub["stages"] == stages]
+    if sub.empty:
+        return None
+    return sub.loc[sub["speedup"].idxmax()]
+
+
+def head_comparison(rows: list[dict], sources: dict[str, str] | None = None) -> pd.DataFrame:
+    """`sim.heads.comparison` rows (one per exit head) in the columns the pages show; `sources`
+    says per head whether its figures are "simulated" or a closed-form preview."""
+    out = []
+    for r in rows:
+        h = r["head"]
+        out.append({
+            "exit head": head_label(h), "draft head (ms)": r["draft_head_ms"], "best α": r["best_alpha"],
+            "at exit": r["best_alpha_exit"],
+            "best EESD": short_label(r["best_eesd"]) if r["best_eesd"] else None, "EESD ×": r["best_eesd_speedup"],
+            "best PPSD": short_label(r["best_ppsd"]) if r["best_ppsd"] else None, "PPSD ×": r["best_ppsd_speedup"],
+            "best plan": short_label(r["best_plan"]), "speedup": r["best_speedup"], "tokens/s": r["best_tokens_per_s"],
+            "source": (sources or {}).get(h, "simulated"), "head": h})
+    return pd.DataFrame(out)
+
+
+def stage_table(parts) -> pd.DataFrame:
+    """`sim.planning.stage_breakdown` parts as rows: stage, part, ms."""
+    return pd.DataFrame([(p.stage, p.part, p.ms) for p in parts], columns=["stage", "part", "ms"])

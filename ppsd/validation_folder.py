@@ -1,0 +1,247 @@
+"""The validation folder, defined once (torch-free): written by `ppsd validate`, read by the dashboard.
+
+    <folder>/validation.json     {schema_version, created, profile, model, device_name,
+                                  mape_speedup_pct, mape_tokens_per_s_pct, forced_trace, exit_head,
+                                  ar_reference, ar_tokens_per_s_runs, rows: [ValidationRow, ...]}
+    <folder>/validation.csv      the same rows, columns CSV_COLUMNS (stage bounds space-separated)
+    <folder>/timelines/<name>    Chrome traces of each plan, measured and simulated: `timeline_name`
+
+A row's keys are the fields of `ValidationRow`, in order; the CSV leaves out the last two (the
+acceptance rates). Older folders may lack keys that came later (`forced_trace`, `exit_head`,
+`ar_reference`, a row's `ar_reference_tokens_per_s`): readers treat them as absent.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from ppsd.errors import UserError
+from ppsd.exit_heads import SHARED, suffix
+from ppsd.paths import atomic_write_json, atomic_write_text
+from sim.modes import Mode
+
+SCHEMA_VERSION = 1
+JSON_FILE = "validation.json"
+CSV_FILE = "validation.csv"
+TIMELINES_DIR = "timelines"
+MEASURED, SIMULATED = "measured", "simulated"
+TIMELINE_KINDS = (MEASURED, SIMULATED)
+
+
+# --- timelines --------------------------------------------------------------------------------
+def timeline_slug(plan) -> str:
+    """The stem shared by a plan's timeline files: "ar", "eesd-e<E>-g<γ>[-<head>]",
+    "ppsd-e<E>-k<k>[-<head>]" (the shared exit head goes unnamed)."""
+    mode = Mode.parse(plan.mode)
+    if mode == Mode.AR:
+        return "ar"
+    head = suffix(plan.exit_head or SHARED)
+    if mode == Mode.EESD:
+        return f"eesd-e{plan.exit_layer}-g{plan.draft_len}{head}"
+    return f"ppsd-e{plan.exit_layer}-k{plan.num_stages}{head}"
+
+
+def timeline_name(plan, kind: str) -> str:
+    """`<slug>.<kind>.json`, kind "measured" or "simulated"."""
+    if kind not in TIMELINE_KINDS:
+        raise ValueError(f"timeline kind {kind!r} is not one of {TIMELINE_KINDS}")
+    return f"{timeline_slug(plan)}.{kind}.json"
+
+
+def timeline_path(folder: str | Path, plan, kind: str) -> Path:
+    return Path(folder) / TIMELINES_DIR / timeline_name(plan, kind)
+
+
+def timeline_files(folder: str | Path) -> dict[str, dict[str, Path]]:
+    """{slug: {"measured": path, "simulated": path}} of the traces a validation folder holds."""
+    out: dict[str, dict[str, Path]] = {}
+    sub = Path(folder) / TIMELINES_DIR
+    if not sub.is_dir():
+        return out
+    for f in sorted(sub.glob("*.json")):
+        stem = f.name[: -len(".json")]
+        if "." not in stem:
+            continue
+        slug, kind = stem.rsplit(".", 1)
+        out.setdefault(slug, {})[kind] = f
+    return out
+
+
+def plan_timelines(folder: str | Path, plan) -> dict[str, Path]:
+    """{kind: path} of the traces recorded for this plan (its exit head included), {} when none."""
+    return timeline_files(folder).get(timeline_slug(plan), {})
+
+
+# --- rows ---------------------------------------------------------------------------------------
+def _pct(pred: float, meas: float) -> float:
+    return 100.0 * (pred - meas) / meas if meas else float("nan")
+
+
+@dataclass
+class ValidationRow:
+    """One plan measured for real beside the simulator's prediction of it."""
+
+    plan: str                          # Plan.label()
+    mode: Mode                         # written as its name: "ar", "eesd", "ppsd"
+    exit_layer: int | None
+    draft_len: int | None              # EESD only
+    stages: int
+    stage_bounds: list[int] | None     # PPSD layer cut points (CSV: space-separated)
+    predicted_tokens_per_s: float
+    measured_tokens_per_s: float
+    measured_tokens_per_s_p10: float
+    measured_tokens_per_s_p90: float
+    predicted_speedup: float
+    measured_speedup: float            # against the AR runs around this plan (ar_reference_tokens_per_s)
+    speedup_error_pct: float           # 100 (predicted − measured) / measured
+    tokens_per_s_error_pct: float
+    outputs_match_ar: bool | None      # greedy speculative output identical to AR's; None for AR
+    ar_reference_tokens_per_s: float | None = None
+    measured_acceptance_rate: float | None = None
+    predicted_acceptance_rate: float | None = None
+
+    @classmethod
+    def from_results(cls, plan, predicted, measured, ar_tokens_per_s: float,
+                     outputs_match_ar: bool | None) -> ValidationRow:
+        """The row of a plan from its simulated and measured Results (MeasuredDetails for the
+        percentiles) and the AR speed its measured speedup is taken against."""
+        mode = Mode.parse(plan.mode)
+        ms = measured.tokens_per_s / ar_tokens_per_s if ar_tokens_per_s else float("nan")
+        ps = predicted.speedup_vs_ar if predicted.speedup_vs_ar is not None else 1.0
+        det = measured.details
+        return cls(
+            plan=plan.label(), mode=mode, exit_layer=plan.exit_layer,
+            draft_len=plan.draft_len if mode == Mode.EESD else None, stages=plan.num_stages,
+            stage_bounds=list(plan.stage_bounds) if plan.stage_bounds else None,
+            predicted_tokens_per_s=round(predicted.tokens_per_s, 4),
+            measured_tokens_per_s=round(measured.tokens_per_s, 4),
+            measured_tokens_per_s_p10=round(det.tokens_per_s_p10, 4),
+            measured_tokens_per_s_p90=round(det.tokens_per_s_p90, 4),
+            predicted_speedup=round(ps, 4), measured_speedup=round(ms, 4),
+            speedup_error_pct=round(_pct(ps, ms), 3),
+            tokens_per_s_error_pct=round(_pct(predicted.tokens_per_s, measured.tokens_per_s), 3),
+            outputs_match_ar=outputs_match_ar, ar_reference_tokens_per_s=round(ar_tokens_per_s, 4),
+            measured_acceptance_rate=measured.acceptance_rate, predicted_acceptance_rate=predicted.acceptance_rate)
+
+    @property
+    def speculative(self) -> bool:
+        return self.mode != Mode.AR
+
+    def to_dict(self) -> dict:
+        """The row as validation.json holds it."""
+        return {**asdict(self), "mode": self.mode.value}
+
+    def to_csv_dict(self) -> dict:
+        d = {c: getattr(self, c) for c in CSV_COLUMNS}
+        d["mode"] = self.mode.value
+        d["stage_bounds"] = " ".join(map(str, self.stage_bounds or []))
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ValidationRow:
+        """A row of validation.json (keys it lacks are None)."""
+        return cls(**{**{f.name: d.get(f.name) for f in fields(cls)}, "mode": Mode.parse(d["mode"])})
+
+    @classmethod
+    def from_csv_dict(cls, d: dict) -> ValidationRow:
+        """A row of validation.csv (all text) with its types back."""
+        def num(v, kind):
+            return None if v in (None, "") else kind(v)
+
+        out = {}
+        for f in fields(cls):
+            v = d.get(f.name)
+            if f.name == "plan":
+                out[f.name] = v
+            elif f.name == "mode":
+                out[f.name] = Mode.parse(v)
+            elif f.name in ("exit_layer", "draft_len", "stages"):
+                out[f.name] = num(v, lambda x: int(float(x)))
+            elif f.name == "stage_bounds":
+                parts = str(v or "").replace(",", " ").split()
+                out[f.name] = [int(p) for p in parts] or None
+            elif f.name == "outputs_match_ar":
+                out[f.name] = None if v in (None, "") else str(v).strip().lower() == "true"
+            else:
+                out[f.name] = num(v, float)
+        return cls(**out)
+
+
+ROW_FIELDS: list[str] = [f.name for f in fields(ValidationRow)]
+CSV_COLUMNS: list[str] = ROW_FIELDS[: ROW_FIELDS.index("ar_reference_tokens_per_s") + 1]
+
+
+def mape(rows: list[ValidationRow]) -> tuple[float, float]:
+    """(MAPE of the speedup over the speculative rows, MAPE of tokens/s over all rows), in %."""
+    spec = [r for r in rows if r.speculative]
+    mape_s = sum(abs(r.speedup_error_pct) for r in spec) / max(len(spec), 1)
+    mape_t = sum(abs(r.tokens_per_s_error_pct) for r in rows) / max(len(rows), 1)
+    return mape_s, mape_t
+
+
+# --- the folder ---------------------------------------------------------------------------------
+def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name: str, forced_trace: bool,
+             exit_head: str, ar_reference: str, ar_tokens_per_s_runs: list[float],
+             created: str | None = None) -> dict:
+    """validation.json's content, keys in their written order (rows as dicts)."""
+    mape_s, mape_t = mape(rows)
+    created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return {"schema_version": SCHEMA_VERSION, "created": created, "profile": profile, "model": model,
+            "device_name": device_name, "mape_speedup_pct": round(mape_s, 3), "mape_tokens_per_s_pct": round(mape_t, 3),
+            "forced_trace": bool(forced_trace), "exit_head": exit_head, "ar_reference": ar_reference,
+            "ar_tokens_per_s_runs": [round(x, 4) for x in ar_tokens_per_s_runs],
+            "rows": [r.to_dict() for r in rows]}
+
+
+def csv_text(rows: list[ValidationRow]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS)
+    w.writeheader()
+    for r in rows:
+        w.writerow(r.to_csv_dict())
+    return buf.getvalue()
+
+
+def write_validation(folder: str | Path, doc: dict) -> None:
+    """Write validation.json and validation.csv (each atomically) from a `make_doc` document."""
+    folder = Path(folder)
+    atomic_write_json(folder / JSON_FILE, doc)
+    atomic_write_text(folder / CSV_FILE, csv_text([ValidationRow.from_dict(r) for r in doc["rows"]]))
+
+
+def read_doc(folder: str | Path) -> dict:
+    """validation.json of a folder, its schema version checked (UserError naming the fix)."""
+    file = Path(folder) / JSON_FILE
+    try:
+        doc = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {file} ({exc.__class__.__name__})", "re-run `ppsd validate`") from None
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+        version = doc.get("schema_version") if isinstance(doc, dict) else None
+        raise UserError(f"{file} has schema_version {version!r}, this ppsd reads {SCHEMA_VERSION}",
+                        "re-run `ppsd validate` with this ppsd")
+    return doc
+
+
+def read_rows(folder: str | Path, doc: dict | None = None) -> list[dict]:
+    """The rows as validation.json holds them (keys as written), or when it lists none, the rows of
+    validation.csv with their types back. Every row has predicted and measured speedups (UserError)."""
+    folder = Path(folder)
+    doc = read_doc(folder) if doc is None else doc
+    rows = list(doc.get("rows") or [])
+    csv_file = folder / CSV_FILE
+    if not rows and csv_file.exists():
+        with open(csv_file, newline="") as fh:
+            rows = [{k: v for k, v in ValidationRow.from_csv_dict(r).to_dict().items() if k in r}
+                    for r in csv.DictReader(fh)]
+    if not rows:
+        raise UserError(f"{folder / JSON_FILE} lists no plans", "re-run `ppsd validate`")
+    for key in ("predicted_speedup", "measured_speedup"):
+        if any(key not in r for r in rows):
+            raise UserError(f"{folder / JSON_FILE} rows lack {key}", "re-run `ppsd validate` with this ppsd")
+    return rows

@@ -1,0 +1,180 @@
+"""Estimated (roofline) profiles: what a model would cost per layer on a GPU you do not have.
+
+`ppsd profile --analytic --arch A --hardware H ... --out DIR` writes a profile folder in the usual
+schema, marked `kind: "estimated"`, `timing.method: "roofline"`, so the simulator and the planner
+answer for it exactly as for a measured one. Torch-free.
+
+Layer, head and embedding times come from the roofline (`profiler/roofline.py`); the hop is
+latency + bytes / bandwidth of the chosen interconnect; one stage per GPU, so stages never share a
+device (co-run slowdown 1.0). Acceptance cannot be estimated from shapes: it is transferred from a
+measured profile or an α curve (`profiler/acceptance_transfer.py`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import platform
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ppsd import __version__
+from ppsd.errors import UserError
+from ppsd.paths import atomic_dir
+from profiler.acceptance_transfer import curve_acceptance, rescaled_acceptance
+from profiler.archs import ArchShape, resolve_arch
+from profiler.hardware import (
+    Hardware,
+    Interconnect,
+    hop_seconds,
+    normalize_dtype,
+    resolve_hardware,
+    resolve_interconnect,
+)
+from profiler.roofline import (
+    KERNELS_EMBED,
+    KERNELS_HEAD,
+    embed_seconds,
+    head_seconds,
+    hop_message_bytes,
+    layer_bytes,
+    layer_flops,
+    layer_seconds,
+    make_roofline,
+    weight_bytes,
+)
+from profiler.schema import PROFILE_FILE, SCHEMA_VERSION, Profile, load_profile, save_profile
+
+DEFAULT_N_VALUES = (1, 2, 4, 8, 16)
+DEFAULT_CONTEXT_VALUES = (64, 256, 1024)
+DEFAULT_GPU_COUNT = 8  # one HGX/DGX node; PPSD wants one stage per GPU
+
+
+def _stat(a) -> dict:
+    a = np.asarray(a, dtype=float)
+    # an estimate has no spread: p10 = median = p90
+    return {"median_ms": a.tolist(), "p10_ms": a.tolist(), "p90_ms": a.tolist()}
+
+
+def _grid(values, name: str) -> list[int]:
+    try:
+        out = [int(v) for v in values]
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be whole numbers, got {values!r}", f"e.g. {name}=1,2,4,8") from None
+    if not out or any(v < (1 if name == "n_values" else 0) for v in out) or any(b <= a for a, b in zip(out, out[1:])):
+        raise UserError(f"{name} must be a non-empty increasing list of non-negative whole numbers, got {out}",
+                        f"e.g. {name}=1,2,4,8")
+    return out
+
+
+def analytic_profile_meta(
+    arch: str | ArchShape,
+    hardware: str | Hardware,
+    dtype: str = "bf16",
+    interconnect: str | Interconnect | None = "nvlink",
+    n_values=DEFAULT_N_VALUES,
+    context_values=DEFAULT_CONTEXT_VALUES,
+    *,
+    gpu_count: int = DEFAULT_GPU_COUNT,
+    bandwidth_efficiency: float | None = None,
+    compute_efficiency: float | None = None,
+    launch_us: float | None = None,
+    kernels_per_layer: int | None = None,
+) -> dict:
+    """profile.json content (schema 1, kind "estimated", timing.method "roofline"), no acceptance.
+
+    `interconnect=None` picks NVLink where the GPU has it, else PCIe. The efficiency / launch
+    overrides let a calibrated fit (`profiler.calibration.fit_efficiency`) replace the table's defaults."""
+    shape = resolve_arch(arch)
+    hw = resolve_hardware(hardware)
+    dtype = normalize_dtype(dtype)
+    if interconnect is None:
+        interconnect = "nvlink" if hw.nvlink_gbps else "pcie"
+    link = resolve_interconnect(interconnect)
+    n_grid = _grid(n_values, "n_values")
+    c_grid = _grid(context_values, "context_values")
+    if c_grid[-1] + n_grid[-1] > shape.max_context:
+        raise UserError(f"context {c_grid[-1]} + {n_grid[-1]} new tokens exceeds {shape.name}'s "
+                        f"maximum context of {shape.max_context}",
+                        f"use context values up to {shape.max_context - n_grid[-1]}")
+    if int(gpu_count) < 1:
+        raise UserError(f"GPU count {gpu_count} is below 1", "give --gpus 1 or more")
+    roof = make_roofline(hw, dtype, bandwidth_efficiency, compute_efficiency, launch_us, kernels_per_layer)
+    hop_bytes = hop_message_bytes(shape, roof.dtype_bytes)
+    hop_ms = hop_seconds(hop_bytes, link, hw) * 1e3  # raises for NVLink on a GPU without it
+
+    per_layer = np.array([[layer_seconds(shape, roof, n, c) * 1e3 for c in c_grid] for n in n_grid])
+    bytes_grid = [[layer_bytes(shape, n, c, roof.dtype_bytes) for c in c_grid] for n in n_grid]
+    flops_grid = [[layer_flops(shape, n, c) for c in c_grid] for n in n_grid]
+    bound = [["memory" if roof.memory_s(b) >= roof.compute_s(f) else "compute" for b, f in zip(rb, rf)]
+             for rb, rf in zip(bytes_grid, flops_grid)]
+    layers = np.repeat(per_layer[None, :, :], shape.num_layers, axis=0)  # identical layers
+    head = np.array([head_seconds(shape, roof, n) * 1e3 for n in n_grid])
+    emb = np.array([embed_seconds(shape, roof, n) * 1e3 for n in n_grid])
+    step_ms = float(emb[0] + layers[:, 0, 0].sum() + head[0])
+    wbytes = weight_bytes(shape, roof.dtype_bytes)
+    usable = hw.memory_gb * 1e9 * 0.9  # leave ~10% for KV cache, activations and the CUDA context
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "estimated",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": {"id": shape.name, "source": f"analytic:{shape.source}", "architecture": shape.architecture,
+                  "num_layers": shape.num_layers, "hidden_size": shape.hidden_size,
+                  "vocab_size": shape.vocab_size, "dtype": dtype, "max_context": shape.max_context},
+        "hardware": {"device": "cuda", "device_name": f"{hw.name} (estimated)", "cores": 0, "threads": 0,
+                     "gpu_count": int(gpu_count), "hardware_key": hw.key, "interconnect": link.key},
+        "versions": {"ppsd": __version__, "python": platform.python_version(), "torch": None, "transformers": None},
+        "timing": {"method": "roofline", "warmup": 0, "repeats": 0},
+        "latency": {
+            "n_values": n_grid, "context_values": c_grid,
+            "layers": _stat(layers), "embedding": _stat(emb), "head": _stat(head),
+            "hop": {"backend": link.key, "bytes": hop_bytes, "median_ms": hop_ms, "p10_ms": hop_ms,
+                    "p90_ms": hop_ms, "repeats": 0},
+            # one stage per GPU: stages never share a device
+            "corun": {"processes": [1, 2], "slowdown": [1.0, 1.0], "p10": [1.0, 1.0], "p90": [1.0, 1.0]},
+            "whole_step": {"context": c_grid[0], "median_ms": step_ms, "sum_of_parts_ms": step_ms, "ratio": 1.0,
+                           "note": "estimated: the sum of the parts, one GPU"},
+        },
+        "acceptance": None,
+        # additive: everything the estimate rests on, so a reader (or fit_efficiency) can redo it
+        "estimate": {
+            "arch": shape.to_dict(),
+            "hardware": hw.to_dict(),
+            "interconnect": asdict(link) | {"bandwidth_gbps_used": link.bandwidth_for(hw)},
+            "dtype": dtype,
+            "roofline": roof.to_dict() | {"kernels_head": KERNELS_HEAD, "kernels_embed": KERNELS_EMBED},
+            "layer_bytes": bytes_grid,
+            "layer_flops": flops_grid,
+            "layer_bound": bound,
+            "weights_gb": wbytes / 1e9,
+            "min_gpus_for_weights": max(1, math.ceil(wbytes / usable)),
+            "note": ("roofline estimate, not a measurement: time = max(bytes / (bandwidth · eff_bw), "
+                     "FLOPs / (peak · eff_compute)) + kernels · launch; batch 1"),
+        },
+    }
+
+
+def write_analytic_profile(out: str | Path, arch, hardware, dtype: str = "bf16", interconnect=None, *,
+                           acceptance_from=None, alpha_curve=None, seed: int = 0, **meta_kwargs) -> Profile:
+    """Build the estimate (and its acceptance), write the folder atomically, load and return it."""
+    if acceptance_from and alpha_curve:
+        raise UserError("--acceptance-from and --alpha-curve both given", "give one source of acceptance")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / PROFILE_FILE).exists())):
+        raise UserError(f"{out} exists and is not a profile folder; refusing to overwrite it",
+                        "give a new folder (or an old profile folder) for --out")
+    meta = analytic_profile_meta(arch, hardware, dtype, interconnect, **meta_kwargs)
+    n_layers = meta["model"]["num_layers"]
+    acc = gens = None
+    if acceptance_from:
+        acc, gens, acc_meta = rescaled_acceptance(acceptance_from, n_layers)
+        meta["acceptance"] = acc_meta
+    elif alpha_curve:
+        acc, acc_meta = curve_acceptance(alpha_curve, n_layers, seed=seed)
+        meta["acceptance"] = acc_meta
+    with atomic_dir(out) as tmp:
+        save_profile(tmp, meta, acceptance=acc, generations=gens)
+    return load_profile(out)

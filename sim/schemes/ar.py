@@ -1,0 +1,53 @@
+"""AR: plain autoregressive decoding, one token per full pass (embed + every layer + LM head).
+
+It is also every speedup's baseline: `speedup_vs_ar` divides AR's time on the same profile and
+the same contexts by the plan's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from ppsd.exit_heads import SHARED
+from sim.costs import cost_model
+from sim.modes import Mode
+from sim.plan import Event, Plan
+from sim.schemes.base import RunStats, Scheme
+from sim.streams import Stream
+
+
+def step_ms(profile, context: np.ndarray, exit_head: str = SHARED) -> np.ndarray:
+    """One full pass at each context: embed + every layer + final norm and LM head (ms)."""
+    cm = cost_model(profile, exit_head)
+    return cm.embed(1) + cm.layers(context, 0, cm.num_layers) + cm.head(1)
+
+
+class AR(Scheme):
+    mode = Mode.AR
+
+    def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> np.ndarray:
+        return step_ms(profile, context, plan.exit_head)
+
+    def event_model(self, stream: Stream, costs: np.ndarray, record: bool = False) -> RunStats:
+        env = simpy.Environment()
+        events: list[Event] = []
+        per_token = costs.tolist()
+
+        def decode():
+            for j, c in enumerate(per_token):
+                start = env.now
+                yield env.timeout(c)
+                if record:
+                    events.append(Event("forward", "device 0", start / 1e3, c / 1e3, token=j))
+
+        env.process(decode())
+        env.run()
+        return RunStats(env.now, len(per_token), stage_busy_ms=[env.now], device_busy_ms={0: env.now}, events=events)
+
+    def replay(self, stream: Stream, costs: np.ndarray) -> RunStats:
+        total = float(np.sum(costs))
+        return RunStats(total, len(costs), stage_busy_ms=[total], device_busy_ms={0: total})
+
+    def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+        return float(step_ms(profile, np.array([float(context)]), plan.exit_head)[0])

@@ -1,0 +1,193 @@
+"""EESD: draft-then-verify early-exit speculation on one device.
+
+A round drafts γ' = min(γ, tokens left in the generation − 1) tokens, each through embed + layers
+[0, E) + the exit head at contexts c, c+1, ...; then verifies them in one pass at c: layers [E, N)
+and the LM head on γ'+1 positions, plus embed + layers [0, E) for the last draft (the earlier
+positions' layer-E states were computed while drafting). It keeps the leading matches a and one
+token from the verifier. With i.i.d. acceptance α a round commits (1 − α^(γ+1)) / (1 − α) tokens
+(Leviathan et al. 2023).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import simpy
+
+from sim.costs import CostModel, cost_model
+from sim.modes import Mode
+from sim.plan import Event, Plan
+from sim.schemes.base import RunStats, Scheme, seg_ends
+from sim.streams import Stream
+
+
+# --- unit costs ---------------------------------------------------------------------------------
+
+def draft_ms(cm: CostModel, context: np.ndarray, exit_layer: int) -> np.ndarray:
+    """One draft: embed + layers [0, E) + exit head."""
+    return cm.embed(1) + cm.layers(context, 0, exit_layer) + cm.exit_head()
+
+
+def verify_ms(cm: CostModel, context: np.ndarray, last_context: np.ndarray, exit_layer: int, gamma) -> np.ndarray:
+    """Verification of γ drafts: layers [E, N) and the head on γ+1 positions at the round's context,
+    plus embed + layers [0, E) for the last draft. γ may be an array (shortened final rounds); γ=0
+    is a plain AR step."""
+    gamma = np.broadcast_to(np.asarray(gamma), np.shape(context))
+    out = np.empty(np.shape(context), dtype=float)
+    for g in np.unique(gamma):
+        sel = gamma == g
+        n = int(g) + 1
+        out[sel] = (cm.layers(context[sel], exit_layer, cm.num_layers, n) + cm.head(n)
+                    + cm.embed(1) + cm.layers(last_context[sel], 0, exit_layer))
+    return out
+
+
+@dataclass
+class EESDCosts:
+    """A plan's draft and verification prices (every context is priced on demand: a round's drafts
+    run at contexts past the stream's own)."""
+
+    cm: CostModel
+    exit_layer: int
+    draft_len: int
+
+    def draft(self, context: np.ndarray) -> np.ndarray:
+        return draft_ms(self.cm, context, self.exit_layer)
+
+    def verify(self, context: np.ndarray, gamma) -> np.ndarray:
+        """Verification of a round at `context` whose last draft ran at context + γ."""
+        return verify_ms(self.cm, context, context + gamma, self.exit_layer, gamma)
+
+
+# --- ideal formulas (the papers') ------------------------------------------------------------------
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """E[tokens committed by one EESD round] = (1 − α^(γ+1)) / (1 − α)."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
+    """Speedup of speculative decoding when a draft costs c full passes and verification one pass."""
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1.0)
+
+
+def time_per_token(draft: float, verify: float, alpha: float, gamma: int) -> float:
+    """Expected ms per committed token: a round's γ drafts and one verification over its tokens."""
+    return (gamma * draft + verify) / expected_tokens_per_round(alpha, gamma)
+
+
+# --- exact replay: round boundaries without a pointer chase --------------------------------------
+
+def rounds(stream: Stream, gamma: int):
+    """(start position, drafts γ', accepted a) of every EESD round, fully vectorised.
+
+    Why no pointer chase is needed: a round from p either stops at its first mismatch j (next
+    round at j + 1) or accepts all γ' drafts and takes the verifier's token at p + γ' (next at
+    p + γ' + 1, which is j + 1 again when that token is a mismatch j, and the generation's end when
+    γ' was shortened there). So every position after a mismatch, and every generation start, begins
+    a round (a "reset"); between two resets r < r' the rounds start at r, r + γ + 1, r + 2(γ + 1), …
+    (the event model is the pointer chase; the tests compare both)."""
+    t = stream.tokens
+    seg_end = seg_ends(stream)
+    pos = np.arange(t)
+    zeros = np.flatnonzero(~stream.match)
+    nz = np.append(zeros, t)[np.searchsorted(zeros, pos)]  # first mismatch at or after p
+    run = np.minimum(nz, seg_end) - pos  # leading matches from p within the generation
+    g = np.minimum(gamma, seg_end - pos - 1)
+    a = np.minimum(run, g)
+    reset = stream.seg_start.copy()
+    reset[0] = True
+    reset[zeros[zeros + 1 < t] + 1] = True
+    r = np.flatnonzero(reset)
+    span = np.append(r[1:], t) - r
+    per = -(-span // (gamma + 1))  # rounds between consecutive resets (ceil)
+    first = np.repeat(np.cumsum(per) - per, per)
+    s = np.repeat(r, per) + (np.arange(int(per.sum())) - first) * (gamma + 1)
+    return s.astype(np.int64), g[s], a[s]
+
+
+# --- the scheme ---------------------------------------------------------------------------------
+
+class EESD(Scheme):
+    mode = Mode.EESD
+
+    def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> EESDCosts:
+        return EESDCosts(cost_model(profile, plan.exit_head), plan.exit_layer, plan.draft_len)
+
+    def event_model(self, stream: Stream, costs: EESDCosts, record: bool = False) -> RunStats:
+        """One process on one device: γ' drafts, then a verification; the round keeps the leading
+        matches and the verifier's token."""
+        @lru_cache(maxsize=None)
+        def draft(c):
+            return float(costs.draft(np.array([c]))[0])
+
+        @lru_cache(maxsize=None)
+        def verify(c, g):
+            return float(costs.verify(np.array([c]), g)[0])
+
+        env = simpy.Environment()
+        gamma = costs.draft_len
+        match = stream.match.tolist()
+        ctx = stream.context.tolist()
+        seg_end = seg_ends(stream).tolist()
+        t = stream.tokens
+        stats = RunStats(0.0, 0)
+        row = "device 0"
+
+        def decode():
+            p = 0
+            while p < t:
+                g = min(gamma, seg_end[p] - p - 1)  # no drafting past the generation's end
+                start = env.now
+                for q in range(g):
+                    c = draft(ctx[p] + q)
+                    s = env.now
+                    yield env.timeout(c)
+                    if record:
+                        stats.events.append(Event("draft", row, s / 1e3, c / 1e3, token=p + q))
+                v = verify(ctx[p], g)
+                s = env.now
+                yield env.timeout(v)
+                # accept the leading drafts that match the full model's tokens; the first mismatch
+                # (or the end of the drafts) is replaced by the verifier's own token
+                a = 0
+                while a < g and match[p + a]:
+                    a += 1
+                if record:
+                    stats.events.append(Event("verify", row, s / 1e3, v / 1e3, token=p,
+                                              args={"drafts": g, "accepted": a, "round_ms": env.now - start}))
+                stats.rounds_a.append(a)
+                stats.rounds_rejected.append(a < g)
+                p += a + 1
+
+        env.process(decode())
+        env.run()
+        stats.time_ms = env.now
+        stats.tokens = t
+        stats.stage_busy_ms = [env.now]
+        stats.device_busy_ms = {0: env.now}
+        return stats
+
+    def replay(self, stream: Stream, costs: EESDCosts) -> RunStats:
+        s, g, a = rounds(stream, costs.draft_len)
+        c = stream.context[s]
+        total = float(np.sum(costs.verify(c, g)))
+        if len(g) and g.max() > 0:
+            # every round's q-th draft (q < γ') at context c + q, priced in one call
+            q = np.arange(int(g.max()), dtype=float)
+            total += float(np.sum(costs.draft((c[:, None] + q[None, :])[q[None, :] < g[:, None]])))
+        return RunStats(total, stream.tokens, a.tolist(), (a < g).tolist(), [total], {0: total})
+
+    def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+        costs = self.unit_costs(profile, plan, np.array([float(context)]))
+        c = np.array([float(context)])
+        g = plan.draft_len
+        return time_per_token(float(costs.draft(c)[0]), float(costs.verify(c, g)[0]), alpha, g)
+
+    def sweep_plans(self, exit_layer, *, num_layers, gammas, devices, hop_ms, exit_head):
+        return [Plan(Mode.EESD, exit_layer=exit_layer, draft_len=g, hop_ms=hop_ms, exit_head=exit_head)
+                for g in gammas]

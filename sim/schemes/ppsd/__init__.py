@@ -1,0 +1,57 @@
+"""PPSD: pipeline-parallel self-speculative decoding ("verify-while-draft").
+
+The layers are cut into k stages, one process per device; stage 1 ends at the exit layer and holds
+the exit head, so while later stages verify token t, stage 1 already runs t+1 on its own draft. A
+mismatch flushes the pipeline and restarts stage 1 with the verifier's token. The whole timing
+model lives here:
+
+  costs.py        each stage's time per token, the hop, placement and co-run slowdown
+  event_model.py  the SimPy model of the stages (the reference; timelines)
+  replay.py       the same model replayed exactly, cycle by cycle, without SimPy (sweeps)
+  closed_form.py  expected time per token for i.i.d. acceptance (oracle, preview)
+
+The restart rule (when the corrected token can enter stage 1) is shared by all three:
+`sim/restart.py`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.costs import corun_factors
+from sim.modes import Mode
+from sim.plan import Plan
+from sim.schemes.base import RunStats, Scheme
+from sim.schemes.ppsd import closed_form as _closed_form
+from sim.schemes.ppsd import event_model as _event_model
+from sim.schemes.ppsd import replay as _replay
+from sim.schemes.ppsd.costs import PPSDCosts, ppsd_costs
+from sim.streams import Stream
+
+
+class PPSD(Scheme):
+    mode = Mode.PPSD
+
+    def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
+        return ppsd_costs(profile, plan, context)
+
+    def event_model(self, stream: Stream, costs: PPSDCosts, record: bool = False) -> RunStats:
+        return _event_model.run(stream, costs, record)
+
+    def replay(self, stream: Stream, costs: PPSDCosts) -> RunStats:
+        return _replay.replay(stream, costs)
+
+    def can_replay(self, costs: PPSDCosts) -> bool:
+        return costs.num_devices == costs.k  # stages sharing a device serialise: only SimPy queues them
+
+    def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+        costs = self.unit_costs(profile, plan, np.array([float(context)]))
+        if not self.can_replay(costs):
+            raise ValueError("the closed form needs one device per stage; simulate shared placements")
+        return _closed_form.time_per_token([float(s[0]) for s in costs.stage], costs.hop_ms, alpha,
+                                           corun_factors(profile, costs.k), costs.k, float(costs.exit_array()[0]),
+                                           costs.jitter_cv)
+
+    def sweep_plans(self, exit_layer, *, num_layers, gammas, devices, hop_ms, exit_head):
+        return [Plan(Mode.PPSD, exit_layer=exit_layer, stages=k, hop_ms=hop_ms, exit_head=exit_head)
+                for k in range(2, min(int(devices), num_layers - exit_layer + 1) + 1)]
