@@ -20,8 +20,12 @@ Phases (each timed, the plan printed first):
 
 Writes, under --out (default $OUT, else runs/gpu-check-<time>), folders named after the model and the
 device: profile-<model>-<device>/, validation-<model>-<device>/, estimate-<arch>-<hardware>/,
-calibration-<model>-<device>.json, gpu_check-<model>-<device>.json (summary). Exit 2 with one line
-when there is no GPU (without --cpu-dry-run) or on bad input; the sizes fit ≤ 8 minutes on one H200.
+calibration-<model>-<device>.json, gpu_check-<model>-<device>.json (summary: every phase's status
+"ok" / "failed" / "skipped" with its error or reason and seconds, rewritten before and after each
+phase, so a failed or killed phase still leaves it). A phase that fails (any exception) skips only
+the phases that need it; exit 1 then, with one line naming it. Exit 2 with one line when there is no
+GPU (without --cpu-dry-run) or on bad input; the phases aim at --budget-s (450 s), so the whole
+check stays under 10 minutes on one H200.
 """
 
 from __future__ import annotations
@@ -42,9 +46,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 DEFAULT_CURVE = "relative_depth,alpha\n0.125,0.45\n0.25,0.80\n0.5,0.88\n0.75,0.93\n"
 
 SIZES = {
-    # ~25 ms/token for an eager bf16 7B step on one H200: the grid is ~180 steps, the runtime
-    # 4 runs × 4 prompts × 64 tokens per plan (~25 s), PPSD stage start-up ~40 s per plan; budget_s is
-    # the target for the whole check (phase 4's tokens shrink to fit it; 8 minutes is 480 s).
+    # ~25 ms/token for an eager bf16 7B step on one H200: the grid is ~160 steps, the runtime
+    # 4 runs × 4 prompts × 64 tokens per plan plus a bracketing AR run (~30 s), PPSD stage start-up
+    # ~40 s per plan; budget_s is the target for the phases (phase 4's tokens shrink to fit it, or it
+    # is skipped): 450 s plus gpu_check.sh's start-up keeps the whole check under 10 minutes.
     "gpu": dict(model="random:llama-2-7b", device="cuda", dtype="bfloat16", n_values="1,2,4,8",
                 context_values="64,256,1024", repeats=10, warmup=3, prompts=4, tokens=64, run_repeats=3,
                 run_warmup=1, budget_s=450.0),
@@ -54,22 +59,75 @@ SIZES = {
 }
 
 
+PHASES = ("1 profile", "2 traces", "3 estimate", "4 validate")
+
+
 class Phases:
-    def __init__(self):
+    """Runs the check's phases in order, timing each and recording its status ("ok", "failed",
+    "skipped") and one-line error in the summary, which is rewritten before and after every phase:
+    a phase that raises (any exception, not only a UserError), a run killed at its time limit, or
+    an interrupted one still leaves a summary saying how far the check got and why it stopped."""
+
+    def __init__(self, summary: dict | None = None, path: Path | None = None):
         self.t0 = time.perf_counter()
         self.times: dict[str, float] = {}
+        self.status: dict[str, dict] = {name: {"status": "pending"} for name in PHASES}
+        self.summary, self.path = summary, path
 
-    def run(self, name: str, fn):
+    def run(self, name: str, fn, check=None) -> tuple[bool, object]:
+        """fn() -> (passed, result); `check(result)` returns None for a good result or the error
+        (e.g. for a nonzero exit code)."""
         print(f"\n== {name} ==", flush=True)
+        self.status[name] = {"status": "running"}
+        self.save()
         t = time.perf_counter()
+        result, error = None, "interrupted"
         try:
-            return fn()
+            result = fn()
+            error = check(result) if check else None
+        except Exception as exc:  # noqa: BLE001 - recorded in the summary; the later phases decide
+            import traceback
+
+            traceback.print_exc()
+            error = one_line(exc)
         finally:
             self.times[name] = round(time.perf_counter() - t, 2)
-            print(f"== {name}: {self.times[name]:.1f} s (total {self.elapsed():.1f} s)", flush=True)
+            self.status[name] = {"status": "failed" if error else "ok", "seconds": self.times[name],
+                                 **({"error": error} if error else {})}
+            print(f"== {name}: {self.times[name]:.1f} s (total {self.elapsed():.1f} s)"
+                  + (f" FAILED: {error}" if error else ""), flush=True)
+            self.save()
+        return error is None, result
+
+    def skip(self, name: str, why: str) -> None:
+        print(f"\n== {name}: skipped ({why})", flush=True)
+        self.status[name] = {"status": "skipped", "reason": why}
+        self.save()
+
+    def failed(self) -> list[str]:
+        return [n for n, st in self.status.items() if st["status"] == "failed"]
+
+    def save(self) -> None:
+        if self.summary is None or self.path is None:
+            return
+        from ppsd.paths import atomic_write_json
+
+        self.summary["phases"] = self.status
+        self.summary["phases_s"] = self.times
+        self.summary["total_s"] = round(self.elapsed(), 2)
+        atomic_write_json(self.path, self.summary)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
+
+
+def one_line(exc: BaseException) -> str:
+    from ppsd.errors import UserError
+
+    if isinstance(exc, UserError):
+        return exc.one_line()
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
 
 
 def fail(msg: str) -> int:
@@ -195,8 +253,10 @@ def main(argv=None) -> int:
     ap.add_argument("--alpha-curve", metavar="FILE", help="α by relative depth for the traces (default: paper-like)")
     ap.add_argument("--archive", metavar="FILE.tgz",
                     help="also pack the output folder into one .tar.gz at the end (also after a failed phase)")
-    ap.add_argument("--budget-s", type=float, help="target seconds for the whole check: phase 4's tokens shrink to fit, and it is skipped "
-                    "when the budget is already spent (default 450)")
+    ap.add_argument("--budget-s", type=float, help="target seconds for the phases: phase 4's tokens shrink to fit, and it is "
+                    "skipped when even 8 tokens would not fit (default 450: with gpu_check.sh's start-up, under 10 minutes)")
+    ap.add_argument("--allow-transformers-mismatch", action="store_true",
+                    help="run with a transformers other than the pinned one (gpu_check.sh checks it; recorded here)")
     args = ap.parse_args(argv)
     cpu = args.cpu_dry_run or os.environ.get("PPSD_GPU_CHECK_CPU") == "1"
     size = dict(SIZES["cpu" if cpu else "gpu"])
@@ -240,8 +300,6 @@ def main(argv=None) -> int:
 def _check(args, size, cpu, torch, device_name, gpus, cores, out: Path) -> int:
     from calibrate import calibrate, format_report, hardware_key_for
 
-    from ppsd.errors import UserError
-
     hw = args.hardware or hardware_key_for(device_name) or ("h200" if cpu else None)
     mslug, dslug = slug(size["model"]), slug(device_name)
     prof_dir, val_dir = out / f"profile-{mslug}-{dslug}", out / f"validation-{mslug}-{dslug}"
@@ -257,10 +315,19 @@ def _check(args, size, cpu, torch, device_name, gpus, cores, out: Path) -> int:
           f"{size['prompts']} prompts × {size['tokens']} tokens, {size['run_warmup']}+{size['run_repeats']} runs each; "
           f"budget {size['budget_s']:.0f} s in all")
     print(f"  output: {out}")
-    ph = Phases()
     summary = {"device_name": device_name, "gpu_count": gpus, "cpu_dry_run": cpu, "model": size["model"],
-               "dtype": size["dtype"], "hardware_key": hw, "torch": torch.__version__, "sizes": size,
-               "profile": prof_dir.name, "validation": None, "estimate": None, "calibration": None, "notes": []}
+               "dtype": size["dtype"], "hardware_key": hw, "torch": torch.__version__, "versions": versions(),
+               "sizes": size, "profile": prof_dir.name, "validation": None, "estimate": None, "calibration": None,
+               "notes": []}
+    if args.allow_transformers_mismatch:
+        summary["transformers_mismatch_allowed"] = True
+    summary_path = out / f"gpu_check-{mslug}-{dslug}.json"
+    ph = Phases(summary, summary_path)
+    ph.save()  # from the start: a run killed in phase 1 still leaves the plan and "running"
+
+    def note(text: str) -> None:
+        print(text)
+        summary["notes"].append(text)
 
     def profile():
         argv = ["profile", "--model", size["model"], "--device", size["device"], "--dtype", size["dtype"],
@@ -270,14 +337,22 @@ def _check(args, size, cpu, torch, device_name, gpus, cores, out: Path) -> int:
             argv.append("--no-hop")  # no PPSD across GPUs here, so no hop to price
         return ppsd(*argv)
 
-    if ph.run("1 profile", profile) != 0:
-        return fail("profiling failed (see above)")
+    def exit_code(what):
+        return lambda rc: None if rc == 0 else f"ppsd {what} exited with code {rc} (see the log above)"
+
+    ok, _ = ph.run("1 profile", profile, exit_code("profile"))
+    if not ok:
+        for name in PHASES[1:]:
+            ph.skip(name, "needs the profile of phase 1")
+        return finish(ph, summary, summary_path, out)
     if not cpu:
         torch.cuda.empty_cache()
-    try:
-        df, gens, _ = ph.run("2 traces", lambda: attach_traces(prof_dir, curve, size["prompts"], size["tokens"]))
-    except UserError as exc:
-        return fail(exc.one_line())
+    ok, got = ph.run("2 traces", lambda: attach_traces(prof_dir, curve, size["prompts"], size["tokens"]))
+    if not ok:
+        for name in PHASES[2:]:
+            ph.skip(name, "needs the traces of phase 2")
+        return finish(ph, summary, summary_path, out)
+    df, gens, _ = got
     from profiler.schema import load_profile
 
     measured = load_profile(prof_dir)
@@ -285,9 +360,7 @@ def _check(args, size, cpu, torch, device_name, gpus, cores, out: Path) -> int:
 
     def estimate():
         if hw is None:
-            note = f"estimate skipped: no hardware-table entry matches {device_name!r} (give --hardware)"
-            print(note)
-            summary["notes"].append(note)
+            note(f"estimate skipped: no hardware-table entry matches {device_name!r} (give --hardware)")
             return None
         from ppsd.paths import atomic_dir
         from profiler.estimated_profile import analytic_profile_meta
@@ -323,78 +396,121 @@ def _check(args, size, cpu, torch, device_name, gpus, cores, out: Path) -> int:
                                                   "other_reading": round(fit["alternative"]["mape_pct"], 2)}
         return est_dir
 
-    try:
-        est_dir = ph.run("3 estimate", estimate)
-    except UserError as exc:
-        note = f"estimate failed: {exc.one_line()}"
-        print(note)
-        summary["notes"].append(note)
+    ok, est_dir = ph.run("3 estimate", estimate)
+    if not ok:  # the validation does not need the estimate: carry on without it
         est_dir = None
 
-    plans, note = choose_plans(n_layers, gpus, cpu, cores)
-    if note:
-        print(note)
-        summary["notes"].append(note)
+    plans, why = choose_plans(n_layers, gpus, cpu, cores)
+    if why:
+        note(why)
     summary["plans"] = plans
-    # phase 4's cost, from the measured step: every plan decodes prompts × tokens per run, each PPSD
-    # plan starts its stage processes (~40 s); shrink the tokens when it would not fit the budget
-    step_s = float((measured.latency.get("whole_step") or {}).get("median_ms") or 50.0) / 1e3
-    runs = (len(plans) + 1) * size["prompts"] * (size["run_warmup"] + size["run_repeats"])
-    fixed = 20.0 + 40.0 * sum(p.startswith("ppsd") for p in plans)
-    left = size["budget_s"] - ph.elapsed() - fixed
-    predicted = runs * size["tokens"] * step_s * 1.3
-    print(f"phase 4 predicted: ~{fixed + predicted:.0f} s ({runs} runs × {size['tokens']} tokens at "
-          f"{step_s * 1e3:.1f} ms/token + start-up); {size['budget_s'] - ph.elapsed():.0f} s left in the budget")
-    if predicted > left > 0:
-        tokens = max(8, int(size["tokens"] * left / predicted))
-        note = f"tokens per prompt cut from {size['tokens']} to {tokens} to fit the budget"
-        print(note)
-        summary["notes"].append(note)
-        size["tokens"] = tokens
-        df, gens, _ = attach_traces(prof_dir, curve, size["prompts"], tokens)
-        measured = load_profile(prof_dir)
-        if est_dir is not None:  # the estimates replay the very same traces
-            from ppsd.paths import atomic_dir
-            from profiler.schema import save_profile
+    tokens, why = fit_tokens(size, plans, measured, ph.elapsed(), cpu)
+    if tokens is None:
+        ph.skip("4 validate", why)
+        note(f"validate skipped: {why}")
+        return finish(ph, summary, summary_path, out)
+    if why:
+        note(why)
 
-            for d in (est_dir, est_dir.with_name(est_dir.name + "-calibrated")):
-                meta = dict(load_profile(d).meta, acceptance=dict(measured.meta["acceptance"]))
-                with atomic_dir(d) as tmp:
-                    save_profile(tmp, meta, acceptance=df, generations=gens)
-    if ph.elapsed() > size["budget_s"]:
-        note = f"validate skipped: {ph.elapsed():.0f} s spent, over the {size['budget_s']:.0f} s budget"
-        print(note)
-        summary["notes"].append(note)
-    else:
-        rc = ph.run("4 validate", lambda: ppsd("validate", "--profile", prof_dir, "--plans", ";".join(plans),
-                                               "--force-trace", "--repeats", size["run_repeats"],
-                                               "--warmup", size["run_warmup"], "--out", val_dir))
-        if rc != 0:
-            summary["notes"].append("validate failed (see the log)")
-        else:
-            summary["validation"] = val_dir.name
-            doc = json.loads((val_dir / "validation.json").read_text())
-            summary["mape_speedup_pct"], summary["mape_tokens_per_s_pct"] = (doc["mape_speedup_pct"],
-                                                                             doc["mape_tokens_per_s_pct"])
+    def validate():
+        if tokens != size["tokens"]:  # shorter traces, and the estimates replay the very same ones
+            size["tokens"] = tokens
+            new_df, new_gens, _ = attach_traces(prof_dir, curve, size["prompts"], tokens)
             if est_dir is not None:
-                rows = estimate_vs_measured(est_dir, val_dir)
-                summary["estimate_vs_measured"] = rows
-                print("\nplan-level: measured vs predicted from the measured profile vs from the roofline estimate")
-                print(f"  {'plan':28} {'meas tok/s':>10} {'sim(meas)':>10} {'sim(est)':>10} {'err %':>8} "
-                      f"{'sim(calib)':>10} {'err %':>8}")
-                for r in rows:
-                    print(f"  {r['plan']:28} {r['measured_tokens_per_s']:10.2f} "
-                          f"{r['predicted_from_measured_profile']:10.2f} {r['predicted_from_estimate']:10.2f} "
-                          f"{r['estimate_error_pct']:8.1f} {r.get('predicted_from_calibrated_estimate', float('nan')):10.2f} "
-                          f"{r.get('calibrated_estimate_error_pct', float('nan')):8.1f}")
-    summary["phases_s"] = ph.times
-    summary["total_s"] = round(ph.elapsed(), 2)
-    from ppsd.paths import atomic_write_json
+                from ppsd.paths import atomic_dir
+                from profiler.schema import save_profile
 
-    atomic_write_json(out / f"gpu_check-{mslug}-{dslug}.json", summary)
+                acc = dict(load_profile(prof_dir).meta["acceptance"])
+                for d in (est_dir, est_dir.with_name(est_dir.name + "-calibrated")):
+                    meta = dict(load_profile(d).meta, acceptance=acc)
+                    with atomic_dir(d) as tmp:
+                        save_profile(tmp, meta, acceptance=new_df, generations=new_gens)
+        return ppsd("validate", "--profile", prof_dir, "--plans", ";".join(plans), "--force-trace",
+                    "--repeats", size["run_repeats"], "--warmup", size["run_warmup"], "--out", val_dir)
+
+    ok, _ = ph.run("4 validate", validate, exit_code("validate"))
+    if ok:
+        summary["validation"] = val_dir.name
+        doc = json.loads((val_dir / "validation.json").read_text())
+        summary["mape_speedup_pct"], summary["mape_tokens_per_s_pct"] = (doc["mape_speedup_pct"],
+                                                                         doc["mape_tokens_per_s_pct"])
+        if est_dir is not None:
+            try:
+                rows = estimate_vs_measured(est_dir, val_dir)
+            except Exception as exc:  # noqa: BLE001 - an extra reading; the validation stands without it
+                note(f"estimate vs measured failed: {one_line(exc)}")
+            else:
+                summary["estimate_vs_measured"] = rows
+                print_estimate_rows(rows)
+    return finish(ph, summary, summary_path, out)
+
+
+def versions() -> dict:
+    """What the check ran with, beside the project's pins (torch is the image's, never carried)."""
+    import importlib.metadata as md
+
+    from gpu_check_env import pins
+
+    got = {}
+    for dist in ("torch", "transformers", "simpy", "numpy", "scipy", "pandas", "huggingface-hub", "tokenizers",
+                 "safetensors", "accelerate", "rich"):
+        try:
+            got[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            got[dist] = None
+    return {"python": sys.version.split()[0], "installed": got,
+            "pinned": {k: v for k, v in pins().items() if k in got}}
+
+
+def fit_tokens(size: dict, plans: list[str], measured, elapsed: float, cpu: bool) -> tuple[int | None, str | None]:
+    """Tokens per prompt for phase 4 within the budget: (tokens, a note when cut) or (None, why it
+    is skipped). Phase 4 decodes, per plan and for AR, prompts × (warm-up + repeats) runs, plus one
+    AR run per plan after it (the bracketing AR of `ppsd validate`); each PPSD plan starts its stage
+    processes (GPU: spawned, each loads the model, ~40 s; CPU: forked, a few seconds)."""
+    step_s = float((measured.latency.get("whole_step") or {}).get("median_ms") or 50.0) / 1e3
+    per_token = step_s * 1.3  # EESD / PPSD rounds and Python overhead on top of the measured step
+    runs = ((len(plans) + 1) * size["prompts"] * (size["run_warmup"] + size["run_repeats"])
+            + len(plans) * size["prompts"])
+    fixed = 20.0 + (5.0 if cpu else 40.0) * sum(p.startswith("ppsd") for p in plans)
+    left = size["budget_s"] - elapsed - fixed
+    tokens = size["tokens"]
+    predicted = runs * tokens * per_token
+    print(f"phase 4 predicted: ~{fixed + predicted:.0f} s ({runs} runs × {tokens} tokens at "
+          f"{step_s * 1e3:.1f} ms/token + start-up); {size['budget_s'] - elapsed:.0f} s left in the budget")
+    least = min(8, tokens)
+    if left < runs * least * per_token:
+        return None, (f"{elapsed:.0f} s spent; {runs} runs of even {least} tokens and the start-up (~{fixed:.0f} s) "
+                      f"would not fit the {size['budget_s']:.0f} s budget (raise --budget-s)")
+    if predicted > left:
+        cut = max(least, int(tokens * left / predicted))
+        return cut, f"tokens per prompt cut from {tokens} to {cut} to fit the budget"
+    return tokens, None
+
+
+def print_estimate_rows(rows: list[dict]) -> None:
+    print("\nplan-level: measured vs predicted from the measured profile vs from the roofline estimate")
+    print(f"  {'plan':28} {'meas tok/s':>10} {'sim(meas)':>10} {'sim(est)':>10} {'err %':>8} "
+          f"{'sim(calib)':>10} {'err %':>8}")
+    for r in rows:
+        print(f"  {r['plan']:28} {r['measured_tokens_per_s']:10.2f} "
+              f"{r['predicted_from_measured_profile']:10.2f} {r['predicted_from_estimate']:10.2f} "
+              f"{r['estimate_error_pct']:8.1f} {r.get('predicted_from_calibrated_estimate', float('nan')):10.2f} "
+              f"{r.get('calibrated_estimate_error_pct', float('nan')):8.1f}")
+
+
+def finish(ph: Phases, summary: dict, path: Path, out: Path) -> int:
+    """The final summary; 0 when no phase failed (a validation skipped for the budget is not a
+    failure), else 1 with one line naming the failed phases."""
+    ph.save()
     print(f"\ngpu_check done in {ph.elapsed():.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in ph.times.items())
           + f" -> {out}")
-    return 0 if summary["validation"] or "validate skipped" in " ".join(summary["notes"]) else 1
+    failed = ph.failed()
+    if failed:
+        first = ph.status[failed[0]]
+        print(f"gpu_check: error: phase {', '.join(failed)} failed ({first.get('error')}); every phase's status is "
+              f"in {path}", file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

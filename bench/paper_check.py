@@ -14,6 +14,16 @@ k = 2..4 stages with the exit at E = N/k), print
 point (α = 0.8056 at E/N = 1/4, HumanEval, reported 2.58×); the other points are a plausible
 monotone shape, not the paper's data. The paper reports 2.01×–3.81× across its benchmarks.
 
+Second part: LayerSkip's self-speculative (early-exit, draft-then-verify = ppsd's EESD) speedups
+reproduced from LayerSkip's own reported acceptance. LayerSkip reports an acceptance rate
+R = accepted drafts / drafted tokens for a draft length γ; under ppsd's i.i.d. assumption
+R = E[accepted] / γ with E[accepted] = α(1 − α^γ)/(1 − α), which gives ppsd's per-position α.
+ppsd's EESD closed form (`sim.api.closed_form`, the scheme's oracle) on an analytic Llama-2-7B
+profile, eager stack (LayerSkip's code is eager PyTorch around transformers' Llama layers), then
+predicts the speedup over AR, printed next to LayerSkip's (self-speculative tokens/s ÷ AR tokens/s,
+both from the same README block). Rows where prefill dominates (few-shot prompts, ~32 generated
+tokens) are shown but not judged: ppsd prices decoding only.
+
     .venv/bin/python bench/paper_check.py [--json]
 """
 
@@ -30,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from profiler.estimated_profile import write_analytic_profile  # noqa: E402
+from sim.acceptance_forms import alpha_from_acceptance_rate  # noqa: E402  (LayerSkip's R -> α, i.i.d.)
 from sim.partition import balanced_bounds  # noqa: E402
 
 MODELS = ("vicuna-7b", "vicuna-13b", "llama-2-13b", "llama-2-70b")
@@ -39,6 +50,112 @@ STAGES = (2, 3, 4)
 ALPHA_CURVE = {"relative_depth": [0.125, 0.25, 1 / 3, 0.5, 0.75], "alpha": [0.70, 0.8056, 0.85, 0.90, 0.95]}
 PAPER_POINT = {"alpha": 0.8056, "exit_fraction": 0.25, "reported_speedup": 2.58}
 PAPER_RANGE = (2.01, 3.81)
+
+# --- LayerSkip (Elhoushi et al., "LayerSkip: Enabling Early Exit Inference and Self-Speculative
+# Decoding", ACL 2024, arXiv 2404.16710): the "Evaluate" results its repository's README published
+# for "Llama 7B continual" (Llama2-7B continually pretrained with the LayerSkip recipe), each run's
+# printed metrics dict: acceptance_rate (total matches / total drafted, self_speculation_generator.py),
+# tokens_per_second (generated tokens / wall time, prefill included). fp16 (benchmark.py loads
+# torch.float16). The README names no GPU; the LayerSkip blog post on Hugging Face by the same first
+# author ran its benchmarks on "a single 80GB A100 GPU", so the profile is an A100-80GB.
+LAYERSKIP_URL = ("https://github.com/facebookresearch/LayerSkip/blob/02075d0897721fe0566f5edad4eaf3bf13f0f699/"
+                 "README.md")
+LAYERSKIP_ARCH, LAYERSKIP_GPU, LAYERSKIP_DTYPE = "llama-2-7b", "a100-80gb", "fp16"
+LAYERSKIP_TOLERANCE_PCT = 15.0
+LAYERSKIP_ROWS = [
+    # task, sampling, exit layer E, draft length γ (num_speculations), acceptance rate R, self-speculative
+    # tokens/s, AR tokens/s (the same README block), mean context while decoding, decode-dominated?
+    {"task": "CNN/DM summarization, 0-shot", "sampling": "greedy", "exit_layer": 8, "draft_len": 6,
+     "acceptance_rate": 0.7945407949388027, "ss_tokens_per_s": 80.12186950683594,
+     "ar_tokens_per_s": 39.04662847518921, "context": 1024, "decode_dominated": True},
+    {"task": "CNN/DM language modeling", "sampling": "temperature 0.7 (default)", "exit_layer": 8, "draft_len": 6,
+     "acceptance_rate": 0.4316044136881828, "ss_tokens_per_s": 50.7227668762207,
+     "ar_tokens_per_s": 38.695508321126304, "context": 256, "decode_dominated": True},
+    {"task": "CNN/DM language modeling", "sampling": "temperature 0.6", "exit_layer": 8, "draft_len": 6,
+     "acceptance_rate": 0.4250859707593918, "ss_tokens_per_s": 49.08753547668457,
+     "ar_tokens_per_s": 38.695508321126304, "context": 256, "decode_dominated": True,
+     "note": "AR baseline of the default sampling run"},
+    {"task": "CNN/DM language modeling", "sampling": "temperature 0.6, top-p 0.9", "exit_layer": 8, "draft_len": 6,
+     "acceptance_rate": 0.45695279240608216, "ss_tokens_per_s": 51.509527587890624,
+     "ar_tokens_per_s": 38.695508321126304, "context": 256, "decode_dominated": True,
+     "note": "AR baseline of the default sampling run"},
+    {"task": "CNN/DM language modeling", "sampling": "temperature 0.6, top-p 0.9, top-k 0", "exit_layer": 8,
+     "draft_len": 6, "acceptance_rate": 0.5276747912168502, "ss_tokens_per_s": 58.09655418395996,
+     "ar_tokens_per_s": 38.695508321126304, "context": 256, "decode_dominated": True,
+     "note": "AR baseline of the default sampling run"},
+    {"task": "CNN/DM language modeling", "sampling": "temperature 0.7, top-p 0.9, top-k 0", "exit_layer": 8,
+     "draft_len": 6, "acceptance_rate": 0.3456948846578598, "ss_tokens_per_s": 43.264376640319824,
+     "ar_tokens_per_s": 38.695508321126304, "context": 256, "decode_dominated": True,
+     "note": "AR baseline of the default sampling run"},
+    {"task": "CNN/DM language modeling", "sampling": "temperature 0.7, top-p 0.95, top-k 0", "exit_layer": 8,
+     "draft_len": 6, "acceptance_rate": 0.35663639903068545, "ss_tokens_per_s": 44.228966522216794,
+     "ar_tokens_per_s": 38.695508321126304, "context": 256, "decode_dominated": True,
+     "note": "AR baseline of the default sampling run"},
+    {"task": "CNN/DM language modeling", "sampling": "greedy", "exit_layer": 8, "draft_len": 6,
+     "acceptance_rate": 0.6267683625221252, "ss_tokens_per_s": 70.07715606689453,
+     "ar_tokens_per_s": 38.695508321126304, "context": 256, "decode_dominated": True,
+     "note": "the README gives no greedy AR run for this task: AR baseline of the sampled run"},
+    {"task": "HumanEval", "sampling": "temperature 0.7 (default)", "exit_layer": 10, "draft_len": 6,
+     "acceptance_rate": 0.5554095253166629, "ss_tokens_per_s": 54.485635594623844,
+     "ar_tokens_per_s": 39.27038741693264, "context": 256, "decode_dominated": True},
+    {"task": "CNN/DM summarization, 1-shot", "sampling": "greedy", "exit_layer": 8, "draft_len": 12,
+     "acceptance_rate": 0.43046684432774784, "ss_tokens_per_s": 41.24269124031067,
+     "ar_tokens_per_s": 31.2203493309021, "context": 1024, "decode_dominated": False,
+     "note": "~32 tokens generated after a 2-article prompt (1.0 s a sample): prefill-dominated"},
+    {"task": "XSUM summarization, 3-shot", "sampling": "greedy", "exit_layer": 8, "draft_len": 12,
+     "acceptance_rate": 0.43856151334941385, "ss_tokens_per_s": 28.22171961784363,
+     "ar_tokens_per_s": 26.412611989974977, "context": 1024, "decode_dominated": False,
+     "note": "~32 tokens generated after a 4-article prompt (1.2 s a sample): prefill-dominated"},
+]
+
+
+def layerskip_check(tmp: Path) -> dict:
+    """ppsd's EESD prediction for each LayerSkip row, from the row's own acceptance rate."""
+    from sim.api import closed_form
+    from sim.modes import Mode
+    from sim.plan import Plan
+
+    profiles = {stack: write_analytic_profile(tmp / f"layerskip-{stack}", LAYERSKIP_ARCH, LAYERSKIP_GPU,
+                                              LAYERSKIP_DTYPE, None, stack=stack)
+                for stack in ("eager", "compiled")}
+    rows = []
+    for r in LAYERSKIP_ROWS:
+        g = r["draft_len"]
+        alpha = alpha_from_acceptance_rate(r["acceptance_rate"], g)
+        accepted = r["acceptance_rate"] * g
+        plan = Plan(mode=Mode.EESD, exit_layer=r["exit_layer"], draft_len=g)
+        pred = {stack: closed_form(prof, plan, alpha, context=r["context"])["speedup_vs_ar"]
+                for stack, prof in profiles.items()}
+        paper = r["ss_tokens_per_s"] / r["ar_tokens_per_s"]
+        rows.append(dict(r, alpha=alpha, mean_accepted_drafts=accepted, tokens_per_round=accepted + 1.0,
+                         paper_speedup=paper, predicted_speedup=pred["eager"],
+                         predicted_speedup_compiled=pred["compiled"],
+                         error_pct=(pred["eager"] - paper) / paper * 100.0))
+    judged = [r for r in rows if r["decode_dominated"]]
+    mape = sum(abs(r["error_pct"]) for r in judged) / len(judged)
+    return {"source": LAYERSKIP_URL, "arch": LAYERSKIP_ARCH, "gpu": LAYERSKIP_GPU, "dtype": LAYERSKIP_DTYPE,
+            "stack": "eager", "rows": rows, "decode_dominated_mape_pct": mape,
+            "within_tolerance": all(abs(r["error_pct"]) <= LAYERSKIP_TOLERANCE_PCT for r in judged),
+            "tolerance_pct": LAYERSKIP_TOLERANCE_PCT}
+
+
+def print_layerskip(res: dict) -> None:
+    print(f"\nLayerSkip self-speculative decoding (Llama2-7B continual, {res['source']}):")
+    print(f"ppsd EESD closed form on an analytic {res['arch']} profile, {res['gpu']} {res['dtype']}, "
+          f"{res['stack']} stack; α from LayerSkip's acceptance rate R = accepted/drafted under i.i.d.\n")
+    head = (f"{'task':<30} {'sampling':<36} {'E':>2} {'γ':>2} {'R':>6} {'α':>6} {'τ':>5} {'paper':>6} "
+            f"{'ppsd':>6} {'error':>7} {'(compiled)':>10}")
+    print(head)
+    print("-" * len(head))
+    for r in res["rows"]:
+        flag = "" if r["decode_dominated"] else "  not judged: prefill-dominated"
+        print(f"{r['task']:<30} {r['sampling']:<36} {r['exit_layer']:>2} {r['draft_len']:>2} "
+              f"{r['acceptance_rate']:>6.3f} {r['alpha']:>6.3f} {r['tokens_per_round']:>5.2f} "
+              f"{r['paper_speedup']:>5.2f}× {r['predicted_speedup']:>5.2f}× {r['error_pct']:>+6.1f}% "
+              f"{r['predicted_speedup_compiled']:>9.2f}×{flag}")
+    ok = "within" if res["within_tolerance"] else "NOT within"
+    print(f"\ndecode-dominated rows: MAPE {res['decode_dominated_mape_pct']:.1f}%, every row {ok} "
+          f"±{res['tolerance_pct']:.0f}%  (τ = tokens per round = 1 + R·γ)")
 
 
 def closed_form(alpha: float, exit_fraction: float) -> float:
@@ -94,6 +211,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        layerskip = layerskip_check(Path(tmp))
         curve = Path(tmp) / "alpha.json"
         curve.write_text(json.dumps(ALPHA_CURVE))
         for model in MODELS:
@@ -117,7 +235,7 @@ def main(argv=None) -> int:
                                  "ar_tokens_per_s": est["ar_tokens_per_s"], "min_gpus_for_weights": min_gpus,
                                  "ppsd_tokens_per_s": est["ppsd_tokens_per_s"]})
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"ppsd_paper": rows, "layerskip": layerskip}, indent=1))
         return 0
     p = PAPER_POINT
     print(f"paper: α = {p['alpha']} at E/N = 1/4 -> closed form {closed_form(p['alpha'], 0.25):.2f}×, "
@@ -136,6 +254,7 @@ def main(argv=None) -> int:
     if any(r["min_gpus_for_weights"] > 1 for r in rows):
         print("\n* the weights do not fit one GPU: the AR baseline is the hypothetical one-GPU time "
               "(a k-GPU pipelined AR adds (k-1) hops, a few µs each on NVLink)")
+    print_layerskip(layerskip)
     return 0
 
 

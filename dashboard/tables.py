@@ -16,7 +16,7 @@ from sim.modes import Mode
 from sim.plan import Result
 
 TABLE_COLUMNS = ["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s",
-                 "speedup", "mean_accepted", "acceptance_rate", "placement"]
+                 "speedup", "mean_accepted", "acceptance_rate", "placement", "speedup_tp", "budget"]
 CURVE_COLUMNS = ["mode", "k", "exit_layer", "speedup"]
 
 
@@ -41,7 +41,28 @@ def result_row(r: Result) -> dict:
         "mean_accepted": float(r.mean_accepted),
         "acceptance_rate": r.acceptance_rate,
         "placement": ",".join(map(str, p.devices())),
+        # same budget (sim/budget.py): against AR on every core / GPU the plan uses; NaN without tables
+        "speedup_tp": float(r.speedup_vs_ar_tp) if r.speedup_vs_ar_tp is not None else float("nan"),
+        "budget": getattr(r.details, "budget", None),
     }
+
+
+def same_budget_sentence(table: pd.DataFrame) -> tuple[str, bool] | None:
+    """(one plain sentence on the same-budget comparison, whether AR on the whole budget wins), or
+    None when the profile has no tables at more threads / GPUs."""
+    if "speedup_tp" not in table or table["speedup_tp"].isna().all():
+        return None
+    budget = table["budget"].dropna().iloc[0]
+    spec = table[(table["mode"] != Mode.AR) & table["speedup_tp"].notna()]
+    if spec.empty:
+        return None
+    top = spec.loc[spec["speedup_tp"].idxmax()]
+    if top["speedup_tp"] <= 1.0:
+        return (f"On the same hardware, plain AR using all {budget} wins: the best speculative plan, "
+                f"{short_label(top['plan'])}, reaches {top['speedup_tp']:.2f}× of it "
+                f"({top['speedup']:.2f}× AR on one thread).", True)
+    return (f"Against AR using all {budget}, {short_label(top['plan'])} is {top['speedup_tp']:.2f}× faster "
+            f"({top['speedup']:.2f}× AR on one thread).", False)
 
 
 def results_table(results: Iterable[Result]) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import csv
 import datetime as _dt
 import io
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from ppsd.errors import UserError
@@ -104,6 +104,10 @@ class ValidationRow:
     ar_reference_tokens_per_s: float | None = None
     measured_acceptance_rate: float | None = None
     predicted_acceptance_rate: float | None = None
+    # same budget (sim/budget.py): the plan on every core it uses against AR on all of them
+    predicted_speedup_vs_ar_tp: float | None = None
+    measured_speedup_vs_ar_tp: float | None = None
+    speedup_vs_ar_tp_error_pct: float | None = None
 
     @classmethod
     def from_results(cls, plan, predicted, measured, ar_tokens_per_s: float,
@@ -133,11 +137,19 @@ class ValidationRow:
         return self.mode != Mode.AR
 
     def to_dict(self) -> dict:
-        """The row as validation.json holds it."""
-        return {**asdict(self), "mode": self.mode.value}
+        """The row as validation.json holds it (the same-budget fields only when measured)."""
+        d = {**asdict(self), "mode": self.mode.value}
+        return {k: v for k, v in d.items() if not (k in SAME_BUDGET_COLUMNS and v is None)}
 
-    def to_csv_dict(self) -> dict:
-        d = {c: getattr(self, c) for c in CSV_COLUMNS}
+    def with_same_budget(self, predicted: float | None, measured: float | None) -> ValidationRow:
+        """This row with the same-budget speedups (predicted, measured) and their error."""
+        err = round(_pct(predicted, measured), 3) if predicted is not None and measured else None
+        return replace(self, predicted_speedup_vs_ar_tp=None if predicted is None else round(predicted, 4),
+                       measured_speedup_vs_ar_tp=None if measured is None else round(measured, 4),
+                       speedup_vs_ar_tp_error_pct=err)
+
+    def to_csv_dict(self, columns: list[str] | None = None) -> dict:
+        d = {c: getattr(self, c) for c in (columns or CSV_COLUMNS)}
         d["mode"] = self.mode.value
         d["stage_bounds"] = " ".join(map(str, self.stage_bounds or []))
         return d
@@ -174,6 +186,8 @@ class ValidationRow:
 
 ROW_FIELDS: list[str] = [f.name for f in fields(ValidationRow)]
 CSV_COLUMNS: list[str] = ROW_FIELDS[: ROW_FIELDS.index("ar_reference_tokens_per_s") + 1]
+SAME_BUDGET_COLUMNS: list[str] = ["predicted_speedup_vs_ar_tp", "measured_speedup_vs_ar_tp",
+                                  "speedup_vs_ar_tp_error_pct"]  # in the CSV when a row has them
 
 
 def mape(rows: list[ValidationRow]) -> tuple[float, float]:
@@ -187,7 +201,7 @@ def mape(rows: list[ValidationRow]) -> tuple[float, float]:
 # --- the folder ---------------------------------------------------------------------------------
 def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name: str, forced_trace: bool,
              exit_head: str, ar_reference: str, ar_tokens_per_s_runs: list[float],
-             created: str | None = None) -> dict:
+             created: str | None = None, budget: str | None = None) -> dict:
     """validation.json's content, keys in their written order (rows as dicts)."""
     mape_s, mape_t = mape(rows)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -195,15 +209,27 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
             "device_name": device_name, "mape_speedup_pct": round(mape_s, 3), "mape_tokens_per_s_pct": round(mape_t, 3),
             "forced_trace": bool(forced_trace), "exit_head": exit_head, "ar_reference": ar_reference,
             "ar_tokens_per_s_runs": [round(x, 4) for x in ar_tokens_per_s_runs],
+            **_same_budget_summary(rows, budget),
             "rows": [r.to_dict() for r in rows]}
 
 
+def _same_budget_summary(rows: list[ValidationRow], budget: str | None) -> dict:
+    """The budget and the same-budget speedup's MAPE over the speculative rows that have it."""
+    spec = [r for r in rows if r.speculative and r.speedup_vs_ar_tp_error_pct is not None]
+    if not budget or not spec:
+        return {}
+    return {"budget": budget,
+            "mape_speedup_vs_ar_tp_pct": round(sum(abs(r.speedup_vs_ar_tp_error_pct) for r in spec) / len(spec), 3)}
+
+
 def csv_text(rows: list[ValidationRow]) -> str:
+    same_budget = any(r.measured_speedup_vs_ar_tp is not None for r in rows)
+    columns = CSV_COLUMNS + (SAME_BUDGET_COLUMNS if same_budget else [])
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS)
+    w = csv.DictWriter(buf, fieldnames=columns)
     w.writeheader()
     for r in rows:
-        w.writerow(r.to_csv_dict())
+        w.writerow(r.to_csv_dict(columns))
     return buf.getvalue()
 
 

@@ -109,12 +109,25 @@ BUILTIN_ARCHS: dict[str, ArchShape] = {
 _ALIASES = {
     "llama2-7b": "llama-2-7b", "llama2-13b": "llama-2-13b", "llama2-70b": "llama-2-70b",
     "llama-3.1-8b": "llama-3-8b", "llama3-8b": "llama-3-8b", "qwen2.5-7b-instruct": "qwen2.5-7b",
+    "meta-llama-3-8b": "llama-3-8b", "meta-llama-3.1-8b": "llama-3-8b",
     "vicuna-7b-v1.3": "vicuna-7b", "vicuna-13b-v1.3": "vicuna-13b", "smollm2-135m-instruct": "smollm2-135m",
 }
 
 
 def known_archs() -> list[str]:
     return sorted(BUILTIN_ARCHS)
+
+
+def canonical_arch_name(name) -> str:
+    """A model name as the built-in table spells it, for telling whether two profiles are of the same
+    model: drops `random:` and its `?options`, an organisation or folder prefix (`meta-llama/`), a
+    `.gguf` or `-hf` suffix and case, then applies the usual aliases (`vicuna-7b-v1.3` -> `vicuna-7b`).
+    Names outside the table come back normalised the same way."""
+    s = str(name or "").strip()
+    s = s.removeprefix("random:").split("?")[0]
+    s = s.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()
+    s = s.removesuffix(".gguf").removesuffix("-hf")
+    return _ALIASES.get(s, s)
 
 
 def _supported_line() -> str:

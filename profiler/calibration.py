@@ -1,7 +1,8 @@
 """Calibration of the roofline: fit its efficiency factors to a measured profile. Torch-free.
 
 `bench/calibrate.py` and `bench/gpu_check.py` print the fit; `ppsd profile --analytic
---bandwidth-efficiency X --launch-us Y` reproduces the calibrated estimate.
+--bandwidth-efficiency X --launch-us Y` reproduces the calibrated estimate. The fit is of the GPU
+side (the compiled stack's model); an eager stack's host cost is `--stack eager --dispatch-us US`.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def fit_efficiency(meta_estimated: dict, measured_profile: Profile | str | Path)
     # the other reading of the same data: bandwidth efficiency as modelled, overhead fitted
     alt_overhead = float(np.mean(t - b * (1.0 / (roof.bandwidth_bps * roof.bandwidth_efficiency))))
 
+    stack = est.get("stack", "compiled")  # estimates written before the stack choice were compiled
     fitted = {(p[0], p[1], p[2]): (p[3] * slope + overhead) for p in pts}
     before = np.array([(est_layers[l, i, j] * 1e-3 - tm) / tm for (l, i, j, _, tm) in pts]) * 100
     after = np.array([(fitted[(l, i, j)] - tm) / tm for (l, i, j, _, tm) in pts]) * 100
@@ -103,6 +105,11 @@ def fit_efficiency(meta_estimated: dict, measured_profile: Profile | str | Path)
                         "overhead_ms_per_layer": alt_overhead * 1e3,
                         "note": "overhead fitted with the modelled efficiency held; prefer it when the "
                                 "measurement is host-bound (eager launches)"},
+        "stack": stack,
+        "stack_note": (None if stack == "compiled" else
+                       "the estimate prices an eager (host-bound) stack: its layer time is the host's dispatch, "
+                       "not bytes / bandwidth, so this bandwidth fit describes the GPU side only; set the host "
+                       "cost with `ppsd profile --analytic --stack eager --dispatch-us US` instead"),
         "points": len(pts),
         "at": {"n": n_grid[i0], "context": c_grid[j0]},
         "mape_pct_before": float(np.mean(np.abs(before))),

@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="smollm2-135m (embedded, default), tiny-llama, a Hugging Face folder, a .gguf file, "
                         "or a hub id in the local cache")
-    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda (or its alias gpu) or cuda:N")
     p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16")
     p.add_argument("--prompts", default=None, metavar="FILE|spec-bench",
                    help="Spec-Bench-format JSONL, or `spec-bench` for the copy beside the checkout "
@@ -65,6 +65,9 @@ def register(subparsers) -> None:
                    help="measure the co-run slowdown with 2..K concurrent processes (default: cores, at most 4; "
                         "1 turns it off)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (1, recorded)")
+    p.add_argument("--thread-counts", type=_int_list, default=None, metavar="1,2",
+                   help="also measure the latency tables at these thread counts, for the same-budget AR and "
+                        "EESD baselines (default on a CPU: 1 up to the cores; 1 alone turns it off)")
     p.add_argument("--batch-size", type=int, default=32, help="prompts generated at once (32)")
     p.add_argument("--skip-acceptance", action="store_true", help="latency only (no prompts, no traces)")
     p.add_argument("--skip-latency", action="store_true",
@@ -89,6 +92,11 @@ def register(subparsers) -> None:
 # --- checks that need no model ----------------------------------------------------------------------
 
 def _check_args(args) -> None:
+    from ppsd.devices import normalize_device
+
+    # "gpu" becomes "cuda" before anything reads it (folder names, cache keys, the worker backends)
+    args.device = normalize_device(args.device)
+
     def positive(name, value, minimum=1):
         if value < minimum:
             raise UserError(f"--{name} must be at least {minimum} (got {value})", f"give --{name} {minimum} or more")
@@ -97,6 +105,8 @@ def _check_args(args) -> None:
     positive("repeats", args.repeats)
     positive("warmup", args.warmup, 0)
     positive("threads", args.threads)
+    for t in args.thread_counts or []:
+        positive("thread-counts", t)
     positive("batch-size", args.batch_size)
     if args.corun_max is not None:
         positive("corun-max", args.corun_max)
@@ -141,7 +151,7 @@ def _work_key(args, prompts, corun_max: int) -> str:
         "prompts": [[p.prompt_id, p.category, p.text] for p in prompts],
         "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
         "n": args.n_values, "c": args.context_values, "repeats": args.repeats, "warmup": args.warmup,
-        "corun": corun_max, "threads": args.threads, "skip": [args.skip_acceptance, args.skip_latency, args.no_hop],
+        "corun": corun_max, "threads": args.threads, "thread_counts": args.thread_counts, "skip": [args.skip_acceptance, args.skip_latency, args.no_hop],
         **({"heads": _heads_fingerprint(args.heads)} if getattr(args, "heads", None) else {}),
     }, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -289,6 +299,23 @@ def _encode_prompts(args, adapter, prompts) -> list:
     return encoded
 
 
+def _thread_counts(args) -> tuple[int, ...]:
+    """Thread counts besides --threads to measure the tables at: what the same-budget baselines
+    need (AR and EESD on every core). Default on a CPU: 1 up to the cores; none on a GPU (its
+    same-budget baseline is tensor parallelism, which a single-process profile cannot measure)."""
+    if args.skip_latency:
+        return ()
+    if args.thread_counts is not None:
+        wanted = args.thread_counts
+    elif str(args.device).startswith("cpu"):
+        from ppsd.machine import available_cores
+
+        wanted = range(1, available_cores() + 1)
+    else:
+        wanted = ()
+    return tuple(sorted({int(t) for t in wanted} - {int(args.threads)}))
+
+
 def _latency_config(args, corun_max: int):
     """The latency measurement's settings, and the warnings list the run starts with."""
     from profiler import latency as lat
@@ -297,12 +324,14 @@ def _latency_config(args, corun_max: int):
     cfg = lat.LatencyConfig(n_values=tuple(sorted(set(args.n_values))),
                             context_values=tuple(sorted(set(args.context_values))),
                             warmup=args.warmup, repeats=args.repeats, corun_max=corun_max,
-                            threads=args.threads, measure_hop=not args.no_hop and not args.skip_latency)
+                            threads=args.threads, measure_hop=not args.no_hop and not args.skip_latency,
+                            thread_counts=_thread_counts(args))
     if not cfg.measure_hop:
         cfg.pipeline_repeats = 0  # the pipeline probe measures a hop too
     if args.skip_latency:
         # Keep the profile usable by the simulator: a quick n=1 table at the smallest context.
         cfg.n_values, cfg.context_values, cfg.repeats, cfg.whole_step_repeats = (1,), (min(cfg.context_values),), 3, 3
+        cfg.prefill_lengths = ()
         warnings.append("latency was skipped (--skip-latency): the tables hold a quick n=1 measurement only")
     return cfg, warnings
 
@@ -331,12 +360,17 @@ def _latency(args, adapter, cfg, work: Path, bar, phases: dict[str, float],
 
 
 def _latency_tables(adapter, cfg, bar, phases: dict[str, float]) -> dict:
-    """Every layer, the head and the embedding over (new tokens x context), and the whole step."""
+    """Every layer, the head and the embedding over (new tokens x context), and the whole step;
+    then the same at each of `cfg.thread_counts` (the `parallel` block)."""
     from profiler import latency as lat
 
     t0 = time.perf_counter()
-    bar.phase("latency grid", len(cfg.n_values) * len(cfg.context_values))
+    cells = len(cfg.n_values) * len(cfg.context_values)
+    bar.phase("latency grid", cells * (1 + len(cfg.thread_counts)))
     grid = lat.measure_grid(adapter, cfg, tick=lambda: bar.advance("latency grid"))
+    if cfg.thread_counts:
+        grid["parallel"] = lat.measure_thread_tables(adapter, cfg, tick=lambda: bar.advance("latency grid"))
+    grid["prefill"] = lat.measure_prefill(adapter, cfg)
     phases["latency"] = time.perf_counter() - t0
     return grid
 
@@ -355,8 +389,10 @@ def _corun_hop_and_probe(model_spec: str, adapter, cfg, grid: dict, bar, phases:
     t0 = time.perf_counter()
     bar.phase("co-run + hop", rounds)
     try:
+        # a failed hop or pipeline probe lands in `warnings` and keeps the co-run (and hop) measured
         corun, hop, pipeline = lat.measure_corun_and_hop(model_spec, adapter, cfg,
-                                                         tick=lambda: bar.advance("co-run + hop"), grid=grid)
+                                                         tick=lambda: bar.advance("co-run + hop"), grid=grid,
+                                                         warnings=warnings)
     except RuntimeError as exc:
         # A profile without these is still useful; the simulator then assumes none.
         warnings.append(f"co-run / hop measurement failed: {str(exc).splitlines()[0]}")

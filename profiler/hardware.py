@@ -67,7 +67,9 @@ class Hardware:
 # - compute_efficiency 0.70: large bf16 GEMMs reach 60-80% of the dense tensor-core peak.
 # - launch_us 2.5 µs: the smallest kernels of a decode step take a few µs each on the GPU timeline
 #   even when the host runs ahead (CUDA graphs or an async eager queue). A host-bound eager stack
-#   (Python dispatch of ~40 ops a layer) is slower; fit_efficiency measures that.
+#   (Python dispatch of ~44 ops a layer) is slower: `--stack eager` prices it (profiler/stacks.py).
+# - These defaults are the compiled stack's; bench/published_check.py compares them with published
+#   batch-1 figures (A100 within a few percent; H100 about 20% optimistic on torchao's Llama-3.1-8B).
 HARDWARE: dict[str, Hardware] = {
     "a100-80gb": Hardware(
         key="a100-80gb", name="NVIDIA A100 80GB SXM", memory_gb=80, bandwidth_gbps=2039,

@@ -46,6 +46,8 @@ class LatencyConfig:
     hop_repeats: int = 200
     pipeline_repeats: int = 60    # passes per stage in the two-stage pipeline probe (0 disables it)
     threads: int = 1              # torch threads in this process and in every worker
+    thread_counts: tuple[int, ...] = ()  # further thread counts to measure the tables at (same-budget baselines)
+    prefill_lengths: tuple[int, ...] = (32, 128, 512)  # prompt lengths whose whole prefill is timed
     measure_hop: bool = True
     seed: int = 0
     notes: list[str] = field(default_factory=list)
@@ -62,27 +64,38 @@ def stats(samples) -> dict:
 class StepClock:
     """Marks between the pieces of one step; `lap_ms()` returns the gaps in ms.
 
-    CPU: perf_counter. CUDA: events, read after a single synchronise (so marking costs no sync)."""
+    CPU: perf_counter. CUDA: events, read after a single synchronise (so marking costs no sync).
+    The events are recorded on, and the synchronise waits for, the clock's own device (the model's
+    GPU), not the current device: a worker whose model sits on cuda:1 while cuda:0 is current
+    would otherwise time an idle stream on cuda:0 and read near-zero layer times."""
 
     def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        if self.cuda and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.marks: list = []
+        self._stream = None
 
     def start(self) -> None:
         self.marks = []
+        if self.cuda:
+            # the stream the model's kernels go to: each op runs on its tensors' device's current stream
+            self._stream = torch.cuda.current_stream(self.device)
         self.mark()
 
     def mark(self) -> None:
         if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+            with torch.cuda.device(self.device):  # the event belongs to the clock's GPU
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record(self._stream)
             self.marks.append(ev)
         else:
             self.marks.append(time.perf_counter())
 
     def lap_ms(self) -> list[float]:
         if self.cuda:
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
             return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
         return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
 
@@ -199,6 +212,53 @@ def measure_grid(adapter: ModelAdapter, cfg: LatencyConfig, tick=lambda: None) -
     return {"layers": layers, "embedding": embedding, "head": head, "whole_step": whole_step}
 
 
+@torch.inference_mode()
+def measure_prefill(adapter: ModelAdapter, cfg: LatencyConfig, tick=lambda: None) -> dict | None:
+    """The `latency.prefill` block: a whole prefill (embed + every layer over the prompt + the head on
+    its last position, an empty cache) at each of `cfg.prefill_lengths` that fits the model's context.
+    Time to first token and end-to-end figures come from it; the (n, context) tables only reach n = 16."""
+    lengths = [int(L) for L in cfg.prefill_lengths if 1 <= int(L) < adapter.max_context]
+    if not lengths:
+        return None
+    gen = torch.Generator().manual_seed(cfg.seed)
+    clock = StepClock(adapter.device)
+    rows = []
+    for L in lengths:
+        ids = torch.randint(0, adapter.vocab_size, (1, L), generator=gen).to(adapter.device)
+        samples = []
+        for i in range(max(cfg.warmup, 1) + max(3, cfg.repeats // 2)):
+            cache = adapter.new_cache()
+            clock.start()
+            h = adapter.forward_layers(adapter.embed(ids), 0, adapter.num_layers, cache, 0)
+            adapter.head(h[:, -1:])
+            clock.mark()
+            if i >= max(cfg.warmup, 1):
+                samples.append(clock.lap_ms()[0])
+            else:
+                clock.lap_ms()
+        rows.append(stats(samples))
+        tick()
+    return {"lengths": lengths, **{k: [r[k] for r in rows] for k in ("median_ms", "p10_ms", "p90_ms")},
+            "method": "embed + every layer over the whole prompt + the head on its last position, empty cache"}
+
+
+def measure_thread_tables(adapter: ModelAdapter, cfg: LatencyConfig, tick=lambda: None) -> dict:
+    """The `latency.parallel` block: the grid again at each of `cfg.thread_counts` torch threads in
+    this process (what AR and EESD get on the whole machine). Threads are restored afterwards."""
+    before = torch.get_num_threads()
+    tables = {}
+    try:
+        for t in cfg.thread_counts:
+            torch.set_num_threads(int(t))
+            g = measure_grid(adapter, cfg, tick)
+            tables[str(int(t))] = {"layers": g["layers"], "embedding": g["embedding"], "head": g["head"],
+                                   "whole_step_ms": (g.get("whole_step") or {}).get("median_ms")}
+    finally:
+        torch.set_num_threads(before)
+    return {"kind": "threads", "base": cfg.threads, "tables": tables,
+            "method": "the latency grid re-measured in the profiling process at each thread count"}
+
+
 # --- co-run slowdown and hop time: worker processes -------------------------------------------------
 
 def _worker(rank: int, model_spec: str, device: str, dtype: str, threads: int, context: int,
@@ -216,10 +276,13 @@ def _worker(rank: int, model_spec: str, device: str, dtype: str, threads: int, c
         logging.disable_progress_bar()
         from profiler.model import load_model
 
-        # one GPU per stage when there are enough (NCCL refuses two ranks on one device)
-        multi = device == "cuda" and torch.cuda.device_count() >= 2
-        adapter = load_model(model_spec, device=f"cuda:{rank % torch.cuda.device_count()}" if multi else device,
-                             dtype=dtype)
+        # one GPU per stage when there are enough (NCCL refuses two ranks on one device), made the
+        # current device first thing: the model, the CUDA context, the events and every bare "cuda"
+        # then all go to this rank's GPU, not to cuda:0
+        dev = _worker_device(rank, device)
+        if dev.startswith("cuda"):
+            torch.cuda.set_device(torch.device(dev))
+        adapter = load_model(model_spec, device=dev, dtype=dtype)
         N = adapter.num_layers
         cache = filled_cache(adapter, context, seed=rank)
         ids = torch.randint(0, adapter.vocab_size, (1, 1))
@@ -252,11 +315,19 @@ def _worker(rank: int, model_spec: str, device: str, dtype: str, threads: int, c
                 passes = [stage.one_pass()[:2] for _ in range(repeats + 3)]
                 results.put(("stage_alone", rank, passes[3:]))
             elif cmd[0] == "pipeline":
-                _, port, exit_layer, repeats, backend = cmd
+                _, port, exit_layer, repeats, backend, transport = cmd
                 stage = _ProbeStage(adapter, cache, context, rank, exit_layer)
-                results.put(("pipeline", rank, stage.pipeline(port, repeats, backend)))
+                results.put(("pipeline", rank, stage.pipeline(port, repeats, backend, transport)))
     except Exception:  # noqa: BLE001 - report to the parent, which decides what to do
         results.put(("error", rank, traceback.format_exc()))
+
+
+def _worker_device(rank: int, device: str) -> str:
+    """Worker `rank`'s device with an explicit index: on CUDA cuda:{rank} over the visible GPUs
+    (all on cuda:0 with one GPU), on CPU `device`."""
+    if not device.startswith("cuda"):
+        return device
+    return f"cuda:{rank % max(torch.cuda.device_count(), 1)}"
 
 
 def _ping_pong(rank: int, port: int, repeats: int, hidden_size: int, backend: str, device: str) -> list[float]:
@@ -302,7 +373,7 @@ class _ProbeStage:
 
     def _now(self) -> float:
         if self.cuda:
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.adapter.device)  # the stage's own GPU, whatever is current
         return time.perf_counter()
 
     @torch.inference_mode()
@@ -320,62 +391,62 @@ class _ProbeStage:
         b = self._now()
         return (sent - a) * 1e3, (b - sent) * 1e3, sent
 
-    def pipeline(self, port: int, repeats: int, backend: str) -> list[tuple]:
+    def pipeline(self, port: int, repeats: int, backend: str, transport: str = "auto") -> list[tuple]:
         """Both ranks at once, as a 2-stage pipeline with at most two tokens in flight (the
         runtime's rule): rank 0 hands each hidden state on and drafts; rank 1 verifies and sends a
-        verdict back. Returns per pass (index, layers ms, head ms, times) with perf_counter stamps
-        (one monotonic clock for all local processes), so the parent can pair sends and receives."""
+        verdict back. Messages go through the runtime's transport (runtime/transport.py: one gloo
+        message on CPUs; header over gloo and hidden state over NCCL on GPUs, never an early NCCL
+        receive), so the probe sees what a stage sees. Returns per pass (index, layers ms, head ms,
+        times) with perf_counter stamps (one monotonic clock for all local processes), so the
+        parent can pair sends and receives."""
         import torch.distributed as dist
+
+        from runtime.transport import TAG_V, Header, Links, RecvRing, SendRing, TokenIn, TokenOut
 
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=self.rank, world_size=2)
         try:
-            dev = self.adapter.device if backend == "nccl" else torch.device("cpu")  # gloo sends from host memory
-            H = self.adapter.hidden_size
+            links = Links.open(self.rank, 2, transport, self.adapter.device)
+            H, token = self.adapter.hidden_size, frozenset({1})
             out, warm = [], 3
+            total = repeats + warm
             if self.rank == 0:
-                acks = [torch.zeros(1, device=dev) for _ in range(repeats + warm)]
-                works = [dist.irecv(acks[i], src=1) for i in range(len(acks))]
-                sends = []
-                for i in range(repeats + warm):
+                tokens = TokenOut(links, H, self.adapter.dtype, token)
+                verdicts = RecvRing(1, torch.long, "cpu", 1, TAG_V, links.control)
+                for i in range(total):
                     waited = recv_at = None
                     if i >= 2:  # at most two tokens in flight: wait for the verdict on i - 2
                         waited = time.perf_counter()
-                        works[i - 2].wait()
+                        verdicts.take()
                         recv_at = time.perf_counter()
-                    buf = torch.empty(H + 1, device=dev)
-                    buf[H] = i
 
-                    def send(h, buf=buf):
-                        buf[:H].copy_(h.reshape(-1).float())
-                        sends.append((buf, dist.isend(buf, dst=1)))
+                    def send(h, i=i):
+                        tokens.send(Header(1, i), h)
+                        verdicts.post()  # a control receive, posted ahead of its verdict
 
                     layers, head, sent = self.one_pass(send)
                     if i >= warm:
                         out.append((i, layers, head, sent, waited, recv_at))
-                for j in range(max(0, repeats + warm - 2), repeats + warm):
-                    works[j].wait()
-                for _, w in sends:
-                    w.wait()
+                for _ in range(min(2, total)):
+                    verdicts.take()
+                tokens.drain()
             else:
-                bufs = [torch.empty(H + 1, device=dev) for _ in range(2)]
-                acks, pending = [], dist.irecv(bufs[0], src=0)
-                for i in range(repeats + warm):
+                tokens = TokenIn(links, H, self.adapter.dtype, token)
+                verdicts = SendRing(1, torch.long, "cpu", 0, TAG_V, links.control)
+                tokens.post()
+                for i in range(total):
                     waited = time.perf_counter()
-                    pending.wait()
-                    buf = bufs[i % 2]
-                    if i + 1 < repeats + warm:  # the next receive is posted ahead, as a runtime stage does
-                        pending = dist.irecv(bufs[(i + 1) % 2], src=0)
-                    int(buf[H])  # reads the header
-                    self.hidden.copy_(buf[:H].view(1, 1, H).to(self.hidden.dtype))
+                    header, hidden = tokens.take()
+                    if i + 1 < total:  # the next header is posted ahead, as a runtime stage does
+                        tokens.post()
+                    assert header.pos == i, (header, i)
+                    self.hidden.copy_(hidden[:H].view(1, 1, H).to(self.hidden.dtype))
                     recv_at = self._now()
                     layers, head, _ = self.one_pass()
-                    ack = torch.ones(1, device=dev)
                     acked = time.perf_counter()
-                    acks.append((ack, dist.isend(ack, dst=0)))
+                    verdicts.send(verdicts.next())
                     if i >= warm:
                         out.append((i, layers, head, acked, waited, recv_at))
-                for _, w in acks:
-                    w.wait()
+                verdicts.drain()
             dist.barrier()
             return out
         finally:
@@ -490,12 +561,18 @@ class WorkerPool:
 
 
 def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyConfig,
-                          tick=lambda: None, grid: dict | None = None) -> tuple[dict | None, dict | None, dict | None]:
+                          tick=lambda: None, grid: dict | None = None,
+                          warnings: list[str] | None = None) -> tuple[dict | None, dict | None, dict | None]:
     """Co-run slowdown for p = 1..corun_max, the hop time and the two-stage pipeline probe, from
     one pool of worker processes (loading the model into workers is the slow part, so the three
     share them). `tick()` is called after each round (progress); `grid` (from `measure_grid`)
     prices the probe's passes as the simulator will.
-    Returns (corun, hop, pipeline); any may be None."""
+    Returns (corun, hop, pipeline); any may be None.
+
+    With a `warnings` list (the profile's), a failed hop or pipeline probe keeps what was already
+    measured: the failure is appended there as one line and the rest comes back (a failed hop also
+    skips the probe, which needs the same two-process rendezvous). Without one, it raises as before.
+    A failure while the workers load or co-run raises RuntimeError either way."""
     k = max(cfg.corun_max, 2 if cfg.measure_hop or cfg.pipeline_repeats else 1)
     if k < 2:
         return None, None, None
@@ -504,18 +581,38 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
     pool = WorkerPool(k, model_spec, device, dtype, cfg.threads, int(cfg.context_values[0]))
     corun = hop = pipeline = None
     backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
+
+    def optional(what: str, kept: str, fn):
+        try:
+            return fn(), True
+        except Exception as exc:  # noqa: BLE001 - optional figure: report it, keep the others
+            if warnings is None:
+                raise
+            warnings.append(f"{what} failed ({_one_line(exc)}); {kept}")
+            return None, False
+
     try:
         if cfg.corun_max >= 2:
             corun = _measure_corun(pool, cfg, tick)
+        hop_ok = True
         if cfg.measure_hop:
-            hop = _measure_hop(pool, cfg, adapter.hidden_size, backend)
+            hop, hop_ok = optional("hop measurement", "kept the co-run slowdown; the pipeline probe was skipped",
+                                   lambda: _measure_hop(pool, cfg, adapter.hidden_size, backend))
             tick()
-        if cfg.pipeline_repeats and adapter.num_layers >= 2:
-            pipeline = _measure_pipeline_probe(pool, cfg, adapter.num_layers, backend, grid)
+        if cfg.pipeline_repeats and adapter.num_layers >= 2 and hop_ok:
+            pipeline, _ = optional("pipeline probe", "kept the co-run slowdown and the idle hop (the simulator "
+                                   "prices PPSD with them instead)",
+                                   lambda: _measure_pipeline_probe(pool, cfg, adapter.num_layers, backend, grid))
             tick()
     finally:
         pool.close()
     return corun, hop, pipeline
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line: its first line, plus the last line of a worker's traceback."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()] or [exc.__class__.__name__]
+    return lines[0] if len(lines) == 1 else f"{lines[0].rstrip(':')} {lines[-1]}"
 
 
 def _measure_corun(pool: WorkerPool, cfg: LatencyConfig, tick) -> dict:
@@ -549,7 +646,7 @@ def _measure_hop(pool: WorkerPool, cfg: LatencyConfig, hidden_size: int, backend
 
 
 def _measure_pipeline_probe(pool: WorkerPool, cfg: LatencyConfig, num_layers: int, backend: str,
-                            grid: dict | None) -> dict:
+                            grid: dict | None, transport: str = "auto") -> dict:
     """A two-stage pipeline split at the middle layer: each stage's passes alone, then both running
     as a pipeline; summarised against the tables' price of the same passes (`grid`)."""
     # What a 2-stage pipeline really sees: both stages busy with layers *and* heads at once,
@@ -559,7 +656,7 @@ def _measure_pipeline_probe(pool: WorkerPool, cfg: LatencyConfig, num_layers: in
     for r in (0, 1):
         pool.send([r], ("stage_alone", e, cfg.pipeline_repeats))
         alone.update(pool.collect("stage_alone", [r]))
-    pool.send([0, 1], ("pipeline", free_port(), e, cfg.pipeline_repeats, backend))
+    pool.send([0, 1], ("pipeline", free_port(), e, cfg.pipeline_repeats, backend, transport))
     piped = pool.collect("pipeline", [0, 1])
     table = (table_pass_ms(grid, e, num_layers, cfg.n_values)
              if grid is not None and 1 in cfg.n_values else None)

@@ -45,14 +45,24 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 # --- devices and dtypes -------------------------------------------------------------------------
 
 def resolve_device(device: str = "cpu") -> torch.device:
-    if device in ("cuda", "gpu") or device.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise UserError(f"--device {device} was asked for but this machine has no CUDA GPU",
-                            "use --device cpu")
-        return torch.device("cuda" if device == "gpu" else device)
-    if device != "cpu":
-        raise UserError(f"unknown device {device!r}", "use --device cpu or --device cuda")
-    return torch.device("cpu")
+    """cpu, or a CUDA device *with its index*: a bare "cuda" becomes the current device's index, so
+    the adapter's device (and everything made from it: stage buffers, samplers' generators, CUDA
+    events, synchronise calls) names one GPU explicitly instead of whatever is current later."""
+    from ppsd.devices import normalize_device
+
+    norm = normalize_device(device)  # "gpu" is "cuda"; unknown names are a UserError
+    if norm == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UserError(f"--device {device} was asked for but this machine has no CUDA GPU", "use --device cpu")
+    dev = torch.device(norm)
+    if dev.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    n = torch.cuda.device_count()
+    if dev.index >= n:
+        raise UserError(f"--device {device} names GPU {dev.index} but this machine has {n} (0..{n - 1})",
+                        "use --device cuda, or cuda:N with N below the GPU count")
+    return dev
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:

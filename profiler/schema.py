@@ -38,6 +38,16 @@ profile.json (schema_version 1):
               samples} (one-way, into a waiting stage), method}
               When present it sets the hop and the 2-process slowdown the simulator uses, and the
               timing jitter of its restart rule (sim/restart.py).
+    prefill: optional {lengths: [32, 128, 512], median_ms, p10_ms, p90_ms, method}: a whole prefill
+             (embed + every layer over the prompt + the head on its last position) per prompt length;
+             absent: time to first token is estimated from the tables (n extrapolated)
+    parallel: optional (absent: the main tables are the only budget) {kind, base, tables}: the same
+              latency tables with the work spread over more of the machine, for same-budget
+              baselines (AR and EESD on all cores or GPUs):
+              kind "threads" (measured: torch threads in one process) or "tensor_parallel"
+              (estimated: weights split K ways, an all-reduce per layer); base = the units of the
+              main tables (timing.threads, or 1 GPU); tables: {"<units>": {layers, embedding, head
+              (StatTable objects, the main tables' shapes), whole_step_ms (optional)}}
   acceptance: null or {file, generations_file, temperature, max_new_tokens, prompt_set,
                        num_prompts, categories: [...], heads: [...]}
 
@@ -137,6 +147,7 @@ class Profile:
     n_values: np.ndarray
     context_values: np.ndarray
     _acceptance: Any = field(default=None, repr=False)
+    _views: dict = field(default_factory=dict, repr=False)  # units -> Profile (`at_parallel`)
 
     # --- metadata -------------------------------------------------------------------------
     @property
@@ -214,6 +225,59 @@ class Profile:
         if piped is None:
             return table(processes)
         return float(piped) * table(processes) / table(2)
+
+    def prefill_ms(self, prompt_len: float) -> float:
+        """A whole prefill of `prompt_len` tokens (ms): the measured `latency.prefill` interpolated
+        over prompt lengths (linear past its ends); without it, embed + every layer for n = L new
+        tokens at the smallest context + the head, the tables extrapolated linearly in n."""
+        pre = self.latency.get("prefill") or {}
+        L = float(prompt_len)
+        if pre.get("lengths"):
+            return _interp(L, np.asarray(pre["lengths"], float), np.asarray(pre["median_ms"], float))
+        layers = sum(self.layer_ms(layer, L) for layer in range(self.num_layers))
+        return float(self.embed_ms(L) + layers + self.head_ms(1))
+
+    @property
+    def prefill_source(self) -> str:
+        return "measured" if (self.latency.get("prefill") or {}).get("lengths") else "extrapolated from the tables"
+
+    # --- the same tables on more of the machine (same-budget baselines) ------------------------
+    @property
+    def parallel_kind(self) -> str | None:
+        """"threads" (CPU: measured at more torch threads), "tensor_parallel" (GPUs: estimated), or
+        None when the profile holds the main tables only."""
+        return (self.latency.get("parallel") or {}).get("kind")
+
+    @property
+    def parallel_base(self) -> int:
+        """The units (threads or GPUs) the main tables were measured with."""
+        par = self.latency.get("parallel") or {}
+        return int(par.get("base") or self.meta.get("timing", {}).get("threads") or 1)
+
+    def parallel_units(self) -> list[int]:
+        """Every budget the profile has tables for, the main tables' first."""
+        par = self.latency.get("parallel") or {}
+        return sorted({self.parallel_base, *(int(u) for u in (par.get("tables") or {}))})
+
+    def at_parallel(self, units: int) -> Profile:
+        """This profile with the latency tables measured (or estimated) at `units` threads or GPUs;
+        hop, co-run and acceptance stay. UserError when the profile has no such tables."""
+        units = int(units)
+        if units == self.parallel_base:
+            return self
+        view = self._views.get(units)
+        if view is None:
+            tables = ((self.latency.get("parallel") or {}).get("tables") or {}).get(str(units))
+            if tables is None:
+                have = ", ".join(map(str, self.parallel_units()))
+                raise UserError(f"profile {self.path} has no latency tables at {units} "
+                                f"{'GPUs' if self.parallel_kind == 'tensor_parallel' else 'threads'} (it has {have})",
+                                "re-profile with `ppsd profile --thread-counts 1,...` (CPU) or give a budget it has")
+            view = Profile(path=self.path, meta=self.meta, layers=tables["layers"], embedding=tables["embedding"],
+                           head=tables["head"], n_values=self.n_values, context_values=self.context_values,
+                           _acceptance=self._acceptance)
+            self._views[units] = view
+        return view
 
     def pass_jitter_cv(self) -> float:
         """Relative spread (robust std / median) of a stage pass in the pipeline probe; 0 without one."""
@@ -323,10 +387,32 @@ def load_profile(path: str | Path) -> Profile:
         n_values=n_values,
         context_values=ctx_values,
     )
+    _load_parallel_tables(lat, shape3, shape1, path)
     acc = meta.get("acceptance")
     if acc and not (path / acc.get("file", ACCEPTANCE_FILE)).exists():
         raise _bad(path, f"profile.json names {acc.get('file')} but the file is missing")
     return profile
+
+
+def _load_parallel_tables(lat: dict, shape3, shape1, path: Path) -> None:
+    """Validate `latency.parallel` and turn its tables into StatTables in place (the raw dict
+    keeps them as objects, so `Profile.at_parallel` needs no second parse)."""
+    par = lat.get("parallel")
+    if not par:
+        return
+    if par.get("kind") not in ("threads", "tensor_parallel") or not isinstance(par.get("tables"), dict):
+        raise _bad(path, "latency.parallel needs kind (threads | tensor_parallel) and tables")
+    parsed = {}
+    for units, t in par["tables"].items():
+        if not str(units).isdigit() or int(units) < 1:
+            raise _bad(path, f"latency.parallel.tables has a bad budget {units!r}")
+        parsed[str(int(units))] = {
+            "layers": StatTable.from_json(t["layers"], shape3, path, f"parallel.{units}.layers"),
+            "embedding": StatTable.from_json(t["embedding"], shape1, path, f"parallel.{units}.embedding"),
+            "head": StatTable.from_json(t["head"], shape1, path, f"parallel.{units}.head"),
+            "whole_step_ms": t.get("whole_step_ms"),
+        }
+    lat["parallel"] = {**par, "tables": parsed}
 
 
 def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: list[dict] | None = None) -> Path:
@@ -357,6 +443,8 @@ def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: 
 
 
 def _jsonable(obj):
+    if isinstance(obj, StatTable):
+        return obj.to_json()
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -28,11 +28,14 @@ def synthetic_meta(
     context_values=(64, 256, 1024),
     per_token_fraction: float = 0.0,
     model_id: str = "synthetic",
+    thread_speedup: dict[int, float] | None = None,
 ) -> dict:
     """profile.json content for uniform (or given per-layer) costs.
 
     `per_token_fraction`: extra cost of each additional new token as a fraction of the one-token
-    time (0 = verifying γ+1 tokens costs the same as one, the memory-bound ideal)."""
+    time (0 = verifying γ+1 tokens costs the same as one, the memory-bound ideal).
+    `thread_speedup` {T: s}: the tables at T threads, every time divided by s (`latency.parallel`,
+    what the same-budget baselines read)."""
     layer = np.broadcast_to(np.asarray(layer_ms, dtype=float), (num_layers,))
     n = np.asarray(n_values, dtype=float)
     scale = 1.0 + per_token_fraction * (n - 1)
@@ -43,7 +46,7 @@ def synthetic_meta(
     def stat(a):
         return {"median_ms": a.tolist(), "p10_ms": a.tolist(), "p90_ms": a.tolist()}
 
-    return {
+    meta = {
         "schema_version": SCHEMA_VERSION,
         "kind": "estimated",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -63,6 +66,12 @@ def synthetic_meta(
         },
         "acceptance": None,
     }
+    if thread_speedup:
+        meta["latency"]["parallel"] = {
+            "kind": "threads", "base": 1,
+            "tables": {str(t): {"layers": stat(layers / f), "embedding": stat(emb / f), "head": stat(head / f)}
+                       for t, f in thread_speedup.items()}}
+    return meta
 
 
 def bernoulli_acceptance(num_layers: int, alpha_by_exit, prompts: int = 4, tokens: int = 64, seed: int = 0,

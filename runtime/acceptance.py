@@ -33,6 +33,10 @@ class Sampler:
             raise UserError(f"temperature {temperature} is negative", "use --temperature 0 (greedy) or more")
         if temperature == 0:
             return cls(0.0, None)
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            # a generator must live on the GPU its draws are used on: name it, never "the current one"
+            device = torch.device("cuda", torch.cuda.current_device())
         gen = torch.Generator(device=device)
         gen.manual_seed(int(seed))
         return cls(float(temperature), gen)

@@ -31,12 +31,16 @@ def register(sub) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda (or its alias gpu) or cuda:N; PPSD "
+                   "needs one GPU per stage")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--port", type=int, help="rendezvous port for the stage processes (default: a free one)")
     p.add_argument("--stage-timeout", type=float, default=60.0, help="seconds without progress before a stage "
                    "counts as hung (default 60)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more stages than CPU cores (slow)")
+    p.add_argument("--cores", type=int, default=None, metavar="N",
+                   help="same-budget baseline: also measure AR (and EESD) with N threads, PPSD stages sharing N "
+                        "cores, for speedup_vs_ar_tp (default: every core; 1 turns it off)")
     p.add_argument("--no-ar", action="store_true", help="skip the AR baseline run")
     p.add_argument("--heads", metavar="DIR", help="exit-head folder from `ppsd heads train`: draft with a trained head")
     p.add_argument("--exit-head", metavar="NAME", help="shared, trained (default with --heads) or vocab<V> "
@@ -62,6 +66,9 @@ def register(sub) -> None:
                    help="measure AR once up front (faster) instead of again after every plan; by default each "
                         "speedup is against the mean of the AR runs just before and after its plan")
     v.add_argument("--stage-timeout", type=float, default=60.0)
+    v.add_argument("--cores", type=int, default=None, metavar="N",
+                   help="same-budget baseline: AR (and EESD) on N threads, predicted from the profile's thread "
+                        "tables and measured (default: every core; 1 turns it off)")
     v.add_argument("--heads", metavar="DIR", help="exit-head folder the profile was made with (`ppsd profile --heads`)")
     v.add_argument("--exit-head", metavar="NAME", help="shared, trained (default with --heads) or vocab<V>; "
                    "the profile must hold that head's traces and latency")

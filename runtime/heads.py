@@ -81,7 +81,9 @@ def make_drafter(model, exit_layer: int | None, heads_dir: str | None = None, na
     if heads_dir and name != SHARED:
         from profiler.heads.store import load_heads
 
-        heads = load_heads(heads_dir, model, exits=[] if exit_layer is None else [exit_layer])
+        # in the model's dtype: a bf16 model drafts with a bf16 head, as it does with the shared one
+        # (fp32 heads beside a bf16 model would cost more and bias the head comparison); fp32 on fp32
+        heads = load_heads(heads_dir, model, exits=[] if exit_layer is None else [exit_layer], dtype=model.dtype)
         return None if exit_layer is None else Drafter(model, exit_layer, name, heads)
     if heads_dir:  # shared drafting, but the folder is still checked: a wrong folder is a mistake
         from profiler.heads.store import check_compatible, read_meta

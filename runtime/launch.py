@@ -59,15 +59,36 @@ def keep_only_layers(model, start: int, end: int) -> None:
             model.layers[i] = torch.nn.Identity()
 
 
-def _stage_device(job, rank: int) -> str:
-    if job.device.startswith("cuda"):
+def stage_device(device: str, index: int) -> str:
+    """The one device of the process that runs stage (or rank) `index`. CUDA: `cuda:{index}` with an
+    explicit index (wrapped over the visible GPUs; ppsd run refuses more stages than GPUs), so the
+    model, the message buffers, the samplers' generators and any CUDA event name the same GPU, never
+    "whatever is current". CPU: `device` unchanged."""
+    from ppsd.devices import normalize_device
+
+    device = normalize_device(device)
+    if not device.startswith("cuda"):
+        return device
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < 1:
+        raise UserError(f"--device {device} was asked for but this machine has no CUDA GPU", "use --device cpu")
+    return f"cuda:{index % n}"
+
+
+def bind_device(device: str) -> None:
+    """Make `device` this process's current CUDA device; call it before anything touches CUDA. The
+    current device is cuda:0 until set, and NCCL's communicator, torch.distributed's barrier, the
+    CUDA context and every tensor made with a bare "cuda" land on it: without this, every rank
+    would put a context (and NCCL its buffers) on GPU 0. No-op on CPU."""
+    if device.startswith("cuda"):
         import torch
 
-        return f"cuda:{rank % max(torch.cuda.device_count(), 1)}"
-    return job.device
+        torch.cuda.set_device(torch.device(device))
 
 
-def _build_stage(rank: int, world: int, job, model, board, heartbeat):
+def _build_stage(rank: int, world: int, job, model, board, heartbeat, device: str | None = None):
     import torch
 
     from profiler.model import load_model
@@ -75,7 +96,7 @@ def _build_stage(rank: int, world: int, job, model, board, heartbeat):
 
     torch.set_num_threads(job.threads)
     if model is None:
-        model = load_model(job.model_spec, _stage_device(job, rank), job.dtype, job.model_seed)
+        model = load_model(job.model_spec, device or stage_device(job.device, rank), job.dtype, job.model_seed)
     keep_only_layers(model, job.bounds[rank], job.bounds[rank + 1])
     return Stage(rank, world, job, model, board, heartbeat)
 
@@ -87,13 +108,13 @@ def _stage_main(rank, world, job, port, shared_epoch, heartbeat, out_dir, model)
 
         from runtime.pipeline import EpochBoard
 
-        stage = _build_stage(rank, world, job, model, EpochBoard(shared=shared_epoch), heartbeat)
+        # CUDA: stage r owns cuda:r, made current before the model is loaded and before NCCL starts
+        # (set after loading, the load's context and allocations went to cuda:0 first)
+        dev = stage_device(job.device, rank)
+        bind_device(dev)
+        stage = _build_stage(rank, world, job, model, EpochBoard(shared=shared_epoch), heartbeat, dev)
         heartbeat.value += 1  # loaded
         backend = "nccl" if job.device.startswith("cuda") else "gloo"
-        if backend == "nccl":
-            import torch
-
-            torch.cuda.set_device(stage.dev)
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=job.timeout_s))
         log = stage.run()
@@ -196,6 +217,27 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
 
 
+def local_rank() -> int:
+    """This process's index among the ranks on its node (torchrun's LOCAL_RANK; RANK without it)."""
+    return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
+
+
+def torchrun_device(device: str) -> str:
+    """Under torchrun, this rank's device, made current: `cuda:{LOCAL_RANK}` on CUDA (so `ppsd run`
+    loads the model there, not on cuda:0 in every rank), `device` unchanged on CPU."""
+    r = local_rank()
+    dev = stage_device(device, r)
+    if dev.startswith("cuda"):
+        import torch
+
+        n = torch.cuda.device_count()
+        if r >= n:  # wrapping would put two ranks on one GPU, which NCCL refuses mid-run
+            raise UserError(f"torchrun started local rank {r} but this node has {n} GPU(s)",
+                            f"use torchrun --nproc-per-node {n} or fewer (one stage per GPU)")
+    bind_device(dev)
+    return dev
+
+
 def run_torchrun(job, model=None) -> list | None:
     """This process is one stage (rank from the environment). Rank 0 returns every rank's log."""
     import torch.distributed as dist
@@ -207,6 +249,12 @@ def run_torchrun(job, model=None) -> list | None:
         raise UserError(f"torchrun started {world} processes for a {len(job.bounds) - 1}-stage pipeline",
                         f"use torchrun --nproc-per-node {len(job.bounds) - 1} (one stage per rank)")
     backend = "nccl" if job.device.startswith("cuda") else "gloo"
+    # the rank's GPU is made current before init_process_group: NCCL binds the communicator to the
+    # current device, and the model (when loaded here) goes to the same explicit cuda:{LOCAL_RANK}
+    dev = torchrun_device(job.device)
+    if model is not None and backend == "nccl" and str(model.device) != dev:
+        raise UserError(f"rank {rank}'s model is on {model.device}, not on its GPU {dev}",
+                        "load it with runtime.launch.torchrun_device(...) (ppsd run does); report this")
     dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=job.timeout_s))
     try:
         from torch.distributed.distributed_c10d import _get_default_store
@@ -214,11 +262,7 @@ def run_torchrun(job, model=None) -> list | None:
         store = _get_default_store()
     except Exception:  # noqa: BLE001 - private API; without it middle stages just drop stale work later
         store = None
-    if backend == "nccl":
-        import torch
-
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-    stage = _build_stage(rank, world, job, model, EpochBoard(store=store), None)
+    stage = _build_stage(rank, world, job, model, EpochBoard(store=store), None, dev)
     log = stage.run()
     group = dist.new_group(backend="gloo")  # objects travel on CPU whatever the data backend
     logs = [None] * world if rank == 0 else None

@@ -38,6 +38,7 @@ class Job:
     port: int | None = None
     timeline: bool = True
     heads_dir: str | None = None  # exit-head folder when plan.exit_head is not "shared"
+    threads: int = 1  # torch threads of the decoding process (AR, EESD) or of each stage process (PPSD)
 
 
 @dataclass
@@ -99,7 +100,7 @@ def _pipeline_job(model, job: Job):
         eos=tuple(sorted(model.eos_token_ids)) if job.stop_at_eos else (), warmup=job.warmup, repeats=job.repeats,
         timeline_rep=0 if job.timeline else -(10 ** 9), timeout_s=job.timeout_s,
         device=str(model.device.type), dtype=str(model.dtype).replace("torch.", ""),
-        heads_dir=job.heads_dir, exit_head=job.plan.exit_head)
+        heads_dir=job.heads_dir, exit_head=job.plan.exit_head, threads=job.threads)
 
 
 def records_from_logs(pjob, logs) -> list[list[SeqRecord]]:
@@ -166,7 +167,14 @@ def measure(model, job: Job, *, load_s: float = 0.0, facts: dict | None = None) 
     if job.plan.mode is Mode.PPSD:
         reps = _run_pipeline(model, job)
     else:
-        reps = _run_in_process(model, job)
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(job.threads)  # AR and EESD decode in this process
+        try:
+            reps = _run_in_process(model, job)
+        finally:
+            torch.set_num_threads(before)
     ex = {"warmup": job.warmup, "temperature": job.temperature,
           "forced_trace": (job.forced[0].label if job.forced and job.forced[0] else None), **(facts or {})}
     return summarize(job.plan, reps, load_s=load_s, facts=ex)

@@ -3,39 +3,38 @@
 Stage i (rank i) holds decoder layers [b_i, b_{i+1}) and its own KV cache; stage 1 also holds the
 embedding and the exit head (it drafts), the last stage the final norm + LM head (it verifies).
 
-Channels (torch.distributed point-to-point, isend/irecv, preallocated float/int buffers):
+Channels (torch.distributed point-to-point, isend/irecv, preallocated buffers; runtime/transport.py
+carries them so that NCCL's per-pair ordering cannot deadlock them):
   H  stage i -> i+1   header [kind, pos, epoch, length, seq] + hidden state (+ the layer-E state
                       when sampling with k >= 3, so the verifier can recompute the draft's q)
   P  stage i -> i+1   prefill payload (the prompt's hidden states; variable size, once a sequence)
   D  stage 1 -> last  the draft proposed for pos + 1 [kind, pos, epoch, token]
   V  last -> stage 1  the verdict on that draft [kind, pos, epoch, accepted, token, done]
+Headers, drafts and verdicts are control messages (gloo, host memory); hidden states and payloads
+are data (one message with the header on CPU runs; over per-pair NCCL groups on GPUs).
 
 Flow: stage 1 sends token s on as soon as its layers are done, then drafts s+1 with the exit head
 and starts on it, keeping at most k tokens in flight. The last stage verifies: a rejection bumps
 the epoch and carries the corrected token back to stage 1, which crops its cache and restarts from
 it; every message carries its epoch, so the last stage drops stale work, middle stages drop it when
 the shared epoch board says so, and any stage crops its cache lazily to the position of the next
-message it processes. Receives are posted ahead (double buffering) so a message can land while the
-stage computes; posting order equals sending order per peer pair, which NCCL needs.
+message it processes. Control receives are posted ahead (double buffering) so a message can land
+while the stage computes; a data receive is posted once its header is in (runtime/transport.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 
 from ppsd.exit_heads import SHARED
 from runtime.acceptance import ForcedTrace, Sampler
+from runtime.transport import TAG_D, TAG_V, Header, Links, RecvRing, SendRing, TokenIn, TokenOut
 from sim.plan import Event
 
 TOKEN, PREFILL, END, SHUTDOWN = 1, 2, 3, 4
-HDR = 5  # kind, pos, epoch, length, seq
-TAG_H, TAG_D, TAG_V, TAG_P = 0, 1, 2, 3
-RING = 8  # send/recv buffers per channel; more than the tokens that can be in flight
 
 
 @dataclass
@@ -60,6 +59,7 @@ class PipelineJob:
     threads: int = 1
     heads_dir: str | None = None  # exit-head folder (runtime/heads.py) when exit_head is not "shared"
     exit_head: str = SHARED
+    transport: str = "auto"  # runtime/transport.py: split over NCCL, fused on gloo; strict* in tests
 
     @property
     def schedule(self) -> list[tuple[int, int]]:
@@ -111,52 +111,6 @@ class EpochBoard:
             self.store.add("ppsd_epoch", epoch - int(self.store.add("ppsd_epoch", 0)))
 
 
-class _SendRing:
-    """Preallocated send buffers; a buffer is reused only after its previous isend completed."""
-
-    def __init__(self, shape: int, dtype, device, peer: int, tag: int):
-        self.bufs = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(RING)]
-        self.works: list = [None] * RING
-        self.i, self.peer, self.tag = 0, peer, tag
-
-    def next(self) -> torch.Tensor:
-        self.i = (self.i + 1) % RING
-        if self.works[self.i] is not None:
-            self.works[self.i].wait()
-            self.works[self.i] = None
-        return self.bufs[self.i]
-
-    def send(self, buf: torch.Tensor) -> None:
-        self.works[self.i] = dist.isend(buf, self.peer, tag=self.tag)
-
-    def drain(self) -> None:
-        for j, w in enumerate(self.works):
-            if w is not None:
-                w.wait()
-                self.works[j] = None
-
-
-class _RecvRing:
-    """Receives posted ahead into a ring of buffers; `take()` waits for the oldest one."""
-
-    def __init__(self, shape: int, dtype, device, peer: int, tag: int):
-        self.bufs = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(RING)]
-        self.pending: deque = deque()
-        self.i, self.peer, self.tag = 0, peer, tag
-
-    def post(self) -> None:
-        self.i = (self.i + 1) % RING
-        buf = self.bufs[self.i]
-        self.pending.append((dist.irecv(buf, self.peer, tag=self.tag), buf))
-
-    def take(self) -> torch.Tensor:
-        if not self.pending:
-            self.post()
-        work, buf = self.pending.popleft()
-        work.wait()  # exactly once per work: a second wait on gloo blocks for a new message
-        return buf
-
-
 class Stage:
     def __init__(self, rank: int, world: int, job: PipelineJob, model, board: EpochBoard, heartbeat=None):
         self.rank, self.world, self.job, self.model, self.board = rank, world, job, model, board
@@ -181,20 +135,31 @@ class Stage:
         self.origin = 0.0  # events keep absolute perf_counter times (one clock for all local processes)
         self.record = False
         self.eos = set(job.eos)
-        i64, mdt = torch.long, model.dtype
+
+    def connect(self) -> None:
+        """Open this stage's channels (collective: every rank, after init_process_group)."""
+        links = Links.open(self.rank, self.world, self.job.transport, self.dev)
+        i64, mdt, carried = torch.long, self.model.dtype, frozenset({TOKEN})
         if not self.first:
-            # fp32 message buffers whatever the model dtype: positions in the header stay exact
-            self.h_in = _RecvRing(HDR + self.width, torch.float32, self.dev, rank - 1, TAG_H)
+            self.h_in = TokenIn(links, self.width, mdt, carried)
         if not self.last:
-            self.h_out = _SendRing(HDR + self.width, torch.float32, self.dev, rank + 1, TAG_H)
+            self.h_out = TokenOut(links, self.width, mdt, carried)
+        # drafts and verdicts are a few integers: control messages, host memory
         if self.first:
-            self.d_out = _SendRing(4, i64, self.dev, world - 1, TAG_D)
-            self.v_in = _RecvRing(6, i64, self.dev, world - 1, TAG_V)
+            self.d_out = SendRing(4, i64, "cpu", self.world - 1, TAG_D, links.control)
+            self.v_in = RecvRing(6, i64, "cpu", self.world - 1, TAG_V, links.control)
         if self.last:
-            self.d_in = _RecvRing(4, i64, self.dev, 0, TAG_D)
-            self.v_out = _SendRing(6, i64, self.dev, 0, TAG_V)
+            self.d_in = RecvRing(4, i64, "cpu", 0, TAG_D, links.control)
+            self.v_out = SendRing(6, i64, "cpu", 0, TAG_V, links.control)
 
     # --- helpers ----------------------------------------------------------------------------------
+    def _clock(self) -> float:
+        """perf_counter once this stage's GPU work is done (kernels run asynchronously: without the
+        sync a busy time would count launches only); plain perf_counter on a CPU."""
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        return time.perf_counter()
+
     def _beat(self) -> None:
         if self.heartbeat is not None:
             self.heartbeat.value += 1
@@ -205,26 +170,17 @@ class Stage:
 
     def _send_header(self, kind: int, pos: int = 0, epoch: int = 0, length: int = 0, seq: int = 0,
                      hidden: torch.Tensor | None = None, carry: torch.Tensor | None = None) -> None:
-        buf = self.h_out.next()
-        buf[:HDR] = torch.tensor((kind, pos, epoch, length, seq), dtype=buf.dtype)
-        if hidden is not None:
-            buf[HDR:HDR + self.H].copy_(hidden.reshape(-1))
-            if carry is not None:
-                buf[HDR + self.H:].copy_(carry.reshape(-1))
-        self.h_out.send(buf)
+        self.h_out.send(Header(kind, pos, epoch, length, seq), hidden, carry)
 
     def _send_payload(self, hidden: torch.Tensor, carry: torch.Tensor | None) -> None:
         flat = hidden.reshape(-1)
         if carry is not None:
             flat = torch.cat([flat, carry.reshape(-1)])
-        # once a sequence: a blocking send keeps the tensor alive until it is out
-        dist.send(flat.contiguous(), self.rank + 1, tag=TAG_P)
+        self.h_out.send_payload(flat)  # once a sequence
 
     def _recv_payload(self, length: int) -> torch.Tensor:
         n = length * self.H + (self.H if self.carry else 0)
-        buf = torch.empty(n, dtype=self.model.dtype, device=self.dev)
-        dist.recv(buf, self.rank - 1, tag=TAG_P)
-        return buf
+        return self.h_in.recv_payload(n, self.model.dtype, self.dev)
 
     def _send_draft(self, kind: int, pos: int = 0, epoch: int = 0, token: int = 0) -> None:
         buf = self.d_out.next()
@@ -287,11 +243,11 @@ class Stage:
                     h_exit = None  # rejected while the last layer ran: send nothing, skip the exit head
                 if h_exit is None:
                     aborted = True
-                    b = time.perf_counter()
+                    b = self._clock()
                     busy += b - a
                     self._event("flush", a, b, x, pos=s, epoch=epoch)
                     continue
-                sent = time.perf_counter()
+                sent = self._clock()
                 self._send_header(TOKEN, s, epoch, 1, seq, h_exit, h_exit if self.carry else None)
                 d, _ = self.drafter.choose(sampler, h_exit)
                 self._send_draft(TOKEN, s, epoch, d)
@@ -318,8 +274,8 @@ class Stage:
         cache, busy, seq, t_prefill_end = model.new_cache(), 0.0, -1, 0.0
         self.h_in.post()
         while True:
-            buf = self.h_in.take()
-            kind, pos, epoch, length, seq_m = (int(v) for v in buf[:HDR].tolist())
+            hdr, hidden = self.h_in.take()
+            kind, pos, epoch, length, seq_m = hdr.values()
             if kind == PREFILL:
                 payload = self._recv_payload(length)
             if kind != SHUTDOWN:
@@ -340,17 +296,17 @@ class Stage:
                 out = model.forward_layers(h, self.start, self.end, cache, 0)
                 self._send_header(PREFILL, pos, epoch, length, seq)
                 self._send_payload(out, payload[length * self.H:] if self.carry else None)
-                self._event("prefill", a, time.perf_counter(), length=length)
+                self._event("prefill", a, self._clock(), length=length)
                 continue
             if self.world > 2 and EpochBoard.key(seq_m, epoch) < self.board.get():
                 self.log.dropped += 1  # stale: a correction has already been issued
                 continue
             a = time.perf_counter()
             cache.crop(pos)
-            h = buf[HDR:HDR + self.H].view(1, 1, self.H).to(mdt)
+            h = hidden[:self.H].view(1, 1, self.H).to(mdt)
             out = model.forward_layers(h, self.start, self.end, cache, pos)
-            self._send_header(TOKEN, pos, epoch, 1, seq, out, buf[HDR + self.H:] if self.carry else None)
-            b = time.perf_counter()
+            self._send_header(TOKEN, pos, epoch, 1, seq, out, hidden[self.H:] if self.carry else None)
+            b = self._clock()
             busy += b - a
             self._event("forward", a, b, pos=pos, epoch=epoch)
             self._beat()
@@ -379,8 +335,8 @@ class Stage:
         same_peer = self.world == 2  # hidden states and drafts both come from stage 1
         self.h_in.post()
         while True:
-            buf = self.h_in.take()
-            kind, pos, epoch_m, length, seq_m = (int(v) for v in buf[:HDR].tolist())
+            hdr, hidden = self.h_in.take()
+            kind, pos, epoch_m, length, seq_m = hdr.values()
             if kind == PREFILL:
                 payload = self._recv_payload(length)
             if same_peer:
@@ -415,10 +371,10 @@ class Stage:
                 continue
             a = time.perf_counter()
             self.cache.crop(pos)
-            h = buf[HDR:HDR + self.H].view(1, 1, self.H).to(model.dtype)
+            h = hidden[:self.H].view(1, 1, self.H).to(model.dtype)
             out = model.forward_layers(h, self.start, self.end, self.cache, pos)
             if self.carry:
-                carry = buf[HDR + self.H:].view(1, 1, self.H).to(model.dtype)
+                carry = hidden[self.H:].view(1, 1, self.H).to(model.dtype)
             else:
                 carry = h if job.temperature > 0 else None  # k = 2: the input is the layer-E state
             self._verify(pos, epoch_m, out, carry, a)
@@ -474,6 +430,7 @@ class Stage:
                                   "rounds": st["rounds"], "verified": st["verified"]}
 
     def run(self) -> StageLog:
+        self.connect()
         if self.first:
             self.run_first()
         elif self.last:

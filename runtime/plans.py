@@ -3,21 +3,14 @@ the benchmarks): stage bounds by the simulator's one rule, exit heads, cores, co
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from ppsd.errors import UserError
+from ppsd.machine import available_cores
 from sim.modes import Mode
 from sim.plan import Plan
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def parse_bounds(text: str | None) -> tuple[int, ...] | None:
@@ -82,19 +75,35 @@ def with_exit_head(model, plan: Plan, heads_dir: str | None, name: str | None) -
     return replace(plan, exit_head=name) if plan.mode.speculative else plan
 
 
-def check_resources(plan: Plan, device: str, oversubscribe: bool = False) -> None:
-    """More stages than cores (CPU) or GPUs (CUDA) is a UserError naming a k that fits."""
+def check_resources(plan: Plan, device: str, oversubscribe: bool = False, command: str = "run") -> None:
+    """More stages than cores (CPU) or GPUs (CUDA) is a UserError naming a fix that fits."""
     if plan.mode is not Mode.PPSD:
         return
-    k = plan.num_stages
+    check_stage_devices(plan.num_stages, device, oversubscribe, command)
+
+
+def check_stage_devices(k: int, device: str, oversubscribe: bool = False, command: str = "run") -> None:
+    """k PPSD stage processes on `device`: one GPU each on CUDA (NCCL cannot put two ranks on one
+    GPU), one core each on CPU. Needs only the stage count, so `ppsd run` asks before loading a model.
+    `command` ("run" or "validate") picks the flags the fix names."""
+    from ppsd.devices import normalize_device
+
+    device = normalize_device(device)  # "gpu" is "cuda": it must get the GPU count, not the core count
     if device.startswith("cuda"):
         import torch
 
-        n = torch.cuda.device_count()
-        if k > n:
-            raise UserError(f"{k} stages need {k} GPUs but this machine has {n}",
-                            f"use --stages {max(min(n, k), 2)}" + (" or --device cpu" if n < 2 else ""))
-        return
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if k <= n:
+            return
+        if n == 0:
+            raise UserError(f"--device {device} was asked for but this machine has no CUDA GPU", "use --device cpu")
+        if n >= 2:
+            fix = f"use --stages {n}" if command == "run" else f"use PPSD plans of at most {n} stages (ppsd:E:{n})"
+        elif command == "run":  # --stages 2 would need 2 GPUs too
+            fix = "use --mode eesd (one GPU), or --device cpu for PPSD"
+        else:
+            fix = "validate EESD plans only (--plans 'eesd:E:3'), or a profile measured with --device cpu"
+        raise UserError(f"PPSD with {k} stages needs {k} GPUs (one per stage) but this machine has {n}", fix)
     cores = available_cores()
     if k > cores and not oversubscribe:
         raise UserError(f"{k} stages need {k} CPU cores (one per stage process) but {cores} are available",

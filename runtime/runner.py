@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import sys
 
+from ppsd.devices import normalize_device
 from ppsd.errors import UserError
 from ppsd.output import print_json
-from runtime.plans import check_lengths, check_resources, default_profile, make_plan, parse_bounds, with_exit_head
+from runtime.plans import (check_lengths, check_resources, check_stage_devices, default_profile, make_plan,
+                           parse_bounds, with_exit_head)
 from sim.modes import Mode
 from sim.plan import Plan
 
@@ -26,14 +28,26 @@ def run_command(args) -> int:
     if args.repeats < 1 or args.warmup < 0:
         raise UserError("--repeats must be >= 1 and --warmup >= 0", "use e.g. --warmup 1 --repeats 3")
     torch.set_num_threads(1)  # one thread per decoding process, the stages' setting too
+    from runtime.launch import torchrun_device, under_torchrun
+
+    args.device = normalize_device(args.device)  # "gpu" is "cuda" from here on (the GPU-count check too)
     forced = load_forced_trace(args.force_trace)
-    model = load_model(args.model, args.device, args.dtype)
     bounds = parse_bounds(args.stage_bounds)
+    torchrun = under_torchrun()
+    cuda = args.device.startswith("cuda")
+    if cuda and not torchrun and Mode.parse(args.mode) is Mode.PPSD:
+        # before a (7B) model is loaded: a PPSD run that cannot fit these GPUs fails in seconds
+        check_stage_devices(len(bounds) - 1 if bounds else args.stages, args.device, args.oversubscribe)
+    # Under torchrun each rank is one stage: on CUDA its device is cuda:{LOCAL_RANK}, made current
+    # before anything touches CUDA and before loading, so every rank's weights land on its own GPU.
+    device = torchrun_device(args.device) if torchrun else args.device
+    model = load_model(args.model, device, args.dtype)
     profile = default_profile(model.model_id, getattr(args, "profile", None)) \
         if Mode.parse(args.mode) is Mode.PPSD and bounds is None else None
     plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, bounds, profile)
     plan = with_exit_head(model, plan, getattr(args, "heads", None), getattr(args, "exit_head", None))
-    check_resources(plan, args.device, args.oversubscribe)
+    if not (torchrun and cuda):  # torchrun on GPUs: one stage per rank, maybe across nodes (run_torchrun checks)
+        check_resources(plan, args.device, args.oversubscribe)
     prompt_set = load_prompts(args.prompts, limit=args.limit)
     prompts = [model.encode_prompt(p.text) for p in prompt_set]
     max_new = [args.max_new_tokens] * len(prompts)
@@ -45,9 +59,7 @@ def run_command(args) -> int:
                    repeats=args.repeats, timeout_s=args.stage_timeout, port=args.port,
                    heads_dir=getattr(args, "heads", None))
 
-    from runtime.launch import under_torchrun
-
-    if plan.mode is Mode.PPSD and under_torchrun():
+    if plan.mode is Mode.PPSD and torchrun:
         return _run_torchrun(args, model, plan, job(plan, forced))
     run_facts = {"model": model.model_id, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
     ar = None
@@ -60,6 +72,18 @@ def run_command(args) -> int:
         res.details.ar_tokens_per_s = ar.result.tokens_per_s
         if plan.mode.speculative:
             res.details.outputs_match_ar = m.outputs == ar.outputs
+        ar_e2e = ar.result.details.prefill_s + ar.result.time_s
+        res.details.speedup_vs_ar_e2e = ar_e2e / (res.details.prefill_s + res.time_s)
+    cores = budget_cores(args, cuda)
+    if ar is not None and cores > 1:
+        # the same budget: AR (and EESD) with every core, PPSD's stages sharing them (runtime/same_budget.py)
+        from runtime.same_budget import SameBudget, measure_ar_in_budget, measure_plan_in_budget
+
+        ar_job = job(make_plan(Mode.AR, model.num_layers))
+        ar_tp = measure_ar_in_budget(model, ar_job, cores, measure)
+        plan_tp = ar_tp if plan.mode is Mode.AR else \
+            measure_plan_in_budget(model, job(plan, forced), cores, res.tokens_per_s, measure)
+        SameBudget(cores, plan_tp, ar_tp).fill(res)
     if args.timeline:
         write_chrome_trace(args.timeline, res.timeline, f"ppsd {plan.label()} (measured)")
     if args.json:
@@ -67,6 +91,21 @@ def run_command(args) -> int:
     else:
         print(format_result(res))
     return 0
+
+
+def budget_cores(args, cuda: bool) -> int:
+    """Cores of the same-budget comparison: --cores, else every core this process may use; 1 (none)
+    on GPUs, whose same-budget baseline (tensor parallelism) the runtime does not run."""
+    from ppsd.machine import available_cores
+
+    if cuda:
+        return 1
+    cores = getattr(args, "cores", None)
+    if cores is None:
+        return available_cores()
+    if cores < 1:
+        raise UserError(f"--cores {cores} must be at least 1", "give --cores between 1 and the machine's cores")
+    return int(cores)
 
 
 def _run_torchrun(args, model, plan, job) -> int:
@@ -94,6 +133,12 @@ def format_result(res) -> str:
                      f"outputs match AR: {d.outputs_match_ar}")
     lines.append(f"  {res.tokens} decode tokens in {res.time_s:.3f} s; prefill {d.prefill_s:.3f} s; "
                  f"model load {d.load_s:.2f} s")
+    if d.speedup_vs_ar_e2e is not None and res.plan.mode.speculative:
+        lines.append(f"  end to end (prefill + decode): {d.speedup_vs_ar_e2e:.3f}× AR")
+    if res.speedup_vs_ar_tp is not None:
+        lines.append(f"  same budget ({d.budget}): {d.budget_tokens_per_s:.2f} tokens/s vs AR on all of them "
+                     f"{d.ar_tp_tokens_per_s:.2f} tokens/s: {res.speedup_vs_ar_tp:.3f}×"
+                     + ("  (AR on the whole budget wins)" if res.speedup_vs_ar_tp < 1.0 else ""))
     if res.plan.mode.speculative:
         rate = "n/a" if res.acceptance_rate is None else f"{res.acceptance_rate:.3f}"
         lines.append(f"  acceptance {rate}; mean tokens per round {res.mean_accepted:.2f}; "

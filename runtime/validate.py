@@ -7,6 +7,7 @@ same traces. Writes the validation folder described in docs/contracts.md and pri
 from __future__ import annotations
 
 import datetime as _dt
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def validate_command(args) -> int:
     # every plan is checked before anything is measured: bad input fails in seconds, not after AR ran
     plans = [resolve_plan(p.validate(n), profile) for p in plans]
     for p in plans:
-        check_resources(p, str(model.device.type))
+        check_resources(p, str(model.device.type), command="validate")
     final = Path(args.out) if args.out else RUNS_DIR / f"validation-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     with atomic_dir(final) as out:  # an interrupted validation leaves no half-written folder
         (out / vf.TIMELINES_DIR).mkdir(parents=True, exist_ok=True)
@@ -82,6 +83,9 @@ def validate_command(args) -> int:
         print_json(doc)
     else:
         print(format_table(doc["rows"]))
+        if doc.get("mape_speedup_vs_ar_tp_pct") is not None:
+            print(f"same budget ({doc['budget']}): MAPE of the speedup against AR on all of them "
+                  f"{doc['mape_speedup_vs_ar_tp_pct']:.1f}%")
         print(f"MAPE speedup {doc['mape_speedup_pct']:.1f}% over {len(doc['rows']) - 1} speculative plans; "
               f"tokens/s {doc['mape_tokens_per_s_pct']:.1f}%  -> {final}")
     return 0
@@ -127,15 +131,26 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
         return Job(plan=p, prompts=prompts, max_new=max_new, stop_at_eos=False, warmup=args.warmup,
                    repeats=args.repeats, timeout_s=args.stage_timeout, forced=forced, heads_dir=heads_dir)
 
+    from runtime.runner import budget_cores
+    from runtime.same_budget import measure_ar_in_budget, measure_plan_in_budget
+
+    # same budget: AR with every core, measured at the start and at the end (its mean is the reference)
+    cores = budget_cores(args, model.device.type == "cuda")
+    if cores > 1 and cores not in profile.parallel_units():
+        print(f"the profile has no {cores}-thread tables: same-budget speedups are measured, not predicted "
+              "(re-profile with `ppsd profile --thread-counts`)", file=sys.stderr)
     ar_plan = Plan(Mode.AR)
+    ar_tp_runs = [measure_ar_in_budget(model, job(ar_plan), cores, measure)] if cores > 1 else []
     ar_meas = measure(model, job(ar_plan))
     ar_pred = simulate(profile, resolve_plan(ar_plan, profile), acceptance="trace", prompt_ids=ids, timeline=True)
     rows = [vf.ValidationRow.from_results(ar_plan, ar_pred, ar_meas.result, ar_meas.result.tokens_per_s, None)]
+    plan_tp: list[float | None] = [None]  # each plan's tokens/s within the budget (AR's is the reference)
     _timelines(out, ar_plan, ar_pred, ar_meas.result, write_chrome_trace)
     ar_runs = [ar_meas.result.tokens_per_s]  # every AR measurement, in time order
     bracket = not getattr(args, "ar_once", False)
     for i, plan in enumerate(plans):
-        print(f"[{i + 1}/{len(plans)}] {plan.label()} ..." + (" (then AR again)" if bracket else ""), flush=True)
+        print(f"[{i + 1}/{len(plans)}] {plan.label()} ..." + (" (then AR again)" if bracket else ""), flush=True,
+              file=sys.stderr)  # progress: stdout stays the table, or JSON alone with --json
         pred = simulate(profile, plan, acceptance="trace", prompt_ids=ids, timeline=True)
         meas = measure(model, job(plan, traces(plan.exit_layer)))
         ar_ref = ar_runs[-1]
@@ -147,11 +162,30 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
             ar_ref = (ar_ref + ar_runs[-1]) / 2
         rows.append(vf.ValidationRow.from_results(plan, pred, meas.result, ar_ref, meas.outputs == ar_meas.outputs))
         _timelines(out, plan, pred, meas.result, write_chrome_trace)
+        if cores > 1:
+            plan_tp.append(measure_plan_in_budget(model, job(plan), cores, meas.result.tokens_per_s, measure))
+    if cores > 1:
+        ar_tp_runs.append(measure_ar_in_budget(model, job(ar_plan), cores, measure))
+        ar_tp = sum(ar_tp_runs) / len(ar_tp_runs)
+        predicted = [_predicted_same_budget(profile, p, ids, cores) for p in [ar_plan, *plans]]
+        rows = [r.with_same_budget(pr, 1.0 if i == 0 else plan_tp[i] / ar_tp)
+                for i, (r, pr) in enumerate(zip(rows, predicted))]
     doc = vf.make_doc(rows, profile=str(Path(args.profile).resolve()), model=profile.model_id,
                       device_name=profile.device_name, forced_trace=args.force_trace, exit_head=head,
-                      ar_reference="bracketed" if bracket else "once", ar_tokens_per_s_runs=ar_runs)
+                      ar_reference="bracketed" if bracket else "once", ar_tokens_per_s_runs=ar_runs,
+                      budget=f"{cores} cores" if cores > 1 else None)
     vf.write_validation(out, doc)
     return doc
+
+
+def _predicted_same_budget(profile, plan: Plan, prompt_ids, cores: int) -> float | None:
+    """The simulator's same-budget speedup of a plan (None when the profile lacks the thread tables)."""
+    from sim.api import resolve_plan, simulate
+
+    if cores not in profile.parallel_units():
+        return None
+    return simulate(profile, resolve_plan(plan, profile), acceptance="trace", prompt_ids=prompt_ids, engine="fast",
+                    budget=cores).speedup_vs_ar_tp
 
 
 def _timelines(out: Path, plan: Plan, pred, meas, write) -> None:
@@ -160,10 +194,14 @@ def _timelines(out: Path, plan: Plan, pred, meas, write) -> None:
 
 
 def format_table(rows: list[dict]) -> str:
-    head = f"{'plan':28} {'pred tok/s':>10} {'meas tok/s':>10} {'pred ×':>7} {'meas ×':>7} {'err %':>7}  match"
+    same = any(r.get("measured_speedup_vs_ar_tp") is not None for r in rows)
+    extra = f" {'pred ×TP':>8} {'meas ×TP':>8}" if same else ""
+    head = f"{'plan':28} {'pred tok/s':>10} {'meas tok/s':>10} {'pred ×':>7} {'meas ×':>7} {'err %':>7}{extra}  match"
     lines = [head, "-" * len(head)]
+    fmt = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8}"  # noqa: E731
     for r in rows:
+        tp = f" {fmt(r.get('predicted_speedup_vs_ar_tp'))} {fmt(r.get('measured_speedup_vs_ar_tp'))}" if same else ""
         lines.append(f"{r['plan']:28} {r['predicted_tokens_per_s']:10.2f} {r['measured_tokens_per_s']:10.2f} "
-                     f"{r['predicted_speedup']:7.3f} {r['measured_speedup']:7.3f} {r['speedup_error_pct']:7.1f}  "
+                     f"{r['predicted_speedup']:7.3f} {r['measured_speedup']:7.3f} {r['speedup_error_pct']:7.1f}{tp}  "
                      f"{'' if r['outputs_match_ar'] is None else r['outputs_match_ar']}")
     return "\n".join(lines)

@@ -32,7 +32,8 @@ def resolve_plan(plan: Plan, profile) -> Plan:
 def simulate(profile, plan: Plan, *, tokens: int | None = None, acceptance: str = "trace",
              alpha: float | None = None, category: str | None = None,
              prompt_ids: Sequence[str] | None = None, seed: int = 0, temperature: float = 0.0,
-             engine: str = "event", timeline: bool = False) -> Result:
+             engine: str = "event", timeline: bool = False, budget: int | None = None,
+             prompt_len: int | None = None) -> Result:
     """Simulate one plan on a profile and return a Result (source "simulated").
 
     acceptance "trace": the profile's recorded match traces for the plan's exit layer (all prompts,
@@ -42,28 +43,40 @@ def simulate(profile, plan: Plan, *, tokens: int | None = None, acceptance: str 
     (each prompt a separate generation) and cut to T tokens.
     acceptance "bernoulli": a seeded Bernoulli(alpha) stream of `tokens` (default 2000) positions.
     speedup_vs_ar is against AR on the same profile at the same contexts. timeline=True records
-    the event timeline (always from the event engine)."""
+    the event timeline (always from the event engine). With a profile that has tables at more threads
+    or GPUs (`latency.parallel`), `speedup_vs_ar_tp` compares the plan with AR on `budget` of them
+    (default: the most the profile has; sim/budget.py). Every generation's prefill is priced too
+    (details.prefill_s, ttft_s, e2e_s, speedup_vs_ar_e2e): its recorded prompt length, or `prompt_len`."""
     from sim.run import simulate as _simulate
 
     return _simulate(profile, plan, tokens=tokens, acceptance=acceptance, alpha=alpha, category=category,
-                     prompt_ids=prompt_ids, seed=seed, temperature=temperature, engine=engine, timeline=timeline)
+                     prompt_ids=prompt_ids, seed=seed, temperature=temperature, engine=engine, timeline=timeline,
+                     budget=budget, prompt_len=prompt_len)
 
 
 def sweep(profile, *, devices: int = 4, gammas: Iterable[int] = range(1, 9), hop_ms: float | None = None,
           alpha_scale: float = 1.0, temperature: float = 0.0, tokens: int = 2000, category: str | None = None,
-          exit_head: str = SHARED) -> list[Result]:
+          exit_head: str = SHARED, alpha_by_exit: dict[int, float] | None = None,
+          budget: int | None = None, prompt_len: int | None = None) -> list[Result]:
     """AR, EESD at every exit layer × γ, and PPSD at every exit layer × k ∈ 2..devices (default
     balanced partition), each replaying `tokens` trace-driven tokens through the fast exact engine.
     Sorted by predicted speedup, best first. alpha_scale ≠ 1 rescales every position's acceptance
-    (seeded). A profile without acceptance data is a UserError."""
+    (seeded). A profile without acceptance data is a UserError, unless alpha_by_exit is given:
+    {exit layer: α per position} replaces the recorded traces by a seeded Bernoulli(α) stream at
+    exactly those exits (then category, temperature and alpha_scale do not apply; convert a paper's
+    acceptance rate or tokens per round with `sim.acceptance_forms.to_alpha`). With tables at more
+    threads or GPUs every Result also carries `speedup_vs_ar_tp` within `budget` units (default: the
+    most the profile has; on an estimated multi-GPU profile, `devices`): sim/budget.py."""
     from sim.run import sweep as _sweep
 
     return _sweep(profile, devices=devices, gammas=gammas, hop_ms=hop_ms, alpha_scale=alpha_scale,
-                  temperature=temperature, tokens=tokens, category=category, exit_head=exit_head)
+                  temperature=temperature, tokens=tokens, category=category, exit_head=exit_head,
+                  alpha_by_exit=alpha_by_exit, budget=budget, prompt_len=prompt_len)
 
 
 def recommend(results: Sequence[Result]) -> tuple[Result, str]:
-    """The fastest plan and a one-line reason (names the runner-up scheme and AR's speed)."""
+    """The fastest plan and a one-line reason (names the runner-up scheme and AR's speed); ranked
+    by the same-budget speedup when the results carry it (a plan must beat AR on every core it uses)."""
     from sim.run import recommend as _recommend
 
     if not results:

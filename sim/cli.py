@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from sim import gpus
+from sim.acceptance_forms import AcceptanceForm, to_alpha
 from sim.modes import MODES, Mode
 
 
@@ -35,12 +37,14 @@ def register(subparsers) -> None:
     p.add_argument("--stages", type=int, default=2, metavar="K", help="PPSD stages (default 2)")
     p.add_argument("--stage-bounds", type=_ints, metavar="0,E,...,N", help="explicit PPSD layer cuts")
     p.add_argument("--placement", type=_ints, metavar="D0,D1,...", help="device of each stage (default one each)")
-    p.add_argument("--draft-len", type=int, default=4, metavar="G", help="EESD drafts per round (default 4)")
+    p.add_argument("--draft-len", type=int, metavar="G",
+                   help="EESD drafts per round (default 4); also the γ a given --acceptance-rate / --mean-accepted "
+                        "was measured at")
     p.add_argument("--tokens", type=int, metavar="T",
                    help="tokens to simulate (default: each trace once; 2000 for bernoulli)")
     p.add_argument("--acceptance", choices=["trace", "bernoulli"],
                    help="recorded match traces or Bernoulli(--alpha) (default: trace, or bernoulli with --alpha)")
-    p.add_argument("--alpha", type=float, metavar="A", help="Bernoulli acceptance rate in [0, 1]")
+    _add_acceptance_options(p)
     p.add_argument("--category", metavar="C", help="replay only this prompt category's traces")
     p.add_argument("--temperature", type=float, default=0.0, help="> 0: accept with probability β per position")
     p.add_argument("--seed", type=int, default=0, metavar="S")
@@ -49,6 +53,12 @@ def register(subparsers) -> None:
                    help="which exit head drafts: shared (default), or one the profile has from `ppsd profile "
                         "--heads` (trained, vocab4096, ...)")
     p.add_argument("--engine", choices=["event", "fast"], default="event")
+    p.add_argument("--prompt-len", type=int, default=None, metavar="L",
+                   help="prompt tokens before each generation, for time to first token and end-to-end figures "
+                        "(default: the prompts the profile recorded)")
+    p.add_argument("--cores", type=int, default=None, metavar="N",
+                   help="same-budget baseline: compare with AR on N cores (GPUs for an estimated multi-GPU "
+                        "profile); default: the most the profile measured")
     p.add_argument("--trace-out", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=simulate_cmd)
@@ -56,6 +66,12 @@ def register(subparsers) -> None:
     q = subparsers.add_parser("plan", help="rank every plan (exit layer × EESD γ × PPSD stages) on a profile",
                               description="Sweep AR, EESD γ 1..8 and PPSD k 2..K at every exit layer; recommend one.")
     q.add_argument("--profile", metavar="DIR", required=True)
+    q.add_argument("--prompt-len", type=int, default=None, metavar="L",
+                   help="prompt tokens before each generation (time to first token, end to end); default: the "
+                        "profile's prompts")
+    q.add_argument("--cores", type=int, default=None, metavar="N",
+                   help="CPU budget: rank plans against AR (and EESD) on all N cores; default: the most the profile "
+                        "measured (`ppsd profile --thread-counts`)")
     q.add_argument("--devices", type=int, default=None, metavar="K",
                    help="most PPSD stages / GPUs (default: an estimated profile's GPU count, else 4)")
     q.add_argument("--hop-us", type=float, metavar="X", help="hop latency in µs (default: the profile's)")
@@ -68,8 +84,90 @@ def register(subparsers) -> None:
     q.add_argument("--exit-head", action="append", metavar="NAME",
                    help="only plans drafting with this exit head (repeatable; default: every head the profile "
                         "has, compared side by side)")
+    _add_acceptance_options(q, plan=True)
+    q.add_argument("--draft-len", type=int, metavar="G",
+                   help="the γ a given --acceptance-rate / --mean-accepted (or α-curve column) was measured at; "
+                        "the sweep still tries γ 1..--max-draft-len")
     q.add_argument("--json", action="store_true", help="print a JSON array of result objects, best first")
     q.set_defaults(func=plan_cmd)
+
+
+def _add_acceptance_options(p, plan: bool = False) -> None:
+    g = p.add_argument_group(
+        "given acceptance (at most one; replaces the recorded traces by seeded Bernoulli(α) streams)"
+        if plan else "given acceptance (at most one; means --acceptance bernoulli)")
+    g.add_argument("--alpha", type=float, metavar="A",
+                   help="α: probability that one drafted position matches, positions independent, in [0, 1]"
+                        + (" (every exit layer)" if plan else ""))
+    g.add_argument("--acceptance-rate", type=float, metavar="R",
+                   help="LayerSkip's acceptance rate R = accepted drafts / drafted tokens, in [0, 1]; "
+                        "needs --draft-len")
+    g.add_argument("--mean-accepted", type=float, metavar="T",
+                   help="Spec-Bench's τ = mean tokens per EESD draft-and-verify round, the verifier's bonus token "
+                        "included, in [1, γ+1]; needs --draft-len (a PPSD-style τ = 1/(1−α): give "
+                        "--alpha 1−1/τ)")
+    if plan:
+        g.add_argument("--alpha-curve", metavar="FILE",
+                       help="CSV with exit_layer (or relative_depth) and one of alpha, acceptance_rate, mean_accepted "
+                            "(+ a draft_len column or --draft-len); exits between its ends, α linear in between")
+
+
+def _given_form(args) -> AcceptanceForm | str | None:
+    """The one acceptance option given ("curve" for --alpha-curve; UserError for two), or None: the
+    recorded traces."""
+    given = [f for f in AcceptanceForm if getattr(args, f.value, None) is not None]
+    if getattr(args, "alpha_curve", None) is not None:
+        given.append("curve")
+    if len(given) > 1:
+        names = [f.option if isinstance(f, AcceptanceForm) else "--alpha-curve" for f in given]
+        raise UserError(f"{' and '.join(names)} both given",
+                        "give one acceptance figure (they are one fact in different forms)")
+    return given[0] if given else None
+
+
+def _say(line: str, as_json: bool) -> None:
+    """Conversions go to stdout, or to stderr under --json so that stdout stays one JSON document."""
+    print(line, file=sys.stderr if as_json else sys.stdout)
+
+
+def _curve_alphas(path, draft_len, num_layers) -> tuple[dict[int, float], list[str]]:
+    """{exit: α} from an α-curve file for the exits between its ends (linear in between, no
+    extrapolation: a held end value would flatter shallow exits), and the lines saying so."""
+    from profiler.acceptance_transfer import alpha_at, read_alpha_curve
+
+    c = read_alpha_curve(path, draft_len)
+    if c.kind == "exit_layer" and c.x[-1] > num_layers - 1:
+        raise UserError(f"alpha curve {path} names exit layer {c.x[-1]:g}, past this {num_layers}-layer model",
+                        f"give exit layers 1..{num_layers - 1}, or relative depths")
+    pos = {e: (e / num_layers if c.kind == "relative_depth" else float(e)) for e in range(1, num_layers)}
+    alphas = {e: alpha_at(c.kind, c.x, c.alpha, e, num_layers) for e, x in pos.items() if c.x[0] <= x <= c.x[-1]}
+    if not alphas:
+        raise UserError(f"alpha curve {path} spans no exit layer of this {num_layers}-layer model",
+                        "give at least two points around the exits to plan")
+    lines = [f"alpha curve {path} ({c.form.value} by {c.kind}): exits {min(alphas)}..{max(alphas)} planned, "
+             "α linear between points, none past the ends"]
+    if c.form is not AcceptanceForm.ALPHA:
+        lines += [f"  {c.kind} {x:g}: {s}" for x, s in zip(c.x, c.statements)]
+    return alphas, lines
+
+
+def _plan_acceptance(args, num_layers) -> tuple[dict[int, float] | None, list[str]]:
+    """{exit: α} when the user gives acceptance (None: the recorded traces) and the lines stating it."""
+    form = _given_form(args)
+    if form is None:
+        return None, []
+    trace_only = [name for name, on in (("--category", args.category is not None),
+                                        ("--temperature", args.temperature != 0.0),
+                                        ("--alpha-scale", args.alpha_scale != 1.0)) if on]
+    if trace_only:
+        raise UserError(f"{', '.join(trace_only)} act on the recorded traces, which a given acceptance replaces",
+                        f"drop {', '.join(trace_only)}, or give the acceptance you mean directly")
+    if form == "curve":
+        return _curve_alphas(args.alpha_curve, args.draft_len, num_layers)
+    conversion = to_alpha(form, getattr(args, form.value), args.draft_len)
+    line = (f"acceptance given: {conversion.statement}; every exit layer 1..{num_layers - 1} gets a seeded "
+            "Bernoulli(α) stream instead of the recorded traces")
+    return {e: conversion.alpha for e in range(1, num_layers)}, [line]
 
 
 def _hop_ms(hop_us):
@@ -97,13 +195,24 @@ def simulate_cmd(args) -> int:
     mode = Mode.parse(args.mode)
     if mode.speculative and args.exit_layer is None:
         raise UserError(f"--mode {mode} needs an exit layer", "give --exit E")
-    plan = Plan(mode, exit_layer=args.exit_layer if mode.speculative else None, draft_len=args.draft_len,
+    form = _given_form(args)
+    alpha = None
+    if form is not None:
+        if args.acceptance == "trace":
+            raise UserError(f"--acceptance trace replays the recorded traces, and {form.option} is given too",
+                            f"drop {form.option}, or use --acceptance bernoulli")
+        conversion = to_alpha(form, getattr(args, form.value), args.draft_len)
+        alpha = conversion.alpha
+        if form is not AcceptanceForm.ALPHA:
+            _say(conversion.statement, args.json)
+    plan = Plan(mode, exit_layer=args.exit_layer if mode.speculative else None,
+                draft_len=args.draft_len if args.draft_len is not None else 4,
                 stage_bounds=args.stage_bounds, stages=args.stages, placement=args.placement,
                 hop_ms=_hop_ms(args.hop_us), exit_head=args.exit_head)
     if mode is Mode.PPSD and args.stage_bounds is not None and len(args.stage_bounds) < 3:
         raise UserError(f"--stage-bounds {','.join(map(str, args.stage_bounds))} gives fewer than 2 stages",
                         "give at least 0,E,N")
-    acceptance = args.acceptance or ("bernoulli" if args.alpha is not None else "trace")
+    acceptance = args.acceptance or ("bernoulli" if alpha is not None else "trace")
     with tempfile.TemporaryDirectory(prefix="ppsd-synth-") as tmp:
         if args.synthetic_layers is not None:
             from profiler.synthetic import write_synthetic_profile
@@ -126,9 +235,10 @@ def simulate_cmd(args) -> int:
         from sim.heads import check_head
 
         check_head(profile, args.exit_head)
-        result = api.simulate(profile, plan, tokens=args.tokens, acceptance=acceptance, alpha=args.alpha,
+        result = api.simulate(profile, plan, tokens=args.tokens, acceptance=acceptance, alpha=alpha,
                               category=args.category, seed=args.seed, temperature=args.temperature,
-                              engine=args.engine, timeline=bool(args.trace_out))
+                              engine=args.engine, timeline=bool(args.trace_out), budget=args.cores,
+                              prompt_len=args.prompt_len)
     if args.trace_out:
         write_chrome_trace(args.trace_out, result.timeline, process_name=f"ppsd simulate: {result.plan.label()}")
     if args.json:
@@ -137,6 +247,12 @@ def simulate_cmd(args) -> int:
     r, d = result, result.details
     print(f"{r.plan.label()}: {r.tokens} tokens in {r.time_s:.3f} s simulated = {r.tokens_per_s:.2f} tokens/s, "
           f"{r.speedup_vs_ar:.3f}× AR ({d.ar_tokens_per_s:.2f} tokens/s)")
+    if d.ttft_s is not None:
+        print(f"  prefill: time to first token {d.ttft_s * 1e3:.1f} ms; end to end {d.e2e_s:.3f} s, "
+              f"{d.speedup_vs_ar_e2e:.3f}× AR with its prefill (decode only: {r.speedup_vs_ar:.3f}×)")
+    if r.speedup_vs_ar_tp is not None:
+        print(f"  same budget ({d.budget}): {d.budget_tokens_per_s:.2f} tokens/s, {r.speedup_vs_ar_tp:.3f}× AR on "
+              f"all of it ({d.ar_tp_tokens_per_s:.2f} tokens/s)")
     if r.plan.mode.speculative:
         print(f"  acceptance {d.acceptance_source}: rate {r.acceptance_rate:.3f}, "
               f"{r.mean_accepted:.2f} tokens per round over {d.rounds} rounds")
@@ -158,23 +274,37 @@ def plan_cmd(args) -> int:
     args.devices = gpus.devices_for(profile, args.devices)
     from sim import heads as hd
 
-    if not profile.has_acceptance:
+    alpha_by_exit, said = _plan_acceptance(args, profile.num_layers)
+    for line in said:
+        _say(line, args.json)
+    if alpha_by_exit is None and not profile.has_acceptance:
         api.sweep(profile, tokens=1)  # the sweep's own error for a profile without traces
-    by_head = hd.sweep_heads(profile, args.exit_head, devices=args.devices,
+    heads = args.exit_head
+    if alpha_by_exit is not None and heads is None:
+        heads = [SHARED]  # a given α is one head's figure: compare other heads only when asked
+    by_head = hd.sweep_heads(profile, heads, alpha_by_exit=alpha_by_exit, devices=args.devices,
                              gammas=range(1, args.max_draft_len + 1), hop_ms=_hop_ms(args.hop_us),
                              alpha_scale=args.alpha_scale, temperature=args.temperature, tokens=args.tokens,
-                             category=args.category)
+                             category=args.category, budget=args.cores, prompt_len=args.prompt_len)
     results = hd.merge(by_head)
     best, reason = api.recommend(results)
     if args.json:  # best first; per head, the object with head_rank 1 is its best plan
         print(json.dumps([r.to_json_dict() for r in results]))
         return 0
-    print(f"{profile.model_id} on {profile.device_name}: {len(results)} plans, {args.tokens} trace-driven tokens each"
+    drawn = "trace-driven" if alpha_by_exit is None else "Bernoulli(α)"
+    print(f"{profile.model_id} on {profile.device_name}: {len(results)} plans, {args.tokens} {drawn} tokens each"
           + (f", exit heads {', '.join(by_head)}" if len(by_head) > 1 else ""))
-    print(f"{'rank':>4}  {'plan':<36} {'speedup':>8} {'tokens/s':>9} {'α':>5} {'tok/round':>9}")
+    budget = results[0].details.budget if results and results[0].speedup_vs_ar_tp is not None else None
+    if budget:
+        unit = "GPU" if "GPU" in budget else "thread"
+        print(f"speedup: against AR on one {unit} (the timing model); same budget: against AR on all {budget}, "
+              f"the plan using them too (AR and EESD: every {unit}; PPSD: split into its stages)")
+    same = f" {'×AR ' + budget if budget else '':>16}" if budget else ""
+    print(f"{'rank':>4}  {'plan':<36} {'speedup':>8}{same} {'tokens/s':>9} {'α':>5} {'tok/round':>9}")
     for i, r in enumerate(results[: args.top], 1):
         alpha = r.details.stream_alpha if r.plan.mode.speculative else float("nan")
-        print(f"{i:>4}  {r.plan.label():<36} {r.speedup_vs_ar:>7.3f}× {r.tokens_per_s:>9.2f} "
+        tp = f" {r.speedup_vs_ar_tp:>15.3f}×" if budget else ""
+        print(f"{i:>4}  {r.plan.label():<36} {r.speedup_vs_ar:>7.3f}×{tp} {r.tokens_per_s:>9.2f} "
               f"{alpha:>5.2f} {r.mean_accepted:>9.2f}")
     print("best per mode:")
     for mode in Mode:

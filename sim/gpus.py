@@ -65,7 +65,15 @@ def recommendation(profile, best, reason: str) -> str:
     if not is_gpu_profile(profile):
         return reason
     p = best.plan
+    d = best.details
     speed = f"{best.speedup_vs_ar:.2f}× AR, {best.tokens_per_s:.1f} tokens/s"
+    budget = getattr(d, "budget", None) if best.speedup_vs_ar_tp is not None else None
+    if budget and p.mode is not Mode.PPSD:
+        # same budget: AR and EESD run tensor-parallel over every GPU of it (sim/budget.py)
+        what = (f"EESD with exit layer {p.exit_layer}, γ={p.draft_len}" if p.mode is Mode.EESD
+                else "plain AR, no early exit")
+        return (f"use all {budget} tensor-parallel: {what}, {d.budget_tokens_per_s:.1f} tokens/s "
+                f"({best.speedup_vs_ar_tp:.2f}× AR on the same GPUs) — {reason}")
     if p.mode is Mode.PPSD:
         k = len(set(p.devices()))
         bounds = ",".join(map(str, p.stage_bounds or ()))

@@ -37,7 +37,8 @@ head_label = exit_heads.label
 
 
 def sweep_heads(profile, heads: list[str] | None = None, **sweep_kwargs) -> dict:
-    """{head: sweep results (best first)} for each head (default: every available head)."""
+    """{head: sweep results (best first)} for each head (default: every available head).
+    `sweep_kwargs` go to `sim.run.sweep` as they are (alpha_by_exit included: the same given α for each head)."""
     from sim.run import sweep
 
     heads = available_heads(profile) if heads is None else [check_head(profile, h) for h in heads]

@@ -146,6 +146,13 @@ class SimulatedDetails:
     seed: int = 0
     label: str = ""                  # Plan.label() when simulated
     head_rank: int | None = None     # set by sim.heads.merge: rank among the plans drafting with its head
+    prefill_s: float | None = None   # every generation's prefill (sim/prefill.py), not in time_s
+    ttft_s: float | None = None      # mean time to first token of a generation
+    e2e_s: float | None = None       # prefill + decode: time_s + prefill_s
+    speedup_vs_ar_e2e: float | None = None  # end to end against AR (its prefill included) on one thread
+    budget: str | None = None        # same-budget comparison: "2 cores", "4 GPUs" (sim/budget.py); None without
+    budget_tokens_per_s: float | None = None  # the plan with every unit of the budget (AR, EESD: all of them)
+    ar_tp_tokens_per_s: float | None = None   # AR on the whole budget (all cores / tensor parallel)
 
 
 @dataclass
@@ -168,6 +175,10 @@ class MeasuredDetails:
     max_new_tokens: int | None = None
     ar_tokens_per_s: float | None = None   # AR measured in the same run
     outputs_match_ar: bool | None = None   # greedy speculative output identical to AR's
+    speedup_vs_ar_e2e: float | None = None  # (AR prefill + decode) / (this plan's), measured in the same run
+    budget: str | None = None              # same-budget comparison: "2 cores"; None when not measured
+    budget_tokens_per_s: float | None = None  # the plan run with the whole budget (AR, EESD: all threads)
+    ar_tp_tokens_per_s: float | None = None   # AR with the whole budget, measured in the same run
 
 
 Details = SimulatedDetails | MeasuredDetails
@@ -182,7 +193,7 @@ class Result:
     tokens: int
     time_s: float
     tokens_per_s: float
-    speedup_vs_ar: float | None = None
+    speedup_vs_ar: float | None = None  # against AR on one thread / one device (the timing model's figure)
     mean_accepted: float = 1.0  # tokens committed per verification round (AR: 1)
     accepted_hist: dict[int, int] = field(default_factory=dict)  # accepted drafts a per round -> count
     acceptance_rate: float | None = None  # accepted drafts / verified drafts
@@ -190,6 +201,7 @@ class Result:
     device_busy: list[float] = field(default_factory=list)  # busy fraction per device
     timeline: list[Event] = field(default_factory=list)
     details: Details | None = None
+    speedup_vs_ar_tp: float | None = None  # same budget: the plan vs AR using every core / GPU it uses
 
     @property
     def ar_tokens_per_s(self) -> float | None:
@@ -213,6 +225,7 @@ class Result:
             "time_s": self.time_s,
             "tokens_per_s": self.tokens_per_s,
             "speedup_vs_ar": self.speedup_vs_ar,
+            "speedup_vs_ar_tp": self.speedup_vs_ar_tp,
             "mean_accepted": self.mean_accepted,
             "accepted_hist": {str(k): v for k, v in sorted(self.accepted_hist.items())},
             "acceptance_rate": self.acceptance_rate,
@@ -241,7 +254,7 @@ class Result:
         return cls(
             plan=plan, source=source, tokens=d["tokens"], time_s=d["time_s"],
             tokens_per_s=d["tokens_per_s"], speedup_vs_ar=d.get("speedup_vs_ar"),
-            mean_accepted=d.get("mean_accepted", 1.0),
+            speedup_vs_ar_tp=d.get("speedup_vs_ar_tp"), mean_accepted=d.get("mean_accepted", 1.0),
             accepted_hist={int(k): v for k, v in (d.get("accepted_hist") or {}).items()},
             acceptance_rate=d.get("acceptance_rate"), stage_busy=d.get("stage_busy") or [],
             device_busy=d.get("device_busy") or [],

@@ -14,8 +14,10 @@ import numpy as np
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from ppsd.progress import report
+from sim.budget import Budget, default_budget, in_budget
 from sim.modes import Mode
 from sim.plan import Plan, Result, SimulatedDetails
+from sim.prefill import check_prompt_len, prompt_lengths, whole_prefill_ms
 from sim.resolve import resolve_plan
 from sim.schemes import SCHEMES, RunStats, scheme
 from sim.schemes.ar import step_ms as ar_step_ms
@@ -62,7 +64,12 @@ def run_plan(profile, plan: Plan, stream: Stream, engine: str, record: bool) -> 
     return sch.replay(stream, costs), ar_total
 
 
-def to_result(plan: Plan, stream: Stream, stats: RunStats, ar_ms: float, engine: str, seed: int) -> Result:
+def to_result(plan: Plan, stream: Stream, stats: RunStats, ar_ms: float, engine: str, seed: int,
+              budget: Budget | None = None, in_budget_ms: tuple[float, float] | None = None,
+              prefill_ms: tuple[float, float] | None = None) -> Result:
+    """A Result from an engine's stats; with a budget, `in_budget_ms` = (the plan's, AR's) time in ms
+    on the same stream within it (sim/budget.py); `prefill_ms` = (the plan's, AR's) prefill of every
+    generation (sim/prefill.py)."""
     time_s = stats.time_ms / 1e3
     rounds = len(stats.rounds_a)
     accepted = int(sum(stats.rounds_a))
@@ -85,23 +92,58 @@ def to_result(plan: Plan, stream: Stream, stats: RunStats, ar_ms: float, engine:
             engine="event" if stats.events or engine == "event" else engine,
             acceptance_source=stream.source, stream_alpha=stream.alpha,
             ar_tokens_per_s=stats.tokens / (ar_ms / 1e3) if ar_ms > 0 else None,
-            rounds=rounds, generations=int(stream.seg_start.sum()), seed=seed, label=plan.label()),
+            rounds=rounds, generations=int(stream.seg_start.sum()), seed=seed, label=plan.label(),
+            **_prefill_fields(stats.time_ms, ar_ms, prefill_ms, int(stream.seg_start.sum())),
+            **_budget_fields(stats.tokens, budget, in_budget_ms)),
+        speedup_vs_ar_tp=(in_budget_ms[1] / in_budget_ms[0]) if in_budget_ms and in_budget_ms[0] > 0 else None,
     )
 
 
+def _prefill_fields(decode_ms: float, ar_decode_ms: float, prefill_ms, generations: int) -> dict:
+    if prefill_ms is None:
+        return {}
+    plan_pre, ar_pre = prefill_ms
+    e2e = decode_ms + plan_pre
+    return {"prefill_s": plan_pre / 1e3, "ttft_s": plan_pre / 1e3 / max(generations, 1), "e2e_s": e2e / 1e3,
+            "speedup_vs_ar_e2e": (ar_decode_ms + ar_pre) / e2e if e2e > 0 else None}
+
+
+def _budget_fields(tokens: int, budget: Budget | None, in_budget_ms) -> dict:
+    if budget is None or in_budget_ms is None:
+        return {}
+    plan_ms, ar_ms = in_budget_ms
+    return {"budget": budget.label, "budget_tokens_per_s": tokens / (plan_ms / 1e3) if plan_ms > 0 else None,
+            "ar_tp_tokens_per_s": tokens / (ar_ms / 1e3) if ar_ms > 0 else None}
+
+
+def _run(profile, plan: Plan, stream: Stream, engine: str, record: bool, seed: int, budget: Budget | None,
+         prompt_len: int | None = None) -> Result:
+    """Run one resolved plan and, with a budget, the same plan and AR within it; price every
+    generation's prefill (the prompt lengths of the stream, or `prompt_len`)."""
+    stats, ar_ms = run_plan(profile, plan, stream, engine, record)
+    timed = in_budget(profile, plan, stream, budget, stats.time_ms, run_plan) if budget else None
+    whole = whole_prefill_ms(profile, prompt_lengths(stream, prompt_len))
+    sch = scheme(plan.mode)
+    prefill = (float(sum(sch.first_token_ms(plan, w) for w in whole.tolist())), float(whole.sum()))
+    return to_result(plan, stream, stats, ar_ms, engine, seed, budget, timed, prefill)
+
+
 def simulate(profile, plan: Plan, *, tokens=None, acceptance="trace", alpha=None, category=None, prompt_ids=None,
-             seed=0, temperature=0.0, engine="event", timeline=False) -> Result:
+             seed=0, temperature=0.0, engine="event", timeline=False, budget: int | None = None,
+             prompt_len: int | None = None) -> Result:
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}", "use engine event or fast")
     plan = resolve_plan(plan, profile)
     stream = make_stream(profile, plan, tokens=tokens, acceptance=acceptance, alpha=alpha, category=category,
                          prompt_ids=prompt_ids, seed=seed, temperature=temperature)
-    stats, ar_ms = run_plan(profile, plan, stream, engine, timeline)
-    return to_result(plan, stream, stats, ar_ms, engine, seed)
+    return _run(profile, plan, stream, engine, timeline, seed, default_budget(profile, budget),
+                check_prompt_len(prompt_len))
 
 
 def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=None, alpha_scale=1.0,
-          temperature=0.0, tokens=DEFAULT_TOKENS, category=None, exit_head=SHARED, seed=0) -> list[Result]:
+          temperature=0.0, tokens=DEFAULT_TOKENS, category=None, exit_head=SHARED, seed=0,
+          budget: int | None = None, alpha_by_exit: dict[int, float] | None = None,
+          prompt_len: int | None = None) -> list[Result]:
     n = profile.num_layers
     tokens = check_tokens(tokens) or DEFAULT_TOKENS
     gammas = sorted(set(int(g) for g in gammas))
@@ -113,39 +155,49 @@ def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=Non
         raise UserError(f"hop latency {hop_ms} ms is negative", "give a hop latency >= 0")
     if alpha_scale < 0:
         raise UserError(f"alpha scale {alpha_scale} is negative", "give --alpha-scale F with F >= 0")
-    exits = sorted(e for e in _exit_layers(profile, exit_head) if 1 <= e <= n - 1)
+    exits = sorted(e for e in (_exit_layers(profile, exit_head) if alpha_by_exit is None else alpha_by_exit)
+                   if 1 <= e <= n - 1)
     if not exits:
         raise UserError(f"profile {profile.path} has no acceptance traces for exit layers 1..{n - 1}",
                         "re-run `ppsd profile` with acceptance measurement")
     results: list[Result] = []
     ar_plan = resolve_plan(Plan(Mode.AR, hop_ms=hop_ms), profile)
-    first = trace_stream(profile, exits[0], tokens=tokens, category=category, temperature=temperature, seed=seed,
-                         head=exit_head)
-    stats, ar_ms = run_plan(profile, ar_plan, first, "fast", False)
-    results.append(to_result(ar_plan, first, stats, ar_ms, "fast", seed))
+
+    def stream_at(e, scale=1.0):  # a given α per exit replaces the recorded traces: seeded Bernoulli(α)
+        if alpha_by_exit is not None:
+            return bernoulli_stream(profile, alpha_by_exit[e], tokens, seed)
+        return trace_stream(profile, e, tokens=tokens, category=category, temperature=temperature, seed=seed,
+                            head=exit_head, alpha_scale=scale)
+
+    first = stream_at(exits[0])
+    if budget is None and profile.parallel_kind == "tensor_parallel":
+        budget = int(devices)  # on GPUs the devices a plan may use are the budget
+    within = default_budget(profile, budget)
+    prompt_len = check_prompt_len(prompt_len)
+    results.append(_run(profile, ar_plan, first, "fast", False, seed, within, prompt_len))
     speculative = [s for mode, s in SCHEMES.items() if mode.speculative]
     for done, e in enumerate(exits):
         report("sweep", done, len(exits))
-        stream = trace_stream(profile, e, tokens=tokens, category=category, temperature=temperature, seed=seed,
-                              head=exit_head, alpha_scale=alpha_scale)
+        stream = stream_at(e, alpha_scale)
         for sch in speculative:
             for plan in sch.sweep_plans(e, num_layers=n, gammas=gammas, devices=int(devices), hop_ms=hop_ms,
                                         exit_head=exit_head):
-                plan = resolve_plan(plan, profile)
-                stats, ar_ms = run_plan(profile, plan, stream, "fast", False)
-                results.append(to_result(plan, stream, stats, ar_ms, "fast", seed))
+                results.append(_run(profile, resolve_plan(plan, profile), stream, "fast", False, seed, within,
+                                    prompt_len))
     report("sweep", len(exits), len(exits))
     results.sort(key=lambda r: -(r.speedup_vs_ar or 0.0))
     return results
 
 
 def recommend(results: Sequence[Result]) -> tuple[Result, str]:
+    """The fastest plan and a one-line reason. When the results carry same-budget figures
+    (`speedup_vs_ar_tp`, sim/budget.py) plans are ranked by them: a plan must beat AR running on
+    every core or GPU it uses, not AR on one. Otherwise by `speedup_vs_ar`."""
+    same_budget = all(r.speedup_vs_ar_tp is not None for r in results)
+    if same_budget:
+        return _recommend_same_budget(results)
     best = max(results, key=lambda r: r.speedup_vs_ar or 0.0)
-    by_mode: dict[Mode, Result] = {}
-    for r in results:
-        m = r.plan.mode
-        if m not in by_mode or (r.speedup_vs_ar or 0) > (by_mode[m].speedup_vs_ar or 0):
-            by_mode[m] = r
+    by_mode = _best_per_mode(results, lambda r: r.speedup_vs_ar or 0.0)
     # nothing beats plain decoding: recommend AR and name the best speculative plan
     if not best.plan.mode.speculative or (best.speedup_vs_ar or 0) <= 1.0:
         others = [r for m, r in by_mode.items() if m.speculative]
@@ -163,6 +215,39 @@ def recommend(results: Sequence[Result]) -> tuple[Result, str]:
     reason = (f"{best.plan.label()} is fastest: {best.speedup_vs_ar:.2f}× AR, {best.tokens_per_s:.1f} tokens/s, "
               f"α={_alpha(best)}, {best.mean_accepted:.2f} tokens per round{tail}")
     return best, reason
+
+
+def _best_per_mode(results: Sequence[Result], key) -> dict[Mode, Result]:
+    by_mode: dict[Mode, Result] = {}
+    for r in results:
+        m = r.plan.mode
+        if m not in by_mode or key(r) > key(by_mode[m]):
+            by_mode[m] = r
+    return by_mode
+
+
+def _recommend_same_budget(results: Sequence[Result]) -> tuple[Result, str]:
+    key = lambda r: r.speedup_vs_ar_tp or 0.0  # noqa: E731
+    by_mode = _best_per_mode(results, key)
+    best = max(results, key=key)
+    d = best.details
+    where = d.budget if d is not None and d.budget else "the same budget"
+    ar = by_mode.get(Mode.AR, best)
+    ar_tp = ar.details.ar_tp_tokens_per_s if ar.details is not None else None
+    if not best.plan.mode.speculative or key(best) <= 1.0:
+        others = [r for m, r in by_mode.items() if m.speculative]
+        if not others:
+            return ar, "AR is the only plan simulated"
+        o = max(others, key=key)
+        return ar, (f"stay with AR on all {where} ({ar_tp:.1f} tokens/s): no early-exit plan beats it "
+                    f"(best is {o.plan.label()} at {key(o):.2f}× of it, {o.speedup_vs_ar:.2f}× AR on one "
+                    f"{'thread' if 'cores' in where else 'device'}, α={_alpha(o)})")
+    tail = "".join(f"; best {m.name} is {o.plan.label()} at {key(o):.2f}×"
+                   for m, o in sorted(by_mode.items(), key=lambda mo: list(Mode).index(mo[0]))
+                   if m.speculative and m is not best.plan.mode)
+    return best, (f"{best.plan.label()} is fastest: {key(best):.2f}× AR on all {where} "
+                  f"({best.speedup_vs_ar:.2f}× AR on one), {best.tokens_per_s:.1f} tokens/s, α={_alpha(best)}, "
+                  f"{best.mean_accepted:.2f} tokens per round{tail}")
 
 
 def _alpha(r: Result) -> str:

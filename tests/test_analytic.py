@@ -144,11 +144,16 @@ def _src_alpha(e, n=30):
     return 0.1 + 0.8 * e / n
 
 
-def test_rescaled_acceptance_keeps_alpha_vs_relative_depth(tmp_path):
+def test_rescaled_acceptance_keeps_alpha_vs_relative_depth(tmp_path, capsys):
     src = write_synthetic_profile(tmp_path / "src", alpha_by_exit=_src_alpha, num_layers=30, seed=3)
     src_alpha = src.alpha_by_exit()
     for arch, n_dst in (("llama-2-70b", 80), ("qwen2.5-7b", 28)):
-        prof = write_analytic_profile(tmp_path / arch, arch, "h100-sxm", acceptance_from=tmp_path / "src")
+        # another model's acceptance: copied only when forced, and then flagged
+        prof = write_analytic_profile(tmp_path / arch, arch, "h100-sxm", acceptance_from=tmp_path / "src",
+                                      force_acceptance_transfer=True)
+        assert "acceptance transferred from another model" in capsys.readouterr().err
+        assert any("synthetic" in w and arch in w for w in prof.meta["warnings"])
+        assert prof.meta["acceptance"]["transfer"]["forced"] is True
         resc = prof.meta["acceptance"]["rescaled_from"]
         assert resc["num_layers"] == 30 and resc["model"] == "synthetic"
         dst_alpha = prof.alpha_by_exit()
@@ -311,6 +316,6 @@ def test_cli_glue_reuses_an_existing_dtype_option(tmp_path):
 
 def test_no_torch_imported():
     code = ("import sys, profiler.acceptance_transfer, profiler.analytic_cli, profiler.archs, profiler.calibration, "
-            "profiler.estimated_profile, profiler.hardware, profiler.roofline; "
+            "profiler.estimated_profile, profiler.hardware, profiler.roofline, profiler.stacks; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

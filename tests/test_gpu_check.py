@@ -136,3 +136,149 @@ def test_without_a_gpu_it_fails_fast_with_one_line(tmp_path):
     assert r.stderr.strip().startswith("gpu_check: error: no CUDA GPU") and r.stderr.strip().count("\n") == 0
     assert "--cpu-dry-run" in r.stderr
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+# --- surviving a bare GPU machine: the environment check, carried wheels, the summary -----------------
+
+def _fake_package(root: Path, name: str, body: str) -> Path:
+    (root / name).mkdir(parents=True, exist_ok=True)
+    (root / name / "__init__.py").write_text(body)
+    return root
+
+
+def _env_check(*args, pythonpath: Path | None = None, wheels: Path | None = None):
+    env = _env()
+    if pythonpath:
+        env["PYTHONPATH"] = str(pythonpath)
+    cmd = [sys.executable, str(ROOT / "bench" / "gpu_check_env.py"), "--cpu", *args]
+    if wheels:
+        cmd += ["--wheels", str(wheels)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_env_check_enforces_the_transformers_pin(tmp_path):
+    """The lent image's transformers 5.17.0 without the carried wheel: refused with the fixes named."""
+    shadow = _fake_package(tmp_path / "shadow", "transformers", '__version__ = "5.17.0"\n')
+    r = _env_check(pythonpath=shadow, wheels=tmp_path / "none")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    err = r.stderr.strip()
+    assert err.startswith("gpu_check: error: transformers 5.17.0 is installed but ppsd pins 5.24.0")
+    assert "no transformers wheel is carried" in err and "fetch_gpu_wheels.sh" in err
+    assert "--allow-transformers-mismatch" in err
+    r = _env_check("--allow-transformers-mismatch", pythonpath=shadow, wheels=tmp_path / "none")
+    assert r.returncode == 0, r.stderr
+    assert "not the pinned 5.24.0" in r.stdout
+
+
+def test_env_check_names_the_fix_for_a_missing_package(tmp_path):
+    shadow = _fake_package(tmp_path / "shadow", "simpy", 'raise ImportError("No module named \'simpy\'")\n')
+    r = _env_check(pythonpath=shadow)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "simpy" in r.stderr and "No module named" in r.stderr and "fetch_gpu_wheels.sh" in r.stderr
+
+
+def _fake_wheel(folder: Path, name: str, version: str) -> Path:
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    whl = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": f'__version__ = "{version}"\n',
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{p},,\n" for p in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(whl, "w") as z:
+        for p, text in files.items():
+            z.writestr(p, text)
+    return whl
+
+
+def test_carried_wheels_this_python_lacks_are_installed_first(tmp_path):
+    """A carried wheel of another version than this Python's goes into a private folder ahead of the
+    installed packages (as simpy / transformers do on the lent image); one it already has is skipped."""
+    wheels = tmp_path / "whl"
+    _fake_wheel(wheels, "simpy", "9.9.9")
+    _fake_wheel(wheels, "rich", __import__("importlib.metadata").metadata.version("rich"))  # already there
+    r = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--cpu-dry-run", "--env-only"],
+                       env=_env(PPSD_WHEELS=str(wheels), PPSD_SITE=str(tmp_path / "site")),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "installing carried wheels" in r.stdout and "simpy-9.9.9" in r.stdout and "rich-" not in r.stdout
+    simpy_line = next(line for line in r.stdout.splitlines() if line.split()[:1] == ["simpy"])
+    assert "9.9.9" in simpy_line and str(tmp_path / "site") in simpy_line
+    assert "environment ready" in r.stdout
+
+
+def test_scripts_parse_and_the_wheel_fetch_dry_run_prints_pinned_downloads():
+    for script in ("gpu_check.sh", "fetch_gpu_wheels.sh"):
+        assert subprocess.run(["bash", "-n", str(ROOT / "bench" / script)]).returncode == 0
+    r = subprocess.run(["bash", str(ROOT / "bench" / "fetch_gpu_wheels.sh"), "--dry-run", "regex==2025.11.3"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert [line.split()[-1] for line in lines] == ["simpy==4.1.2", "transformers==5.24.0", "regex==2025.11.3"]
+    for line in lines:
+        assert "pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp" in line
+        assert "--platform manylinux_2_28_x86_64" in line and "-d .whl" in line
+    bad = subprocess.run(["bash", str(ROOT / "bench" / "fetch_gpu_wheels.sh"), "--bogus"], capture_output=True,
+                         text=True, timeout=30)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def _gpu_check_module():
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    return importlib.import_module("gpu_check")
+
+
+def test_phase_4_tokens_fit_the_budget_or_it_is_skipped():
+    from types import SimpleNamespace
+
+    gc = _gpu_check_module()
+    size = dict(gc.SIZES["gpu"])
+    measured = SimpleNamespace(latency={"whole_step": {"median_ms": 25.0}})
+    plans = ["eesd:8:3", "eesd:16:3"]  # one GPU: no PPSD
+    assert gc.fit_tokens(size, plans, measured, 60.0, cpu=False) == (64, None)
+    tokens, why = gc.fit_tokens(size, plans, measured, 350.0, cpu=False)
+    assert 8 <= tokens < 64 and "cut from 64" in why
+    tokens, why = gc.fit_tokens(size, plans, measured, 420.0, cpu=False)  # under the budget, but no room left
+    assert tokens is None and "would not fit" in why
+    # the bracketing AR runs count: 56 runs of 64 tokens at 25 ms × 1.3, plus start-up, within 450 s
+    assert 20 + 56 * 64 * 0.025 * 1.3 < size["budget_s"]
+
+
+def test_summary_records_a_phase_that_raises(tmp_path, monkeypatch, capsys):
+    """A non-UserError in validate (a CUDA error, say) fails that phase, not the check: the summary
+    holds every phase's status and the error, and the exit code is 1."""
+    gc = _gpu_check_module()
+    real = gc.ppsd
+
+    def ppsd(*argv):
+        if argv[0] == "validate":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+        return real(*argv)
+
+    monkeypatch.setattr(gc, "ppsd", ppsd)
+    monkeypatch.setenv("PPSD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("OUT", raising=False)
+    assert gc.main(["--cpu-dry-run", "--out", str(tmp_path / "out")]) == 1
+    summary = json.loads((tmp_path / "out" / "gpu_check-random-smollm2-135m-l4-cpu.json").read_text())
+    phases = summary["phases"]
+    assert [phases[p]["status"] for p in gc.PHASES] == ["ok", "ok", "ok", "failed"]
+    assert phases["4 validate"]["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert summary["validation"] is None and set(summary["phases_s"]) == set(gc.PHASES)
+    assert summary["versions"]["installed"]["torch"] == torch.__version__
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("gpu_check: error: phase 4 validate failed (RuntimeError: CUDA error")
+
+
+def test_summary_skips_the_phases_after_a_failed_profile(tmp_path, monkeypatch):
+    gc = _gpu_check_module()
+    monkeypatch.setattr(gc, "ppsd", lambda *argv: 2)  # `ppsd profile` refused the input
+    monkeypatch.delenv("OUT", raising=False)
+    assert gc.main(["--cpu-dry-run", "--out", str(tmp_path / "out")]) == 1
+    summary = json.loads((tmp_path / "out" / "gpu_check-random-smollm2-135m-l4-cpu.json").read_text())
+    assert summary["phases"]["1 profile"]["status"] == "failed"
+    assert "exited with code 2" in summary["phases"]["1 profile"]["error"]
+    assert {summary["phases"][p]["status"] for p in gc.PHASES[1:]} == {"skipped"}

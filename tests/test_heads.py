@@ -169,3 +169,60 @@ def test_bad_exits_and_vocab_sizes_are_refused(tmp_path, capsys):
     assert main(["heads", "train", "--model", "tiny-llama", "--exits", "0,9", "--out", str(tmp_path / "x"),
                  "--quiet"]) == 2
     assert "outside 1..5" in capsys.readouterr().err
+
+
+# --- devices and dtypes (the CUDA path's rules, checked on a CPU) ------------------------------------
+
+def test_heads_compute_in_the_dtype_they_are_loaded_in(trained, tiny):
+    """Drafting loads heads in the model's dtype (a bf16 model drafts with bf16 heads, as with its
+    own LM head); evaluation keeps fp32. The two agree up to bf16 rounding."""
+    h = torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(0))
+    fp32 = load_heads(trained, tiny)
+    bf16 = load_heads(trained, tiny, dtype=torch.bfloat16)
+    assert fp32.dtype == torch.float32 and bf16.dtype == torch.bfloat16
+    assert bf16.adapters[4].weight.dtype == torch.bfloat16 and bf16.frozen.norm_weight.dtype == torch.bfloat16
+    a, b = fp32.logits(h, 4), bf16.logits(h.bfloat16(), 4)
+    assert b.dtype == torch.bfloat16 and b.shape == a.shape
+    assert torch.allclose(a, b.float(), atol=0.1 * float(a.abs().max()))
+    vh = bf16.vocab_head(64)
+    assert vh.logits(h.bfloat16(), 2).dtype == torch.bfloat16
+    q = vh.full_probs(h.bfloat16(), 2)
+    assert q.shape == (2, 3, 320) and torch.allclose(q.sum(-1), torch.ones(2, 3), atol=1e-3)
+
+
+def test_drafter_heads_follow_the_model_dtype(trained, tiny):
+    from runtime.acceptance import Sampler
+    from runtime.heads import make_drafter
+
+    assert make_drafter(tiny, 4, str(trained), "trained").heads.dtype == torch.float32  # fp32 model: as before
+    model16 = load_model("tiny-llama", dtype="bfloat16")
+    d = make_drafter(model16, 4, str(trained), "vocab64")
+    assert d.heads.dtype == torch.bfloat16 and d.vocab.rows_weight.dtype == torch.bfloat16
+    h = model16.forward_layers(model16.embed(torch.tensor([[5, 6, 7]])), 0, 4, None, 0)[:, -1:]
+    tok, q = d.choose(Sampler.make(0.0, 0), h)
+    assert 0 <= tok < 320 and q is None
+    tok, q = d.choose(Sampler.make(0.8, 1), h)
+    assert q.shape == (320,) and abs(float(q.sum()) - 1.0) < 1e-3
+
+
+def test_time_ms_synchronises_a_cuda_device_around_each_call(monkeypatch):
+    from profiler.heads.vocab import time_ms
+
+    log = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: log.append(("sync", str(d))))
+    stats = time_ms(lambda: log.append("call"), repeats=3, warmup=1, device="cuda:1")
+    assert set(stats) == {"median_ms", "p10_ms", "p90_ms"}
+    assert log == ["call"] + [("sync", "cuda:1"), "call", ("sync", "cuda:1")] * 3
+    log.clear()
+    time_ms(lambda: log.append("call"), repeats=2, warmup=0, device=torch.device("cpu"))
+    time_ms(lambda: log.append("call"), repeats=2, warmup=0)
+    assert log == ["call"] * 4  # CPU: nothing to wait for
+
+
+def test_head_latency_times_heads_in_their_dtype(trained, tiny):
+    from profiler.heads.evaluate import measure_latency
+
+    heads = load_heads(trained, tiny, dtype=torch.bfloat16)
+    out, shared = measure_latency(heads, 4, [64], n_values=(1, 2), repeats=2)
+    assert set(out) == {"trained", "vocab64"} and shared["kind"] == "shared"
+    assert all(v > 0 for v in out["trained"]["median_ms"])

@@ -7,11 +7,12 @@ import pytest
 
 from ppsd.cli import main
 from profiler.schema import load_profile
-from ppsd.validation_folder import CSV_COLUMNS
+from ppsd.validation_folder import CSV_COLUMNS, SAME_BUDGET_COLUMNS
 from runtime.validate import pick_round_robin
 
 TINY = ["profile", "--model", "tiny-llama", "--limit", "4", "--max-new-tokens", "8", "--n-values", "1,2,4",
-        "--context-values", "8,32", "--repeats", "2", "--warmup", "1", "--corun-max", "1", "--no-hop"]
+        "--context-values", "8,32", "--repeats", "2", "--warmup", "1", "--corun-max", "1", "--no-hop",
+        "--thread-counts", "1,2"]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def tiny_profile(tmp_path_factory):
 def test_validate_writes_the_folder_and_the_outputs_match_ar(tiny_profile, tmp_path, capsys):
     out = tmp_path / "val"
     rc = main(["validate", "--profile", str(tiny_profile), "--plans", "eesd:2:3;ppsd:3:2", "--repeats", "1",
-               "--warmup", "0", "--stage-timeout", "60", "--out", str(out)])
+               "--warmup", "0", "--stage-timeout", "60", "--cores", "2", "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "validation.json").read_text())
     assert [r["mode"] for r in doc["rows"]] == ["ar", "eesd", "ppsd"]
@@ -48,7 +49,12 @@ def test_validate_writes_the_folder_and_the_outputs_match_ar(tiny_profile, tmp_p
                                                     abs=1e-2)
     with open(out / "validation.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == CSV_COLUMNS and len(rows) == 3
+    assert list(rows[0]) == CSV_COLUMNS + SAME_BUDGET_COLUMNS and len(rows) == 3
+    # same budget (2 cores): predicted from the profile's 2-thread tables, measured against AR on 2 threads
+    assert doc["budget"] == "2 cores" and doc["mape_speedup_vs_ar_tp_pct"] >= 0
+    assert doc["rows"][0]["measured_speedup_vs_ar_tp"] == 1.0
+    for r in spec:
+        assert r["predicted_speedup_vs_ar_tp"] > 0 and r["measured_speedup_vs_ar_tp"] > 0
     names = sorted(p.name for p in (out / "timelines").iterdir())
     assert "ar.measured.json" in names and "ppsd-e3-k2.simulated.json" in names
     assert "MAPE speedup" in capsys.readouterr().out

@@ -38,7 +38,7 @@ def test_the_committed_folder_is_written_again_byte_for_byte(tmp_path):
     assert new["mape_tokens_per_s_pct"] == doc["mape_tokens_per_s_pct"]
     with open(COMMITTED / vf.CSV_FILE, newline="") as fh:
         assert next(csv.reader(fh)) == vf.CSV_COLUMNS
-    assert vf.ROW_FIELDS == list(doc["rows"][0])
+    assert [f for f in vf.ROW_FIELDS if f not in vf.SAME_BUDGET_COLUMNS] == list(doc["rows"][0])
 
 
 def test_rows_read_back_from_the_csv_when_the_json_lists_none(tmp_path):
@@ -72,8 +72,14 @@ def test_a_row_from_results():
     assert row.speedup_error_pct == pytest.approx(100 * (1.25 - 1.2) / 1.2, abs=1e-3)
     assert row.measured_tokens_per_s_p10 == 17.5 and row.ar_reference_tokens_per_s == 15.0
     d = row.to_dict()
-    assert d["mode"] == "ppsd" and type(d["mode"]) is str and list(d) == vf.ROW_FIELDS
+    assert d["mode"] == "ppsd" and type(d["mode"]) is str
+    assert list(d) == [f for f in vf.ROW_FIELDS if f not in vf.SAME_BUDGET_COLUMNS]  # same budget: when measured
     assert vf.ValidationRow.from_dict(d) == row
+    both = row.with_same_budget(0.74, 0.7)
+    assert list(both.to_dict()) == vf.ROW_FIELDS
+    assert both.speedup_vs_ar_tp_error_pct == pytest.approx(100 * (0.74 - 0.7) / 0.7, abs=1e-3)
+    assert "measured_speedup_vs_ar_tp" in vf.csv_text([row, both]).splitlines()[0]
+    assert "measured_speedup_vs_ar_tp" not in vf.csv_text([row]).splitlines()[0]
     text = {k: "" if v is None else str(v) for k, v in row.to_csv_dict().items()}  # as csv writes it
     assert vf.ValidationRow.from_csv_dict(text) == vf.ValidationRow.from_dict({**d, "measured_acceptance_rate": None,
                                                                               "predicted_acceptance_rate": None})

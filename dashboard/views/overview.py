@@ -36,6 +36,9 @@ m[0].metric("recommended plan", tables.short_label(best["plan"]),
 m[1].metric("predicted speedup", theme.fmt_x(best["speedup"]), help=theme.GLOSSARY["speedup"])
 m[2].metric("AR decoding", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
 m[3].metric("with the recommended plan", theme.fmt_tps(best["tokens_per_s"]))
+same = tables.same_budget_sentence(table)
+if same is not None:  # the speedup that counts: against AR on every core / GPU the plan uses
+    (st.warning if same[1] else st.info)(same[0], icon=":material/balance:")
 
 
 def explain() -> str:

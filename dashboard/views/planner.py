@@ -116,6 +116,9 @@ with right:
         st.caption(f":material/hourglass_top: Preview: {reason}.")
     else:
         st.caption(f"Simulator: {reason}")
+    same = tables.same_budget_sentence(table)
+    if same is not None:
+        (st.warning if same[1] else st.info)(same[0], icon=":material/balance:")
 
 st.subheader("Where the selected PPSD plan spends a token", help=theme.GLOSSARY["stages"])
 with ui.guard("stage breakdown"):

@@ -2,7 +2,8 @@
 and a reduced-vocabulary variant.
 
 Torch-free at import time (ppsd.cli imports `profiler.heads.cli`); the API below loads lazily:
-  load_heads(dir, adapter, exits=None) -> ExitHeads     store.py (UserError on a mismatch)
+  load_heads(dir, adapter, exits=None, dtype=None) -> ExitHeads  store.py (UserError on a mismatch;
+                                                        dtype: fp32 by default, the model's for drafting)
   ExitHeads.logits(hidden, E), .vocab_head(V)           store.py / vocab.py
   train_heads(adapter, TrainConfig(...), out)           train.py
   evaluate_heads(adapter, heads, prompts, ...)          evaluate.py -> acceptance rows + latency

@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     tr.add_argument("--out", default=None, help="head folder (default: <cache>/heads/<model>); never inside git")
     tr.add_argument("--fresh", action="store_true", help="discard heads already in --out instead of resuming")
     tr.add_argument("--threads", type=int, default=1, help="torch threads (default 1; decoding is memory bound)")
-    tr.add_argument("--device", default="cpu")
+    tr.add_argument("--device", default="cpu", help="cpu (default), cuda (or its alias gpu) or cuda:N")
     tr.add_argument("--dtype", default="float32")
     tr.add_argument("--quiet", action="store_true", help="no progress bars")
     tr.set_defaults(func=_train)
@@ -68,7 +68,7 @@ def register(subparsers) -> None:
     ev.add_argument("--latency-out", default=None, help="write the heads' latency (profile latency.exit_heads) as JSON")
     ev.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     ev.add_argument("--threads", type=int, default=1)
-    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--device", default="cpu", help="cpu (default), cuda (or its alias gpu) or cuda:N")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=_eval)
 
@@ -79,6 +79,9 @@ def _positive(name: str, value: int | None) -> None:
 
 
 def _train(args) -> int:
+    from ppsd.devices import normalize_device
+
+    args.device = normalize_device(args.device)  # "gpu" is "cuda"; an unknown name fails before loading
     for name in ("--per-category", "--max-new-tokens", "--epochs", "--threads"):
         if name != "--epochs":
             _positive(name, getattr(args, name[2:].replace("-", "_")))
@@ -108,6 +111,9 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
+    from ppsd.devices import normalize_device
+
+    args.device = normalize_device(args.device)
     _positive("--threads", args.threads)
     _positive("--limit-per-category", args.limit_per_category)
     import torch

@@ -90,14 +90,19 @@ def generate_batch(adapter, prompt_tokens: list[list[int]], exits: list[int], ma
         pos += x.shape[1]
         final = captured[adapter.num_layers]
         nxt = adapter.lm_head(adapter.norm(final)).argmax(-1)
+        # Records go to the CPU (they are saved to disk): one copy per tensor and step, not one per
+        # row (on a GPU each `.cpu()` / `int()` is a synchronising transfer). Same values either way.
+        toks = nxt.tolist()
+        final_cpu = final.float().cpu()
+        captured_cpu = {e: captured[e].float().cpu() for e in exits}
         keep = []
         for row, b in enumerate(alive):
-            tok = int(nxt[row])
+            tok = int(toks[row])
             rec = out[b]
             rec["tokens"].append(tok)
-            rec["final"].append(final[row].float().cpu())
+            rec["final"].append(final_cpu[row])
             for e in exits:
-                rec["exits"][e].append(captured[e][row].float().cpu())
+                rec["exits"][e].append(captured_cpu[e][row])
             if tok not in eos:
                 keep.append(row)
         if on_token:

@@ -74,16 +74,17 @@ def score(heads: ExitHeads, records, exits: list[int], vocab_sizes: list[int], c
     import pandas as pd
 
     frozen = heads.frozen
+    dev = frozen.lm_weight.device  # records live on the CPU (collected to disk); the heads on the model's device
     scorers = _heads_to_score(heads, vocab_sizes)
     n = len(records)
     cols: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {
         (name, e): (np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.float32)) for name, _ in scorers for e in exits}
     for i in range(0, n, chunk):
         sl = slice(i, min(i + chunk, n))
-        p_full = torch.softmax(frozen.logits(records.final[sl]), -1)
-        target = records.target[sl]
+        p_full = torch.softmax(frozen.logits(records.final[sl].to(dev)), -1)
+        target = records.target[sl].to(dev)
         for e in exits:
-            h = records.exits[e][sl]
+            h = records.exits[e][sl].to(dev)
             for name, head in scorers:
                 if isinstance(head, VocabHead):
                     p_sub = torch.softmax(head.logits(h, e), -1)
@@ -95,8 +96,8 @@ def score(heads: ExitHeads, records, exits: list[int], vocab_sizes: list[int], c
                     draft = p_exit.argmax(-1)
                     beta = torch.minimum(p_full, p_exit).sum(-1)
                 m, b = cols[(name, e)]
-                m[sl] = (draft == target).numpy()
-                b[sl] = beta.numpy()
+                m[sl] = (draft == target).cpu().numpy()
+                b[sl] = beta.cpu().numpy()
         if progress:
             progress(sl.stop, n)
     pid = np.asarray(records.prompt_ids, dtype=object)[records.prompt_index.numpy()]
@@ -132,14 +133,15 @@ def measure_latency(heads: ExitHeads, exit_layer: int, vocab_sizes: list[int], n
     torch.manual_seed(0)
     H = heads.meta.hidden_size
     dev = heads.frozen.lm_weight.device
+    dtype = heads.frozen.dtype  # the states a head drafts from come in the dtype it computes in
 
     def stats(fn_for_n) -> dict:
-        per = [time_ms(fn_for_n(n), repeats=repeats) for n in n_values]
+        per = [time_ms(fn_for_n(n), repeats=repeats, device=dev) for n in n_values]
         return {"n_values": list(n_values), **{k: [round(p[k], 4) for p in per] for k in ("median_ms", "p10_ms",
                                                                                           "p90_ms")}}
 
     def make(fn):
-        return lambda n: (lambda h=torch.randn(1, n, H, device=dev): fn(h))
+        return lambda n: (lambda h=torch.randn(1, n, H, device=dev, dtype=dtype): fn(h))
 
     with torch.inference_mode():
         shared = stats(make(lambda h: heads.frozen.logits(h).argmax(-1)))

@@ -100,26 +100,35 @@ class LinearAdapter(torch.nn.Module):
         self.eps = eps
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        h = h.float()
+        h = h.float()  # the normalisation in fp32 whatever the weights' dtype, as the model's RMSNorm does
         x = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return F.linear(x, self.weight, self.bias)
+        return F.linear(x.to(self.weight.dtype), self.weight, self.bias)
 
 
 class FrozenHead:
     """The model's final norm + LM head as plain functions of their detached weights, so gradients
-    flow to the adapter only and nothing in the model is touched."""
+    flow to the adapter only and nothing in the model is touched.
 
-    def __init__(self, adapter):
+    `dtype`: fp32 (the default) for training and scoring; the model's dtype for drafting and its
+    timing (`load_heads(..., dtype=model.dtype)`), so a trained head is compared with the shared
+    head at the same precision (and no fp32 copy of a bf16 LM head is made: `.to` keeps the tensor)."""
+
+    def __init__(self, adapter, dtype: torch.dtype = torch.float32):
         norm = adapter.norm
-        self.norm_weight = norm.weight.detach().float()
+        self.norm_weight = norm.weight.detach().to(dtype)
         self.eps = float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
-        self.lm_weight = adapter.lm_head.weight.detach().float()
+        self.lm_weight = adapter.lm_head.weight.detach().to(dtype)
         b = getattr(adapter.lm_head, "bias", None)
-        self.lm_bias = None if b is None else b.detach().float()
+        self.lm_bias = None if b is None else b.detach().to(dtype)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_weight.dtype
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
+        # normalised in fp32, then scaled in the weights' dtype (as the model's RMSNorm; fp32: unchanged)
         x = x.float()
-        return self.norm_weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        return self.norm_weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(self.dtype)
 
     def logits(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Full-vocabulary logits, or only the vocabulary rows `rows` (a reduced head)."""
@@ -144,6 +153,15 @@ class ExitHeads:
     @property
     def kind(self) -> str:
         return self.meta.kind
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the heads compute in (fp32, or the model's when loaded for drafting)."""
+        return self.frozen.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.frozen.lm_weight.device
 
     def params(self) -> int:
         """Parameters a head adds on top of the shared norm + LM head (per exit)."""
@@ -227,10 +245,13 @@ def check_compatible(meta: HeadsMeta, adapter, where: Path) -> None:
                             f"train heads for this model with `ppsd heads train --model {adapter.model_id} --out DIR`")
 
 
-def load_heads(folder: str | Path, adapter, exits: list[int] | None = None) -> ExitHeads:
-    """Load the heads in `folder` for `adapter` (a ModelAdapter). Raises UserError when they belong to
-    another model or layer count, when an exit in `exits` (default: every exit heads.json lists)
-    has no weights, or when a weight file is damaged."""
+def load_heads(folder: str | Path, adapter, exits: list[int] | None = None,
+               dtype: torch.dtype | None = None) -> ExitHeads:
+    """Load the heads in `folder` for `adapter` (a ModelAdapter), on its device, computing in `dtype`
+    (default fp32, for evaluation; drafting passes the model's dtype). Raises UserError when they
+    belong to another model or layer count, when an exit in `exits` (default: every exit heads.json
+    lists) has no weights, or when a weight file is damaged."""
+    dtype = dtype or torch.float32
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -261,8 +282,8 @@ def load_heads(folder: str | Path, adapter, exits: list[int] | None = None) -> E
             mod.weight.copy_(w)
             mod.bias.copy_(b)
         mod.requires_grad_(False)
-        adapters[e] = mod.to(adapter.device)
+        adapters[e] = mod.to(adapter.device, dtype)
     order = None
     if (folder / VOCAB_FILE).is_file():
         order = load_file(str(folder / VOCAB_FILE))["order"].to(adapter.device)
-    return ExitHeads(meta, adapters, FrozenHead(adapter), order, folder)
+    return ExitHeads(meta, adapters, FrozenHead(adapter, dtype), order, folder)

@@ -80,10 +80,12 @@ def rms_normalise(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 @torch.no_grad()
 def teacher_topk(frozen: FrozenHead, final: torch.Tensor, k: int, chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k log-probabilities of the full model's distribution, chunk by chunk."""
+    """Top-k log-probabilities of the full model's distribution, chunk by chunk, on the head's
+    device (`final` may be CPU records: each chunk is moved there)."""
+    dev = frozen.lm_weight.device
     vals, idx = [], []
     for i in range(0, final.shape[0], chunk):
-        lp = torch.log_softmax(frozen.logits(final[i:i + chunk]), -1)
+        lp = torch.log_softmax(frozen.logits(final[i:i + chunk].to(dev)), -1)
         v, ix = lp.topk(k, dim=-1)
         vals.append(v)
         idx.append(ix)
@@ -105,12 +107,13 @@ def closed_form(x: torch.Tensor, y: torch.Tensor, ridge: float) -> tuple[torch.T
     """argmin_{W,b} sum ||W x^ + b - y^||^2 + lam ||W - I||^2 + lam ||b||^2 with x^, y^ RMS-normalised and
     lam = ridge * n / 1000: least squares shrunk towards the naive head."""
     n, H = x.shape
-    xa = torch.cat([rms_normalise(x), torch.ones(n, 1)], dim=1).double()
-    yn = rms_normalise(y).double()
+    dev = x.device
+    xa = torch.cat([rms_normalise(x), torch.ones(n, 1, device=dev)], dim=1).double()
+    yn = rms_normalise(y.to(dev)).double()
     lam = ridge * n / 1000.0
-    gram = xa.T @ xa + lam * torch.eye(H + 1, dtype=torch.float64)
-    prior = torch.zeros(H, H + 1, dtype=torch.float64)
-    prior[:, :H] = torch.eye(H, dtype=torch.float64)
+    gram = xa.T @ xa + lam * torch.eye(H + 1, dtype=torch.float64, device=dev)
+    prior = torch.zeros(H, H + 1, dtype=torch.float64, device=dev)
+    prior[:, :H] = torch.eye(H, dtype=torch.float64, device=dev)
     rhs = yn.T @ xa + lam * prior                               # [H, H+1]
     wa = torch.linalg.solve(gram, rhs.T).T                     # gram is symmetric
     return wa[:, :H].float(), wa[:, H].float()
@@ -118,11 +121,13 @@ def closed_form(x: torch.Tensor, y: torch.Tensor, ridge: float) -> tuple[torch.T
 
 @torch.no_grad()
 def _evaluate(adapter: LinearAdapter, frozen: FrozenHead, x, t_logp, t_idx, target, chunk: int = 512):
+    dev = frozen.lm_weight.device  # each chunk goes to the head's device (x / target may be CPU records)
     loss, agree = 0.0, 0
     for i in range(0, x.shape[0], chunk):
-        logits = frozen.logits(adapter(x[i:i + chunk]))
-        loss += float(distill_loss(logits, t_logp[i:i + chunk], t_idx[i:i + chunk])) * logits.shape[0]
-        agree += int((logits.argmax(-1) == target[i:i + chunk]).sum())
+        sl = slice(i, i + chunk)
+        logits = frozen.logits(adapter(x[sl].to(dev)))
+        loss += float(distill_loss(logits, t_logp[sl].to(dev), t_idx[sl].to(dev))) * logits.shape[0]
+        agree += int((logits.argmax(-1) == target[sl].to(dev)).sum())
     n = max(x.shape[0], 1)
     return loss / n, agree / n
 
@@ -133,16 +138,28 @@ def fit_exit(x: torch.Tensor, final: torch.Tensor, frozen: FrozenHead, *, t_logp
     """Fit one exit's adapter: x [n, H] exit states, final [n, H] last-layer states (teacher).
 
     The losses and agreements reported are measured on a fixed sample of `eval_tokens` training
-    tokens: each full-vocabulary pass over all of them would cost as much as a training epoch."""
+    tokens: each full-vocabulary pass over all of them would cost as much as a training epoch.
+
+    Devices: x / final / target may be CPU records while the frozen head sits on the model's GPU;
+    they are copied there once (a no-op on CPU) and the closed form, the adapter and every batch run
+    on the head's device (the 4097² float64 solve of a 7B model takes seconds on a GPU, minutes on
+    one CPU thread). The random index draws stay on the CPU generator, so the CPU result is the
+    same as before and a GPU run draws the same batches."""
     t0 = time.perf_counter()
+    dev = frozen.lm_weight.device
+    x, final = x.to(dev), final.to(dev)
     if t_logp is None or t_idx is None:
         t_logp, t_idx = teacher_topk(frozen, final, topk)
     if target is None:
         target = t_idx[:, 0]
     H = x.shape[1]
-    adapter = LinearAdapter(H)
+    adapter = LinearAdapter(H).to(dev)
     sample = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed))[:eval_tokens]
-    probe = (x[sample], t_logp[sample], t_idx[sample], target[sample])
+
+    def rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return t[idx.to(t.device)].to(dev)
+
+    probe = (rows(x, sample), rows(t_logp, sample), rows(t_idx, sample), rows(target, sample))
     loss_naive, agree_naive = _evaluate(adapter, frozen, *probe)
     if init == "lstsq":
         w, b = closed_form(x, final, ridge)
@@ -165,7 +182,7 @@ def fit_exit(x: torch.Tensor, final: torch.Tensor, frozen: FrozenHead, *, t_logp
             perm = torch.randperm(n, generator=gen)
             for i in range(0, n, batch_tokens):
                 b = perm[i:i + batch_tokens]
-                loss = distill_loss(frozen.logits(adapter(x[b])), t_logp[b], t_idx[b])
+                loss = distill_loss(frozen.logits(adapter(rows(x, b))), rows(t_logp, b), rows(t_idx, b))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()

@@ -68,19 +68,30 @@ class VocabHead:
     def full_probs(self, hidden: torch.Tensor, exit_layer: int) -> torch.Tensor:
         """The head's distribution spread over the full vocabulary (zero outside the subset)."""
         p = torch.softmax(self.logits(hidden, exit_layer).float(), -1)
-        out = torch.zeros(*p.shape[:-1], self.position.shape[0], dtype=p.dtype)
-        out[..., self.subset] = p
+        out = torch.zeros(*p.shape[:-1], self.position.shape[0], dtype=p.dtype, device=p.device)
+        out[..., self.subset.to(p.device)] = p
         return out
 
 
-def time_ms(fn, repeats: int = 30, warmup: int = 5) -> dict:
-    """median / p10 / p90 wall time of `fn()` in ms."""
+def time_ms(fn, repeats: int = 30, warmup: int = 5, device=None) -> dict:
+    """median / p10 / p90 wall time of `fn()` in ms. On a CUDA `device` the GPU is synchronised
+    before each start and after each call: kernels run asynchronously, so the clock would otherwise
+    time their launches only (and a call would be billed for the previous one's tail)."""
+    dev = None if device is None else torch.device(device)
+    if dev is not None and dev.type == "cuda":
+        def sync():
+            torch.cuda.synchronize(dev)
+    else:
+        def sync():
+            pass
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         fn()
+        sync()
         times.append((time.perf_counter() - t0) * 1e3)
     a = np.asarray(times)
     return {"median_ms": float(np.median(a)), "p10_ms": float(np.percentile(a, 10)),

@@ -73,6 +73,11 @@ class Scheme(ABC):
     def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
         """Expected ms per committed token, i.i.d. acceptance α, every cost at one context."""
 
+    def first_token_ms(self, plan: Plan, whole_prefill_ms: float) -> float:
+        """Time to the first token given the whole model's prefill of the prompt (sim/prefill.py):
+        one pass over the prompt, as AR does; schemes that split the model add their messages."""
+        return whole_prefill_ms
+
     def sweep_plans(self, exit_layer: int, *, num_layers: int, gammas, devices: int, hop_ms, exit_head: str) -> list[Plan]:
         """The plans of this scheme a sweep tries at one exit layer (unresolved)."""
         return []

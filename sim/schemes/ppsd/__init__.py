@@ -52,6 +52,11 @@ class PPSD(Scheme):
                                            corun_factors(profile, costs.k), costs.k, float(costs.exit_array()[0]),
                                            costs.jitter_cv)
 
+    def first_token_ms(self, plan: Plan, whole_prefill_ms: float) -> float:
+        # the prompt's hidden states go through the stages one after another (one payload per hop);
+        # the verifier's first token is the first token out, the draft rides along in parallel
+        return whole_prefill_ms + (plan.num_stages - 1) * float(plan.hop_ms or 0.0)
+
     def sweep_plans(self, exit_layer, *, num_layers, gammas, devices, hop_ms, exit_head):
         return [Plan(Mode.PPSD, exit_layer=exit_layer, stages=k, hop_ms=hop_ms, exit_head=exit_head)
                 for k in range(2, min(int(devices), num_layers - exit_layer + 1) + 1)]
