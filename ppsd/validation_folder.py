@@ -2,7 +2,8 @@
 
     <folder>/validation.json     {schema_version, created, profile, model, device_name,
                                   mape_speedup_pct, mape_tokens_per_s_pct, forced_trace, exit_head,
-                                  ar_reference, ar_tokens_per_s_runs, rows: [ValidationRow, ...]}
+                                  ar_reference, ar_tokens_per_s_runs, [emulated: true,]
+                                  rows: [ValidationRow, ...]}
     <folder>/validation.csv      the same rows, columns CSV_COLUMNS (stage bounds space-separated)
     <folder>/timelines/<name>    Chrome traces of each plan, measured and simulated: `timeline_name`
 
@@ -201,14 +202,16 @@ def mape(rows: list[ValidationRow]) -> tuple[float, float]:
 # --- the folder ---------------------------------------------------------------------------------
 def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name: str, forced_trace: bool,
              exit_head: str, ar_reference: str, ar_tokens_per_s_runs: list[float],
-             created: str | None = None, budget: str | None = None) -> dict:
-    """validation.json's content, keys in their written order (rows as dicts)."""
+             created: str | None = None, budget: str | None = None, emulated: bool = False) -> dict:
+    """validation.json's content, keys in their written order (rows as dicts). `emulated`: the
+    devices were emulated from the profile (`ppsd validate --emulate`): adds "emulated": true."""
     mape_s, mape_t = mape(rows)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return {"schema_version": SCHEMA_VERSION, "created": created, "profile": profile, "model": model,
             "device_name": device_name, "mape_speedup_pct": round(mape_s, 3), "mape_tokens_per_s_pct": round(mape_t, 3),
             "forced_trace": bool(forced_trace), "exit_head": exit_head, "ar_reference": ar_reference,
             "ar_tokens_per_s_runs": [round(x, 4) for x in ar_tokens_per_s_runs],
+            **({"emulated": True} if emulated else {}),
             **_same_budget_summary(rows, budget),
             "rows": [r.to_dict() for r in rows]}
 

@@ -17,7 +17,8 @@ def register(sub) -> None:
     p.add_argument("--mode", choices=MODES, default=Mode.PPSD.value)
     p.add_argument("--exit", type=int, dest="exit_layer", help="exit layer E (1..N-1); needed for eesd/ppsd")
     p.add_argument("--draft-len", type=int, default=4, help="EESD drafts per round γ (default 4)")
-    p.add_argument("--stages", type=int, default=2, help="PPSD pipeline stages k (default 2)")
+    p.add_argument("--stages", type=int, default=2, help="PPSD pipeline stages k (default 2); with --emulate it "
+                   "may exceed the CPU cores without --oversubscribe (emulated stages wait, they use no core)")
     p.add_argument("--stage-bounds", help="PPSD layer cuts, e.g. 0,15,30 (default: balanced by the profile's "
                    "time, as `ppsd simulate` cuts them)")
     p.add_argument("--profile", metavar="DIR", help="profile of this model whose measured times cut the PPSD stages "
@@ -37,7 +38,13 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, help="rendezvous port for the stage processes (default: a free one)")
     p.add_argument("--stage-timeout", type=float, default=60.0, help="seconds without progress before a stage "
                    "counts as hung (default 60)")
-    p.add_argument("--oversubscribe", action="store_true", help="allow more stages than CPU cores (slow)")
+    p.add_argument("--oversubscribe", action="store_true", help="allow more stages than CPU cores (slow; not "
+                   "needed with --emulate)")
+    p.add_argument("--emulate", metavar="PROFILE", help="emulated devices: run the real AR / EESD loops and PPSD "
+                   "stage processes, but every layer, head and embedding waits for PROFILE's time instead of "
+                   "computing (a measured or an analytic profile, e.g. `ppsd profile --analytic`); prompts are "
+                   "synthetic of its prompt lengths, acceptance follows --force-trace or its recorded traces. "
+                   "Measures what the control plane (messages, Python) adds at the profile's time scale")
     p.add_argument("--cores", type=int, default=None, metavar="N",
                    help="same-budget baseline: also measure AR (and EESD) with N threads, PPSD stages sharing N "
                         "cores, for speedup_vs_ar_tp (default: every core; 1 turns it off)")
@@ -53,7 +60,12 @@ def register(sub) -> None:
                        description="Measure AR and default EESD/PPSD plans on the profile's model and prompts, "
                        "predict each with the simulator from the same profile and traces, and write the "
                        "validation folder (validation.json, validation.csv, timelines/).")
-    v.add_argument("--profile", required=True, help="profile folder (from ppsd profile)")
+    v.add_argument("--profile", help="profile folder (from ppsd profile); needed unless --emulate")
+    v.add_argument("--emulate", metavar="PROFILE", help="emulated devices (see `ppsd run --emulate`): measure every "
+                   "plan with PROFILE's times as waits, acceptance its recorded traces, and predict it with the "
+                   "simulator on the same profile; PPSD plans may have more stages than the CPU has cores")
+    v.add_argument("--predict-from", metavar="DIR", help="with --emulate: the profile the simulator predicts from "
+                   "(default: the emulated one), e.g. an analytic estimate of a measured GPU profile")
     v.add_argument("--plans", help="semicolon-separated plans, e.g. 'eesd:10:3;ppsd:15:2' (mode:exit:γ-or-k); "
                    "default: 3 exit layers × EESD and PPSD")
     v.add_argument("--out", help="validation folder (default runs/validation-<time>)")

@@ -77,7 +77,11 @@ class Drafter:
 
 def make_drafter(model, exit_layer: int | None, heads_dir: str | None = None, name: str = SHARED) -> Drafter | None:
     """The drafter for a plan; loads only exit `exit_layer`'s adapter (UserError for heads trained
-    for another model or layer count, or without that exit). None when there is no exit layer."""
+    for another model or layer count, or without that exit). None when there is no exit layer.
+    An emulated model (runtime/emulate.py) hands out its own drafter: a wait of the head's profiled time."""
+    emulated = getattr(model, "emulated_drafter", None)
+    if emulated is not None:
+        return None if exit_layer is None else emulated(exit_layer, name)
     if heads_dir and name != SHARED:
         from profiler.heads.store import load_heads
 

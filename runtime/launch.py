@@ -6,7 +6,11 @@ them: a stage that dies, or a pipeline that makes no progress for `timeout_s`, e
 a UserError after every stage process is gone. Children also die with the parent (PR_SET_PDEATHSIG).
 
 `run_torchrun` is the same stage code under torchrun (env:// rendezvous, one stage per rank), for
-pipelines across GPUs or nodes; rank 0 gathers every stage's log.
+pipelines across GPUs or nodes; rank 0 gathers every stage's log, and may first run something of
+its own (`ppsd run`: the AR baseline) while the other ranks wait for it, idle. What differs from
+the local launcher: the epoch board is the rendezvous store (a network round trip, not shared
+memory), so stage 1 cannot abandon a stale pass mid-way; no watchdog process: a hung stage ends at
+the process group's timeout (`--stage-timeout`), and torchrun ends the other ranks of a node.
 """
 
 from __future__ import annotations
@@ -217,6 +221,33 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
 
 
+def torchrun_rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def torchrun_world() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def torchrun_local_world() -> int:
+    """Ranks on this node (torchrun's LOCAL_WORLD_SIZE; the whole world without it)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+
+
+def torchrun_one_node() -> bool:
+    """Whether every rank runs on this node (they share its cores and its clock)."""
+    return torchrun_local_world() == torchrun_world()
+
+
+def check_torchrun_world(stages: int) -> None:
+    """torchrun's world must be the pipeline: one stage per rank (asked before a model is loaded)."""
+    world = torchrun_world()
+    if world != stages:
+        raise UserError(f"torchrun started {world} process(es) for a {stages}-stage pipeline",
+                        f"start {stages} in all (torchrun --nnodes N --nproc-per-node G with N × G = {stages}), "
+                        f"or use --stages {world}")
+
+
 def local_rank() -> int:
     """This process's index among the ranks on its node (torchrun's LOCAL_RANK; RANK without it)."""
     return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
@@ -238,16 +269,27 @@ def torchrun_device(device: str) -> str:
     return dev
 
 
-def run_torchrun(job, model=None) -> list | None:
-    """This process is one stage (rank from the environment). Rank 0 returns every rank's log."""
+# How long the other ranks wait for rank 0's own work before the pipeline (`ppsd run`: the AR
+# baseline, as long as the model and the prompts make it). A rank 0 that dies is seen at once (its
+# gloo connections close); only a hung one is left to this, as a hung AR is in a local `ppsd run`.
+RANK0_FIRST_TIMEOUT = timedelta(hours=24)
+# what torch.distributed raises for a timeout or a lost peer (gloo and NCCL: RuntimeError and its DistError kin)
+_DIST_ERRORS = (RuntimeError, TimeoutError, ConnectionError)
+
+
+def run_torchrun(job, model=None, rank0_first=None) -> list | None:
+    """This process is one stage (rank from the environment). Rank 0 returns every rank's log.
+
+    `rank0_first()`, when given, runs on rank 0 after the rendezvous and before any stage drops the
+    layers it does not own (rank 0's model is still whole: `ppsd run` measures AR with it), while
+    every other rank waits for it in a gloo broadcast, idle, so nothing competes for the CPU or the
+    GPUs' host. Its failure ends every rank: rank 0 raises it, the others a UserError naming it."""
     import torch.distributed as dist
 
     from runtime.pipeline import EpochBoard
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if world != len(job.bounds) - 1:
-        raise UserError(f"torchrun started {world} processes for a {len(job.bounds) - 1}-stage pipeline",
-                        f"use torchrun --nproc-per-node {len(job.bounds) - 1} (one stage per rank)")
+    check_torchrun_world(len(job.bounds) - 1)
     backend = "nccl" if job.device.startswith("cuda") else "gloo"
     # the rank's GPU is made current before init_process_group: NCCL binds the communicator to the
     # current device, and the model (when loaded here) goes to the same explicit cuda:{LOCAL_RANK}
@@ -255,7 +297,16 @@ def run_torchrun(job, model=None) -> list | None:
     if model is not None and backend == "nccl" and str(model.device) != dev:
         raise UserError(f"rank {rank}'s model is on {model.device}, not on its GPU {dev}",
                         "load it with runtime.launch.torchrun_device(...) (ppsd run does); report this")
-    dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=job.timeout_s))
+    try:  # every rank joins once its model is loaded: a slower loader counts against the timeout
+        dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=job.timeout_s))
+        # objects (rank 0's go-ahead, the logs) travel on CPU whatever the data backend
+        group = dist.new_group(backend="gloo", timeout=RANK0_FIRST_TIMEOUT)
+    except _DIST_ERRORS as exc:
+        raise UserError(f"rank {rank}: the ranks did not all meet within --stage-timeout {job.timeout_s:g} s "
+                        f"({_first_line(exc)})", "a rank failed or loads its model more slowly: see torchrun's "
+                        "report, or raise --stage-timeout") from None
+    if rank0_first is not None:
+        _rank0_first(rank, rank0_first, group)
     try:
         from torch.distributed.distributed_c10d import _get_default_store
 
@@ -263,9 +314,39 @@ def run_torchrun(job, model=None) -> list | None:
     except Exception:  # noqa: BLE001 - private API; without it middle stages just drop stale work later
         store = None
     stage = _build_stage(rank, world, job, model, EpochBoard(store=store), None, dev)
-    log = stage.run()
-    group = dist.new_group(backend="gloo")  # objects travel on CPU whatever the data backend
-    logs = [None] * world if rank == 0 else None
-    dist.gather_object(log, logs, dst=0, group=group)
+    try:
+        log = stage.run()
+        logs = [None] * world if rank == 0 else None
+        dist.gather_object(log, logs, dst=0, group=group)
+    except _DIST_ERRORS as exc:  # a timeout or a lost peer: one line, as the local launcher says it
+        raise UserError(f"PPSD stage {rank + 1} of {world} stopped ({_first_line(exc)})",
+                        "another stage hung or died (torchrun's report names it) or is starved of CPU: "
+                        "check it, or raise --stage-timeout") from None
     dist.destroy_process_group()
     return logs
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{exc.__class__.__name__}: {text.splitlines()[0]}" if text else exc.__class__.__name__
+
+
+def _rank0_first(rank: int, fn, group) -> None:
+    """Rank 0 runs `fn()`; then every rank learns, in one broadcast, whether it went well."""
+    import torch.distributed as dist
+
+    box = [None]  # rank 0's error line, None when fine
+    if rank == 0:
+        try:
+            fn()
+        except BaseException as exc:
+            box[0] = str(exc).splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+            dist.broadcast_object_list(box, src=0, group=group)
+            raise
+    try:
+        dist.broadcast_object_list(box, src=0, group=group)
+    except _DIST_ERRORS as exc:  # rank 0 died or hung before it could say
+        raise UserError(f"rank {rank} lost rank 0 before the pipeline started ({_first_line(exc)})",
+                        "see rank 0's error in torchrun's report") from None
+    if box[0] is not None and rank != 0:
+        raise UserError(f"rank 0 stopped before the pipeline started ({box[0]})", "see rank 0's error")

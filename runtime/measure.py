@@ -175,6 +175,11 @@ def measure(model, job: Job, *, load_s: float = 0.0, facts: dict | None = None) 
             reps = _run_in_process(model, job)
         finally:
             torch.set_num_threads(before)
-    ex = {"warmup": job.warmup, "temperature": job.temperature,
-          "forced_trace": (job.forced[0].label if job.forced and job.forced[0] else None), **(facts or {})}
-    return summarize(job.plan, reps, load_s=load_s, facts=ex)
+    return summarize(job.plan, reps, load_s=load_s, facts=details_facts(model, job, facts))
+
+
+def details_facts(model, job: Job, facts: dict | None = None) -> dict:
+    """The MeasuredDetails fields a run of `job` on `model` settles, plus `facts`."""
+    return {"warmup": job.warmup, "temperature": job.temperature,
+            "forced_trace": (job.forced[0].label if job.forced and job.forced[0] else None),
+            "emulated": True if getattr(model, "emulated", False) else None, **(facts or {})}

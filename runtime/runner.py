@@ -21,60 +21,78 @@ def run_command(args) -> int:
     from profiler.prompts import load_prompts
     from runtime.acceptance import load_forced_trace
     from runtime.measure import Job, measure
-    from sim.timeline import write_chrome_trace
 
     if args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens {args.max_new_tokens} must be at least 1", "use e.g. 64")
     if args.repeats < 1 or args.warmup < 0:
         raise UserError("--repeats must be >= 1 and --warmup >= 0", "use e.g. --warmup 1 --repeats 3")
     torch.set_num_threads(1)  # one thread per decoding process, the stages' setting too
-    from runtime.launch import torchrun_device, under_torchrun
+    from runtime.launch import check_torchrun_world, torchrun_device, torchrun_world, under_torchrun
 
     args.device = normalize_device(args.device)  # "gpu" is "cuda" from here on (the GPU-count check too)
+    emulate = getattr(args, "emulate", None)  # a profile: every device a wait of its times (runtime/emulate.py)
+    if emulate and args.device != "cpu":
+        raise UserError(f"--emulate waits instead of computing: --device {args.device} does not apply",
+                        "drop --device (the emulated stages are processes on this machine)")
     forced = load_forced_trace(args.force_trace)
     bounds = parse_bounds(args.stage_bounds)
     torchrun = under_torchrun()
     cuda = args.device.startswith("cuda")
+    if torchrun:  # one PPSD stage per rank: asked before a model is loaded
+        if Mode.parse(args.mode) is Mode.PPSD:
+            check_torchrun_world(len(bounds) - 1 if bounds else args.stages)
+        elif torchrun_world() > 1:
+            raise UserError(f"under torchrun every rank is one PPSD stage, and --mode {Mode.parse(args.mode)} "
+                            "runs in one process", "run it without torchrun")
     if cuda and not torchrun and Mode.parse(args.mode) is Mode.PPSD:
         # before a (7B) model is loaded: a PPSD run that cannot fit these GPUs fails in seconds
         check_stage_devices(len(bounds) - 1 if bounds else args.stages, args.device, args.oversubscribe)
     # Under torchrun each rank is one stage: on CUDA its device is cuda:{LOCAL_RANK}, made current
     # before anything touches CUDA and before loading, so every rank's weights land on its own GPU.
     device = torchrun_device(args.device) if torchrun else args.device
-    model = load_model(args.model, device, args.dtype)
-    profile = default_profile(model.model_id, getattr(args, "profile", None)) \
+    if emulate:
+        from runtime import emulate as em
+
+        model = em.load_emulated(emulate)
+    else:
+        model = load_model(args.model, device, args.dtype)
+    profile = (model.profile if emulate and not getattr(args, "profile", None)
+               else default_profile(model.model_id, getattr(args, "profile", None))) \
         if Mode.parse(args.mode) is Mode.PPSD and bounds is None else None
     plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, bounds, profile)
-    plan = with_exit_head(model, plan, getattr(args, "heads", None), getattr(args, "exit_head", None))
+    plan = (em.with_emulated_head if emulate else with_exit_head)(model, plan, getattr(args, "heads", None),
+                                                                  getattr(args, "exit_head", None))
     if not (torchrun and cuda):  # torchrun on GPUs: one stage per rank, maybe across nodes (run_torchrun checks)
-        check_resources(plan, args.device, args.oversubscribe)
-    prompt_set = load_prompts(args.prompts, limit=args.limit)
-    prompts = [model.encode_prompt(p.text) for p in prompt_set]
-    max_new = [args.max_new_tokens] * len(prompts)
+        check_resources(plan, args.device, args.oversubscribe or bool(emulate))  # waits use no core
+    if emulate:  # synthetic prompts of the profile's lengths; acceptance forced (its traces by default)
+        if args.prompts:
+            raise UserError("--prompts does not apply with --emulate (prompts are synthetic, of the profile's "
+                            "prompt lengths)", "drop --prompts; --limit picks how many")
+        prompts, max_new, forced = em.run_inputs(model, plan, args.limit, args.max_new_tokens, args.force_trace)
+    else:
+        prompt_set = load_prompts(args.prompts, limit=args.limit)
+        prompts = [model.encode_prompt(p.text) for p in prompt_set]
+        max_new = [args.max_new_tokens] * len(prompts)
     check_lengths(model, prompts, max_new, plan)
 
     def job(p: Plan, f=None) -> Job:
         return Job(plan=p, prompts=prompts, max_new=max_new, temperature=args.temperature, seed=args.seed,
-                   forced=[f] * len(prompts) if f else None, stop_at_eos=not args.ignore_eos, warmup=args.warmup,
+                   forced=(f if isinstance(f, list) else [f] * len(prompts)) if f else None,  # per prompt
+                   stop_at_eos=not args.ignore_eos, warmup=args.warmup,
                    repeats=args.repeats, timeout_s=args.stage_timeout, port=args.port,
                    heads_dir=getattr(args, "heads", None))
 
-    if plan.mode is Mode.PPSD and torchrun:
-        return _run_torchrun(args, model, plan, job(plan, forced))
     run_facts = {"model": model.model_id, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
+    if plan.mode is Mode.PPSD and torchrun:
+        return _run_torchrun(args, model, plan, job, forced, run_facts, 1 if emulate else budget_cores(args, cuda))
     ar = None
     if plan.mode is Mode.AR or not args.no_ar:
         ar = measure(model, job(make_plan(Mode.AR, model.num_layers)), load_s=model.load_s, facts=run_facts)
     m = ar if plan.mode is Mode.AR else measure(model, job(plan, forced), load_s=model.load_s, facts=run_facts)
     res = m.result
     if ar is not None:
-        res.speedup_vs_ar = res.tokens_per_s / ar.result.tokens_per_s
-        res.details.ar_tokens_per_s = ar.result.tokens_per_s
-        if plan.mode.speculative:
-            res.details.outputs_match_ar = m.outputs == ar.outputs
-        ar_e2e = ar.result.details.prefill_s + ar.result.time_s
-        res.details.speedup_vs_ar_e2e = ar_e2e / (res.details.prefill_s + res.time_s)
-    cores = budget_cores(args, cuda)
+        compare_with_ar(m, ar)
+    cores = 1 if emulate else budget_cores(args, cuda)  # threads do not speed up a wait
     if ar is not None and cores > 1:
         # the same budget: AR (and EESD) with every core, PPSD's stages sharing them (runtime/same_budget.py)
         from runtime.same_budget import SameBudget, measure_ar_in_budget, measure_plan_in_budget
@@ -84,13 +102,31 @@ def run_command(args) -> int:
         plan_tp = ar_tp if plan.mode is Mode.AR else \
             measure_plan_in_budget(model, job(plan, forced), cores, res.tokens_per_s, measure)
         SameBudget(cores, plan_tp, ar_tp).fill(res)
+    _report(args, plan, res)
+    return 0
+
+
+def compare_with_ar(m, ar) -> None:
+    """Fill measurement `m`'s comparison with AR's measurement `ar` (same prompts, same session)."""
+    res = m.result
+    res.speedup_vs_ar = res.tokens_per_s / ar.result.tokens_per_s
+    res.details.ar_tokens_per_s = ar.result.tokens_per_s
+    if res.plan.mode.speculative:
+        res.details.outputs_match_ar = m.outputs == ar.outputs
+    ar_e2e = ar.result.details.prefill_s + ar.result.time_s
+    res.details.speedup_vs_ar_e2e = ar_e2e / (res.details.prefill_s + res.time_s)
+
+
+def _report(args, plan, res) -> None:
+    """What `ppsd run` prints on stdout, all of it: the result (one JSON document with --json)."""
+    from sim.timeline import write_chrome_trace
+
     if args.timeline:
         write_chrome_trace(args.timeline, res.timeline, f"ppsd {plan.label()} (measured)")
     if args.json:
         print_json(res.to_json_dict())
     else:
         print(format_result(res))
-    return 0
 
 
 def budget_cores(args, cuda: bool) -> int:
@@ -108,19 +144,47 @@ def budget_cores(args, cuda: bool) -> int:
     return int(cores)
 
 
-def _run_torchrun(args, model, plan, job) -> int:
-    from runtime.launch import run_torchrun
-    from runtime.measure import _pipeline_job, records_from_logs, summarize
+def _run_torchrun(args, model, plan, job, forced, facts: dict, cores: int) -> int:
+    """`ppsd run` as one rank of torchrun, one PPSD stage. Rank 0 first measures AR (and, on `cores`
+    > 1, AR on all of them) in-process with the whole model while the other ranks wait, idle; then
+    every rank runs its stage and rank 0 reports. The other ranks print nothing on stdout."""
+    from runtime.launch import run_torchrun, torchrun_one_node, torchrun_rank
+    from runtime.measure import _pipeline_job, details_facts, measure, records_from_logs, summarize
+    from runtime.same_budget import SameBudget, measure_ar_in_budget, threads_for
 
-    pjob = _pipeline_job(model, job)
-    logs = run_torchrun(pjob, model)
+    pjob = _pipeline_job(model, job(plan, forced))
+    rank0 = torchrun_rank() == 0
+    if args.no_ar or not rank0:
+        cores = 1
+    if cores > 1:
+        # only this one run of the pipeline is measured: the budget must give its stages the threads
+        # they run with here, and the stages must share this node's cores
+        why = None if torchrun_one_node() else "its stages are on several nodes"
+        if why is None and threads_for(plan, cores) != pjob.threads:
+            why = f"{cores} cores would give each stage {threads_for(plan, cores)} threads, not {pjob.threads}"
+        if why:
+            print(f"same budget: not measured under torchrun ({why}); `ppsd run` without torchrun measures it",
+                  file=sys.stderr)
+            cores = 1
+    base = {}
+
+    def baseline() -> None:  # rank 0, before the stages drop their layers, the other ranks waiting
+        ar_job = job(make_plan(Mode.AR, model.num_layers))
+        base["ar"] = measure(model, ar_job, load_s=model.load_s, facts=facts)
+        if cores > 1:
+            base["ar_tp"] = measure_ar_in_budget(model, ar_job, cores, measure)
+
+    logs = run_torchrun(pjob, model, rank0_first=None if args.no_ar else baseline)
     if logs is None:
         return 0  # not rank 0: rank 0 reports
-    res = summarize(plan, records_from_logs(pjob, logs), load_s=model.load_s).result
-    if args.json:
-        print_json(res.to_json_dict())
-    else:
-        print(format_result(res))
+    m = summarize(plan, records_from_logs(pjob, logs), load_s=model.load_s,
+                  facts=details_facts(model, job(plan, forced), facts))
+    res = m.result
+    if "ar" in base:
+        compare_with_ar(m, base["ar"])
+    if "ar_tp" in base:
+        SameBudget(cores, res.tokens_per_s, base["ar_tp"]).fill(res)
+    _report(args, plan, res)
     return 0
 
 
@@ -139,6 +203,9 @@ def format_result(res) -> str:
         lines.append(f"  same budget ({d.budget}): {d.budget_tokens_per_s:.2f} tokens/s vs AR on all of them "
                      f"{d.ar_tp_tokens_per_s:.2f} tokens/s: {res.speedup_vs_ar_tp:.3f}×"
                      + ("  (AR on the whole budget wins)" if res.speedup_vs_ar_tp < 1.0 else ""))
+    if d.emulated:
+        lines.append("  emulated devices: every layer, head and embedding waited for its profiled time; "
+                     "what the run adds beyond them is this machine's control plane (messages, Python)")
     if res.plan.mode.speculative:
         rate = "n/a" if res.acceptance_rate is None else f"{res.acceptance_rate:.3f}"
         lines.append(f"  acceptance {rate}; mean tokens per round {res.mean_accepted:.2f}; "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ppsd import validation_folder as vf
 from ppsd.errors import UserError
+from ppsd.exit_heads import SHARED
 from ppsd.output import print_json
 from ppsd.paths import RUNS_DIR, atomic_dir
 from sim.modes import MODES, Mode
@@ -52,33 +53,57 @@ def validate_command(args) -> int:
     from sim.heads import check_head
 
     torch.set_num_threads(1)
-    profile = load_profile(args.profile)
+    emulate = getattr(args, "emulate", None)
+    predict_from = getattr(args, "predict_from", None)
+    _check_sources(args.profile, emulate, predict_from)
+    profile = load_profile(emulate or args.profile)
+    predict = load_profile(predict_from) if predict_from else profile  # what the simulator prices
     if not profile.has_acceptance:
-        raise UserError(f"profile {args.profile} has no acceptance traces", "profile with acceptance enabled")
+        raise UserError(f"profile {profile.path} has no acceptance traces",
+                        "make it with --alpha-curve FILE or --acceptance-from DIR (`ppsd profile --analytic`)"
+                        if emulate else "profile with acceptance enabled")
     heads_dir = getattr(args, "heads", None)
-    head = check_head(profile, resolve_head_name(heads_dir, getattr(args, "exit_head", None)))
-    gens = pick_round_robin(profile.generations(), args.limit)
-    if not gens:
-        raise UserError(f"profile {args.profile} lists no generations", "re-create it with ppsd profile")
-    model = load_model(profile.model_id, profile.meta["hardware"].get("device", "cpu")
-                       if profile.meta["hardware"].get("device") in ("cpu", "cuda") else "cpu",
-                       profile.meta["model"].get("dtype", "float32"))
+    if emulate:
+        from runtime import emulate as em
+
+        if heads_dir:
+            raise UserError("--heads does not apply with --emulate (an emulated exit head is its profiled time)",
+                            "drop --heads; --exit-head NAME picks a head the profile has")
+        head = check_head(predict, check_head(profile, getattr(args, "exit_head", None) or SHARED))
+        # synthetic prompts of the profile's prompt and generated lengths (runtime/emulate.py)
+        gens = pick_round_robin([{"prompt_id": p.prompt_id, "category": p.category, "prompt_tokens": p.tokens,
+                                  "token_ids": [0] * p.recorded_new} for p in em.emulated_prompts(profile, head)],
+                                args.limit)
+        model = em.load_emulated(emulate)
+    else:
+        head = check_head(profile, resolve_head_name(heads_dir, getattr(args, "exit_head", None)))
+        gens = pick_round_robin(profile.generations(), args.limit)
+        if not gens:
+            raise UserError(f"profile {args.profile} lists no generations", "re-create it with ppsd profile")
+        model = load_model(profile.model_id, profile.meta["hardware"].get("device", "cpu")
+                           if profile.meta["hardware"].get("device") in ("cpu", "cuda") else "cpu",
+                           profile.meta["model"].get("dtype", "float32"))
     n = model.num_layers
-    if n != profile.num_layers:
-        raise UserError(f"the profile is for a {profile.num_layers}-layer model but {profile.model_id} has {n}",
-                        "validate on the model that was profiled")
+    for p in (profile, predict):
+        if n != p.num_layers:
+            raise UserError(f"the profile {p.path} is for a {p.num_layers}-layer model but {model.model_id} has {n}",
+                            "validate on the model that was profiled")
     acc = profile.acceptance
     shared = acc[acc["head"] == head]  # the drafting head's traces ("shared" unless --exit-head)
     plans = parse_plans(args.plans, n, sorted(int(e) for e in shared["exit_layer"].unique()))
-    plans = [with_exit_head(model, p, heads_dir, head) for p in plans]  # refuses a folder without that exit
+    if emulate:
+        plans = [em.with_emulated_head(model, p, None, head) for p in plans]
+    else:
+        plans = [with_exit_head(model, p, heads_dir, head) for p in plans]  # refuses a folder without that exit
     # every plan is checked before anything is measured: bad input fails in seconds, not after AR ran
-    plans = [resolve_plan(p.validate(n), profile) for p in plans]
+    plans = [resolve_plan(p.validate(n), predict) for p in plans]
     for p in plans:
-        check_resources(p, str(model.device.type), command="validate")
+        check_resources(p, str(model.device.type), oversubscribe=bool(emulate), command="validate")
     final = Path(args.out) if args.out else RUNS_DIR / f"validation-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     with atomic_dir(final) as out:  # an interrupted validation leaves no half-written folder
         (out / vf.TIMELINES_DIR).mkdir(parents=True, exist_ok=True)
-        doc = _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out)
+        doc = _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out,
+                                   predict=predict, emulated=bool(emulate))
     if args.json:
         print_json(doc)
     else:
@@ -86,9 +111,22 @@ def validate_command(args) -> int:
         if doc.get("mape_speedup_vs_ar_tp_pct") is not None:
             print(f"same budget ({doc['budget']}): MAPE of the speedup against AR on all of them "
                   f"{doc['mape_speedup_vs_ar_tp_pct']:.1f}%")
+        if doc.get("emulated"):
+            print(f"emulated devices: waits of {doc['profile']}'s times; predicted from "
+                  f"{getattr(args, 'predict_from', None) or 'the same profile'}")
         print(f"MAPE speedup {doc['mape_speedup_pct']:.1f}% over {len(doc['rows']) - 1} speculative plans; "
               f"tokens/s {doc['mape_tokens_per_s_pct']:.1f}%  -> {final}")
     return 0
+
+
+def _check_sources(profile: str | None, emulate: str | None, predict_from: str | None) -> None:
+    if not profile and not emulate:
+        raise UserError("ppsd validate needs a profile", "give --profile DIR (or --emulate PROFILE)")
+    if predict_from and not emulate:
+        raise UserError("--predict-from applies only with --emulate", "add --emulate PROFILE, or drop --predict-from")
+    if emulate and profile and Path(profile).resolve() != Path(emulate).resolve():
+        raise UserError("--profile and --emulate name different profiles",
+                        "give --emulate PROFILE alone, and --predict-from DIR to predict from another profile")
 
 
 def pick_round_robin(gens: list[dict], limit: int | None) -> list[dict]:
@@ -108,7 +146,10 @@ def pick_round_robin(gens: list[dict], limit: int | None) -> list[dict]:
     return picked
 
 
-def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out: Path) -> dict:
+def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out: Path, *,
+                         predict=None, emulated: bool = False) -> dict:
+    """Measure AR and every plan on `model` (emulated: waits of `profile`'s times, acceptance always
+    its traces) and predict each from `predict` (default: `profile`); the validation document."""
     from runtime.acceptance import ForcedTrace
     from runtime.measure import Job, measure
     from sim.api import resolve_plan, simulate
@@ -118,8 +159,10 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
     prompts = [list(map(int, g["prompt_tokens"])) for g in gens]
     max_new = [len(g["token_ids"]) for g in gens]
 
+    predict = profile if predict is None else predict
+
     def traces(e: int):
-        if not args.force_trace:
+        if not args.force_trace and not emulated:  # emulated drafts have no acceptance of their own
             return None
         out = []
         for pid, t in zip(ids, max_new):
@@ -134,24 +177,26 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
     from runtime.runner import budget_cores
     from runtime.same_budget import measure_ar_in_budget, measure_plan_in_budget
 
-    # same budget: AR with every core, measured at the start and at the end (its mean is the reference)
-    cores = budget_cores(args, model.device.type == "cuda")
+    # same budget: AR with every core, measured at the start and again after every plan (each plan is
+    # compared with the mean of the runs around it)
+    cores = 1 if emulated else budget_cores(args, model.device.type == "cuda")  # threads do not speed up a wait
     if cores > 1 and cores not in profile.parallel_units():
         print(f"the profile has no {cores}-thread tables: same-budget speedups are measured, not predicted "
               "(re-profile with `ppsd profile --thread-counts`)", file=sys.stderr)
     ar_plan = Plan(Mode.AR)
     ar_tp_runs = [measure_ar_in_budget(model, job(ar_plan), cores, measure)] if cores > 1 else []
     ar_meas = measure(model, job(ar_plan))
-    ar_pred = simulate(profile, resolve_plan(ar_plan, profile), acceptance="trace", prompt_ids=ids, timeline=True)
+    ar_pred = simulate(predict, resolve_plan(ar_plan, predict), acceptance="trace", prompt_ids=ids, timeline=True)
     rows = [vf.ValidationRow.from_results(ar_plan, ar_pred, ar_meas.result, ar_meas.result.tokens_per_s, None)]
     plan_tp: list[float | None] = [None]  # each plan's tokens/s within the budget (AR's is the reference)
+    ar_tp_ref: list[float | None] = [None]  # the AR-on-every-core speed each plan is compared with
     _timelines(out, ar_plan, ar_pred, ar_meas.result, write_chrome_trace)
     ar_runs = [ar_meas.result.tokens_per_s]  # every AR measurement, in time order
     bracket = not getattr(args, "ar_once", False)
     for i, plan in enumerate(plans):
         print(f"[{i + 1}/{len(plans)}] {plan.label()} ..." + (" (then AR again)" if bracket else ""), flush=True,
               file=sys.stderr)  # progress: stdout stays the table, or JSON alone with --json
-        pred = simulate(profile, plan, acceptance="trace", prompt_ids=ids, timeline=True)
+        pred = simulate(predict, plan, acceptance="trace", prompt_ids=ids, timeline=True)
         meas = measure(model, job(plan, traces(plan.exit_layer)))
         ar_ref = ar_runs[-1]
         if bracket:
@@ -164,16 +209,18 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
         _timelines(out, plan, pred, meas.result, write_chrome_trace)
         if cores > 1:
             plan_tp.append(measure_plan_in_budget(model, job(plan), cores, meas.result.tokens_per_s, measure))
+            # AR on every core, bracketing the plan like AR on one (the machine drifts over minutes)
+            ar_tp_runs.append(measure_ar_in_budget(model, replace(job(ar_plan), warmup=0, repeats=1), cores, measure))
+            ar_tp_ref.append((ar_tp_runs[-2] + ar_tp_runs[-1]) / 2)
     if cores > 1:
-        ar_tp_runs.append(measure_ar_in_budget(model, job(ar_plan), cores, measure))
-        ar_tp = sum(ar_tp_runs) / len(ar_tp_runs)
         predicted = [_predicted_same_budget(profile, p, ids, cores) for p in [ar_plan, *plans]]
-        rows = [r.with_same_budget(pr, 1.0 if i == 0 else plan_tp[i] / ar_tp)
+        rows = [r.with_same_budget(pr, 1.0 if i == 0 else plan_tp[i] / ar_tp_ref[i])
                 for i, (r, pr) in enumerate(zip(rows, predicted))]
-    doc = vf.make_doc(rows, profile=str(Path(args.profile).resolve()), model=profile.model_id,
-                      device_name=profile.device_name, forced_trace=args.force_trace, exit_head=head,
+    doc = vf.make_doc(rows, profile=str(Path(profile.path).resolve()), model=model.model_id if emulated
+                      else profile.model_id, device_name=profile.device_name,
+                      forced_trace=bool(args.force_trace or emulated), exit_head=head,
                       ar_reference="bracketed" if bracket else "once", ar_tokens_per_s_runs=ar_runs,
-                      budget=f"{cores} cores" if cores > 1 else None)
+                      budget=f"{cores} cores" if cores > 1 else None, emulated=emulated)
     vf.write_validation(out, doc)
     return doc
 

@@ -179,6 +179,7 @@ class MeasuredDetails:
     budget: str | None = None              # same-budget comparison: "2 cores"; None when not measured
     budget_tokens_per_s: float | None = None  # the plan run with the whole budget (AR, EESD: all threads)
     ar_tp_tokens_per_s: float | None = None   # AR with the whole budget, measured in the same run
+    emulated: bool | None = None  # True: the devices were emulated from a profile (runtime/emulate.py)
 
 
 Details = SimulatedDetails | MeasuredDetails
