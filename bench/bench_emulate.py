@@ -5,9 +5,10 @@
 
 Writes a synthetic profile (uniform layers, α(E) = 0.5 + 0.4 E/N as seeded Bernoulli traces) and
   1. runs `ppsd validate --emulate` on it: every plan's emulated speedup beside the simulator's, and the MAPE;
-  2. runs each PPSD plan with every draft accepted (`ppsd run --emulate --force-trace accept-all`),
-     where a plan is bound by its slowest stage: measured time per token minus that stage's profiled
-     time is what the control plane (messages, the stage loop's Python) adds to each pass;
+  2. runs each PPSD plan with every draft accepted (what `ppsd run --emulate --force-trace accept-all`
+     does), where a plan is bound by its slowest stage: measured time per token minus that stage's
+     profiled time is what the control plane (messages, the stage loop's Python) adds to each pass;
+     stage 1's measured pass and period beside its profiled time show where;
   3. the same for AR: measured time per token minus embed + N layers + head.
 Run it on an idle machine; compare only figures from one run.
 """
@@ -76,25 +77,41 @@ def main() -> int:
           "simulated")
 
     # 2. accept-all: each plan at its slowest stage's bound, plus what the control plane adds a pass
+    from runtime.acceptance import ACCEPT_ALL
+    from runtime.emulate import EmulatedModel, emulated_prompts
+    from runtime.measure import Job, measure
+    from sim.api import resolve_plan
+    from sim.modes import Mode
+    from sim.plan import Plan
+
     prof = load_profile(prof.path)
     cm = cost_model(prof)
-    print("\n2. every draft accepted: measured ms/token vs the slowest stage's profiled ms")
-    print(f"{'plan':28} {'stage ms':>9} {'meas ms':>8} {'+ µs/pass':>9}")
+    model = EmulatedModel(prof)
+    prompts = [p.tokens for p in emulated_prompts(prof)][:4]
+    ctx = np.array([float(prof.context_values[0]) + args.tokens / 2])
+    print("\n2. every draft accepted: ms per token against the slowest stage's profiled time; stage 1's pass")
+    print("   (embed + layers + exit head, its two sends) and its period, measured beside the profile's time")
+    print(f"{'plan':28} {'slowest':>8} {'ms/tok':>7} {'+µs/tok':>8} {'s1 prof':>8} {'s1 pass':>8} {'s1 period':>9}")
     for item in filter(None, args.plans.split(";")):
         _, e, k = item.split(":")
-        res = json.loads(_ppsd("run", "--emulate", str(prof.path), "--mode", "ppsd", "--exit", e, "--stages", k,
-                               "--force-trace", "accept-all", "--limit", "4", "--max-new-tokens", str(args.tokens),
-                               "--repeats", str(args.repeats), "--no-ar", "--json"))
-        bounds = tuple(res["stage_bounds"])
-        ctx = np.array([float(prof.context_values[0]) + args.tokens / 2])
-        slowest = max(float(s[0]) for s in stage_ms(cm, ctx, bounds))
-        meas = 1000 / res["tokens_per_s"]
-        print(f"PPSD E={e} k={k} {list(bounds)!s:17} {slowest:9.3f} {meas:8.3f} {1e3 * (meas - slowest):9.0f}")
-    res = json.loads(_ppsd("run", "--emulate", str(prof.path), "--mode", "ar", "--limit", "4", "--max-new-tokens",
-                           str(args.tokens), "--repeats", str(args.repeats), "--json"))
+        plan = resolve_plan(Plan(Mode.PPSD, int(e), stages=int(k)), prof)
+        m = measure(model, Job(plan=plan, prompts=prompts, max_new=[args.tokens] * len(prompts), warmup=1,
+                               repeats=args.repeats, forced=[ACCEPT_ALL] * len(prompts), timeout_s=60))
+        stages = [float(x[0]) for x in stage_ms(cm, ctx, plan.stage_bounds)]
+        meas = 1000 / m.result.tokens_per_s
+        s1 = sorted((ev for ev in m.result.timeline if ev.row == "stage 1" and ev.name == "draft"),
+                    key=lambda ev: ev.start_s)
+        passes = float(np.median([ev.dur_s * 1e3 for ev in s1]))
+        period = float(np.median([(b.start_s - a.start_s) * 1e3 for a, b in zip(s1, s1[1:])]))
+        print(f"{plan.label():28} {max(stages):8.3f} {meas:7.3f} {1e3 * (meas - max(stages)):8.0f} "
+              f"{stages[0]:8.3f} {passes:8.3f} {period:9.3f}")
+    # 3. AR: the decoding loop's own cost per token
+    m = measure(model, Job(plan=Plan(Mode.AR), prompts=prompts, max_new=[args.tokens] * len(prompts), warmup=1,
+                           repeats=args.repeats))
     step = args.embed_ms + n * args.layer_ms + args.head_ms
-    meas = 1000 / res["tokens_per_s"]
-    print(f"{'AR':28} {step:9.3f} {meas:8.3f} {1e3 * (meas - step):9.0f}")
+    meas = 1000 / m.result.tokens_per_s
+    print(f"\n3. AR: {meas:.3f} ms per token against embed + N layers + head = {step:.3f} ms: "
+          f"+{1e3 * (meas - step):.0f} µs per token")
     return 0
 
 

@@ -45,7 +45,6 @@ slowdowns (each emulated stage is a device of its own; analytic GPU profiles hav
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,11 +57,6 @@ from ppsd.exit_heads import SHARED
 
 SPIN_S = 100e-6  # the last stretch of a wait is spun on perf_counter, the rest slept
 SLEEP_SLICE_S = 1e-3  # the longest single sleep of a wait
-# PPSD_EMULATE_SPIN=1: every wait spins its whole length (a core per waiting process: only for as many
-# stage processes as cores). A diagnostic: it keeps the host hot, as a GPU host spinning in its
-# stream synchronisation is, while a sleeping process here comes back to cold caches (torch calls
-# right after a wait of a few ms run 5-15x slower on this VM), which inflates the control plane.
-SPIN_ALL = os.environ.get("PPSD_EMULATE_SPIN") == "1"
 DEFAULT_HIDDEN = 4096  # hidden size when the profile records none (synthetic profiles)
 EMULATED_VOCAB = 256
 EMULATE_PREFIX = "emulate:"
@@ -86,10 +80,7 @@ def sleep_until(deadline: float) -> None:
     if not _slack_set:
         _cut_timer_slack()
     rest = deadline - time.perf_counter()
-    if SPIN_ALL:
-        while time.perf_counter() < deadline:
-            pass
-    elif rest > 0:
+    if rest > 0:
         time.sleep(rest)
 
 
@@ -99,7 +90,7 @@ def wait_until(deadline: float) -> None:
     after 4 ms, ~40 µs after 1 ms), which would eat the spin's margin."""
     if not _slack_set:
         _cut_timer_slack()
-    while not SPIN_ALL:
+    while True:
         rest = deadline - time.perf_counter() - SPIN_S
         if rest <= 0:
             break
