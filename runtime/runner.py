@@ -10,6 +10,7 @@ from ppsd.errors import UserError
 from ppsd.output import print_json
 from runtime.plans import (check_lengths, check_resources, check_stage_devices, default_profile, make_plan,
                            parse_bounds, with_exit_head)
+from runtime.same_budget import budget_cores
 from sim.modes import Mode
 from sim.plan import Plan
 
@@ -127,21 +128,6 @@ def _report(args, plan, res) -> None:
         print_json(res.to_json_dict())
     else:
         print(format_result(res))
-
-
-def budget_cores(args, cuda: bool) -> int:
-    """Cores of the same-budget comparison: --cores, else every core this process may use; 1 (none)
-    on GPUs, whose same-budget baseline (tensor parallelism) the runtime does not run."""
-    from ppsd.machine import available_cores
-
-    if cuda:
-        return 1
-    cores = getattr(args, "cores", None)
-    if cores is None:
-        return available_cores()
-    if cores < 1:
-        raise UserError(f"--cores {cores} must be at least 1", "give --cores between 1 and the machine's cores")
-    return int(cores)
 
 
 def _run_torchrun(args, model, plan, job, forced, facts: dict, cores: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ppsd.errors import UserError
 from sim.budget import THREADS, Budget, units_for
 from sim.modes import Mode
 from sim.plan import Plan
@@ -51,3 +52,18 @@ def measure_plan_in_budget(model, job, cores: int, measured_tokens_per_s: float,
     if job.plan.mode is Mode.AR:
         return measure_ar_in_budget(model, job, cores, measure)
     return measure(model, replace(job, threads=threads, timeline=False)).result.tokens_per_s
+
+
+def budget_cores(args, cuda: bool) -> int:
+    """Cores of the same-budget comparison: --cores, else every core this process may use; 1 (none)
+    on GPUs, whose same-budget baseline (tensor parallelism) the runtime does not run."""
+    from ppsd.machine import available_cores
+
+    if cuda:
+        return 1
+    cores = getattr(args, "cores", None)
+    if cores is None:
+        return available_cores()
+    if cores < 1:
+        raise UserError(f"--cores {cores} must be at least 1", "give --cores between 1 and the machine's cores")
+    return int(cores)

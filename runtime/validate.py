@@ -174,7 +174,7 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
         return Job(plan=p, prompts=prompts, max_new=max_new, stop_at_eos=False, warmup=args.warmup,
                    repeats=args.repeats, timeout_s=args.stage_timeout, forced=forced, heads_dir=heads_dir)
 
-    from runtime.runner import budget_cores
+    from runtime.same_budget import budget_cores
     from runtime.same_budget import measure_ar_in_budget, measure_plan_in_budget
 
     # same budget: AR with every core, measured at the start and again after every plan (each plan is

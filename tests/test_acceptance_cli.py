@@ -9,25 +9,10 @@ import json
 import pytest
 
 from ppsd.cli import main
-from profiler.synthetic import write_synthetic_profile
 from sim.acceptance_forms import alpha_from_acceptance_rate, alpha_from_mean_accepted
+from test_sim_cli import bare, prof  # noqa: F401 - the same synthetic profiles as the simulate/plan CLI tests
 
 PLAN = ["--tokens", "300", "--devices", "3", "--json"]
-
-
-@pytest.fixture(scope="module")
-def prof(tmp_path_factory):
-    d = tmp_path_factory.mktemp("p")
-    write_synthetic_profile(d, alpha_by_exit=lambda e: 0.1 + 0.07 * e, num_layers=12, layer_ms=2.0, head_ms=6.0,
-                            hop_ms=0.2, corun_slowdown=1.2)
-    return str(d)
-
-
-@pytest.fixture(scope="module")
-def bare(tmp_path_factory):
-    d = tmp_path_factory.mktemp("bare")
-    write_synthetic_profile(d, num_layers=12)
-    return str(d)
 
 
 def _plan(capsys, *argv):

@@ -78,7 +78,6 @@ def _rank_pids(launcher_pid: int) -> dict[int, int]:
     return out
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_a_hung_rank_ends_the_run_with_one_line_within_the_stage_timeout():
     """No watchdog under torchrun: the process group's timeout (--stage-timeout) ends a rank that waits
     on a hung peer, with a one-line UserError instead of gloo's traceback."""
