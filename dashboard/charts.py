@@ -96,7 +96,8 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
     (solid, from the simulator), the closed forms (dashed), the best plan (star) and the plans the
     controls select (open markers).
 
-    curves: columns mode (Mode.EESD / Mode.PPSD), k, exit_layer, speedup, detail
+    curves: columns mode (Mode.EESD / Mode.PPSD), k, exit_layer, speedup, detail, and optionally
+            speedup_lo / speedup_hi (the 90% interval, sim/intervals.py: drawn as a band)
     closed: columns mode, k, exit_layer, speedup
     best / each selected: {exit_layer, speedup, label}"""
     fig = _fig("Predicted speedup over AR versus exit layer", "exit layer E", "speedup over AR (×)", height=480,
@@ -109,6 +110,7 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
             name, colour = "EESD (best γ)", theme.MODE_COLOURS[Mode.EESD]
         else:
             name, colour = f"PPSD k = {int(k)}", theme.ppsd_colour(int(k))
+        interval_band(fig, sub["exit_layer"], sub.get("speedup_lo"), sub.get("speedup_hi"), colour, name)
         fig.add_scatter(x=sub["exit_layer"], y=sub["speedup"], mode="lines+markers", name=name,
                         line=dict(color=colour, width=2.5), marker=dict(size=5), customdata=sub["detail"],
                         hovertemplate="E = %{x}: %{y:.2f}× (%{customdata})<extra>" + name + "</extra>")
@@ -152,6 +154,30 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
     return fig
 
 
+def interval_band(fig: go.Figure, x, lo, hi, colour: str, name: str) -> bool:
+    """A translucent band between `lo` and `hi` over `x` (a curve's 90% interval), grouped with the
+    curve `name` in the legend; nothing when the interval is missing. Returns whether it drew one."""
+    if lo is None or hi is None:
+        return False
+    x, lo, hi = (np.asarray(v, dtype=float) for v in (x, lo, hi))
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if not ok.any():
+        return False
+    x, lo, hi = x[ok], lo[ok], hi[ok]
+    fig.add_scatter(x=np.concatenate([x, x[::-1]]), y=np.concatenate([hi, lo[::-1]]), fill="toself",
+                    fillcolor=_translucent(colour), line=dict(width=0), mode="lines", hoverinfo="skip",
+                    name=f"90% interval of {name}", legendgroup=f"band {name}", showlegend=True)
+    return True
+
+
+def _translucent(colour: str, alpha: float = 0.18) -> str:
+    c = colour.lstrip("#")
+    if len(c) != 6:
+        return colour
+    r, g, b = (int(c[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
 def stage_times(rows: pd.DataFrame, title: str) -> go.Figure:
     """Per-stage time for one token (stacked: layers, head, hop) so an unbalanced stage stands out.
     rows: columns stage, part, ms"""
@@ -190,7 +216,10 @@ def gantt(events: list[Event], title: str, max_events: int = 4000) -> go.Figure:
 # --- Validation ---------------------------------------------------------------------------
 def predicted_vs_measured(rows: pd.DataFrame) -> go.Figure:
     fig = _fig("Predicted versus measured speedup", "measured speedup over AR (×)", "predicted speedup over AR (×)")
-    hi = float(np.nanmax([rows["predicted_speedup"].max(), rows["measured_speedup"].max(), 1.0])) * 1.1
+    tops = [rows["predicted_speedup"].max(), rows["measured_speedup"].max(), 1.0]
+    if "predicted_speedup_hi" in rows.columns:
+        tops.append(pd.to_numeric(rows["predicted_speedup_hi"], errors="coerce").max())
+    hi = float(np.nanmax(tops)) * 1.1
     fig.add_scatter(x=[0, hi], y=[0, hi], mode="lines", name="y = x (perfect prediction)",
                     line=dict(color="#777", dash="dash"), hoverinfo="skip")
     modes = rows["mode"] if "mode" in rows.columns else pd.Series(["?"] * len(rows))
@@ -198,8 +227,17 @@ def predicted_vs_measured(rows: pd.DataFrame) -> go.Figure:
         sub = rows[modes == mode]
         colour = theme.MODE_COLOURS.get(str(mode), theme.OKABE_ITO["blue"])
         labels = sub["plan"] if "plan" in sub.columns else sub.index.astype(str)
+        err = None
+        if {"predicted_speedup_lo", "predicted_speedup_hi"} <= set(sub.columns):
+            lo = pd.to_numeric(sub["predicted_speedup_lo"], errors="coerce")
+            hi_ = pd.to_numeric(sub["predicted_speedup_hi"], errors="coerce")
+            if lo.notna().any():  # the 90% interval of each prediction: a vertical band through its point
+                err = dict(type="data", symmetric=False, array=(hi_ - sub["predicted_speedup"]).fillna(0).tolist(),
+                           arrayminus=(sub["predicted_speedup"] - lo).fillna(0).tolist(), thickness=6, width=0,
+                           color=_translucent(colour, 0.45))
         fig.add_scatter(x=sub["measured_speedup"], y=sub["predicted_speedup"], mode="markers", name=str(mode).upper(),
                         marker=dict(size=11, color=colour, line=dict(width=1, color="#222")), text=labels,
+                        error_y=err,
                         hovertemplate="%{text}<br>measured %{x:.2f}×, predicted %{y:.2f}×<extra></extra>")
     fig.update_xaxes(range=[0, hi])
     fig.update_yaxes(range=[0, hi])  # same range on both axes, so y = x is the diagonal

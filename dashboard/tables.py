@@ -16,7 +16,8 @@ from sim.modes import Mode
 from sim.plan import Result
 
 TABLE_COLUMNS = ["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s",
-                 "speedup", "mean_accepted", "acceptance_rate", "placement", "speedup_tp", "budget"]
+                 "speedup", "mean_accepted", "acceptance_rate", "placement", "speedup_tp", "budget",
+                 "speedup_lo", "speedup_hi"]
 CURVE_COLUMNS = ["mode", "k", "exit_layer", "speedup"]
 
 
@@ -44,7 +45,14 @@ def result_row(r: Result) -> dict:
         # same budget (sim/budget.py): against AR on every core / GPU the plan uses; NaN without tables
         "speedup_tp": float(r.speedup_vs_ar_tp) if r.speedup_vs_ar_tp is not None else float("nan"),
         "budget": getattr(r.details, "budget", None),
+        # the 90% interval of the speedup (sim/intervals.py); NaN when the result has none
+        "speedup_lo": _num(getattr(r.details, "predicted_speedup_lo", None)),
+        "speedup_hi": _num(getattr(r.details, "predicted_speedup_hi", None)),
     }
+
+
+def _num(v) -> float:
+    return float(v) if v is not None else float("nan")
 
 
 def same_budget_sentence(table: pd.DataFrame) -> tuple[str, bool] | None:
@@ -77,18 +85,23 @@ def curves(table: pd.DataFrame) -> pd.DataFrame:
     if not eesd.empty:
         best = eesd.loc[eesd.groupby("exit_layer")["speedup"].idxmax()]
         out.append(pd.DataFrame({"mode": Mode.EESD, "k": 0, "exit_layer": best["exit_layer"].astype(int),
-                                 "speedup": best["speedup"],
+                                 "speedup": best["speedup"], **_band(best),
                                  "detail": [f"γ = {int(g)}" for g in best["draft_len"]]}))
     ppsd = table[table["mode"] == Mode.PPSD]
     for k, sub in ppsd.groupby("stages"):
         # several placements/bounds of one (E, k) may be swept: keep the fastest
         best = sub.loc[sub.groupby("exit_layer")["speedup"].idxmax()]
         out.append(pd.DataFrame({"mode": Mode.PPSD, "k": int(k), "exit_layer": best["exit_layer"].astype(int),
-                                 "speedup": best["speedup"],
+                                 "speedup": best["speedup"], **_band(best),
                                  "detail": [f"stages [{b}]" if b else f"k = {int(k)}" for b in best["stage_bounds"]]}))
     if not out:
         return pd.DataFrame(columns=[*CURVE_COLUMNS, "detail"])
     return pd.concat(out, ignore_index=True)
+
+
+def _band(rows: pd.DataFrame) -> dict:
+    """The interval columns of the rows a curve keeps (NaN when the table has none)."""
+    return {c: rows[c] if c in rows.columns else float("nan") for c in ("speedup_lo", "speedup_hi")}
 
 
 def closed_curves(results: Sequence[Result]) -> pd.DataFrame:

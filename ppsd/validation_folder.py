@@ -3,6 +3,10 @@
     <folder>/validation.json     {schema_version, created, profile, model, device_name,
                                   mape_speedup_pct, mape_tokens_per_s_pct, forced_trace, exit_head,
                                   ar_reference, ar_tokens_per_s_runs, [emulated: true,]
+                                  [budget, mape_speedup_vs_ar_tp_pct,]
+                                  [predicted_from, measured_prompts, split, prediction_prompt_ids,
+                                   measured_prompt_ids, overlapping_prompt_ids, out_of_sample,]
+                                  [interval, coverage, coverage_plans,]
                                   rows: [ValidationRow, ...]}
     <folder>/validation.csv      the same rows, columns CSV_COLUMNS (stage bounds space-separated)
     <folder>/timelines/<name>    Chrome traces of each plan, measured and simulated: `timeline_name`
@@ -58,6 +62,13 @@ def timeline_path(folder: str | Path, plan, kind: str) -> Path:
     return Path(folder) / TIMELINES_DIR / timeline_name(plan, kind)
 
 
+def write_plan_timelines(folder: str | Path, plan, predicted, measured, write) -> None:
+    """Write a plan's measured and simulated timelines (`write(path, events, title)`, e.g.
+    `sim.timeline.write_chrome_trace`) under their `timeline_path` names."""
+    write(timeline_path(folder, plan, MEASURED), measured.timeline, f"{plan.label()} measured")
+    write(timeline_path(folder, plan, SIMULATED), predicted.timeline, f"{plan.label()} simulated")
+
+
 def timeline_files(folder: str | Path) -> dict[str, dict[str, Path]]:
     """{slug: {"measured": path, "simulated": path}} of the traces a validation folder holds."""
     out: dict[str, dict[str, Path]] = {}
@@ -109,6 +120,17 @@ class ValidationRow:
     predicted_speedup_vs_ar_tp: float | None = None
     measured_speedup_vs_ar_tp: float | None = None
     speedup_vs_ar_tp_error_pct: float | None = None
+    # the 90% interval of the predicted speedup (sim/intervals.py), and its same-budget twin
+    predicted_speedup_lo: float | None = None
+    predicted_speedup_hi: float | None = None
+    predicted_speedup_vs_ar_tp_lo: float | None = None
+    predicted_speedup_vs_ar_tp_hi: float | None = None
+    # sampled validation (`ppsd validate --temperature T`, runtime/validate_sampled.py): the measured
+    # speedup and acceptance rate of each seed (the row's figures are their median / mean), and the
+    # range of the predicted speedup over the simulator's seeds (its own sampling noise)
+    measured_speedup_seeds: list[float] | None = None
+    measured_acceptance_rate_seeds: list[float] | None = None
+    predicted_speedup_seed_range: list[float] | None = None
 
     @classmethod
     def from_results(cls, plan, predicted, measured, ar_tokens_per_s: float,
@@ -140,7 +162,25 @@ class ValidationRow:
     def to_dict(self) -> dict:
         """The row as validation.json holds it (the same-budget fields only when measured)."""
         d = {**asdict(self), "mode": self.mode.value}
-        return {k: v for k, v in d.items() if not (k in SAME_BUDGET_COLUMNS and v is None)}
+        return {k: v for k, v in d.items()
+                if not (k in OPTIONAL_FIELDS and v is None)}
+
+    def with_interval(self, lo: float | None, hi: float | None) -> ValidationRow:
+        """This row with the predicted speedup's interval (and the same-budget one, scaled alike)."""
+        if lo is None or hi is None:
+            return self
+        tp_lo = tp_hi = None
+        if self.predicted_speedup_vs_ar_tp is not None and self.predicted_speedup:
+            tp_lo = round(self.predicted_speedup_vs_ar_tp * lo / self.predicted_speedup, 4)
+            tp_hi = round(self.predicted_speedup_vs_ar_tp * hi / self.predicted_speedup, 4)
+        return replace(self, predicted_speedup_lo=round(lo, 4), predicted_speedup_hi=round(hi, 4),
+                       predicted_speedup_vs_ar_tp_lo=tp_lo, predicted_speedup_vs_ar_tp_hi=tp_hi)
+
+    def covered(self) -> bool | None:
+        """Whether the measured speedup lies in the predicted interval (None without one)."""
+        if self.predicted_speedup_lo is None or self.predicted_speedup_hi is None or self.measured_speedup is None:
+            return None
+        return self.predicted_speedup_lo <= self.measured_speedup <= self.predicted_speedup_hi
 
     def with_same_budget(self, predicted: float | None, measured: float | None) -> ValidationRow:
         """This row with the same-budget speedups (predicted, measured) and their error."""
@@ -189,6 +229,17 @@ ROW_FIELDS: list[str] = [f.name for f in fields(ValidationRow)]
 CSV_COLUMNS: list[str] = ROW_FIELDS[: ROW_FIELDS.index("ar_reference_tokens_per_s") + 1]
 SAME_BUDGET_COLUMNS: list[str] = ["predicted_speedup_vs_ar_tp", "measured_speedup_vs_ar_tp",
                                   "speedup_vs_ar_tp_error_pct"]  # in the CSV when a row has them
+INTERVAL_COLUMNS: list[str] = ["predicted_speedup_lo", "predicted_speedup_hi", "predicted_speedup_vs_ar_tp_lo",
+                               "predicted_speedup_vs_ar_tp_hi"]  # in the CSV when a row has an interval
+SAMPLED_FIELDS: list[str] = ["measured_speedup_seeds", "measured_acceptance_rate_seeds",
+                             "predicted_speedup_seed_range"]  # lists: validation.json only, when sampled
+OPTIONAL_FIELDS: list[str] = [*SAME_BUDGET_COLUMNS, *INTERVAL_COLUMNS, *SAMPLED_FIELDS]  # written only when set
+
+
+def coverage(rows: list[ValidationRow]) -> tuple[float | None, int]:
+    """(share of the speculative rows with an interval whose measured speedup lies inside, rows counted)."""
+    judged = [r.covered() for r in rows if r.speculative and r.covered() is not None]
+    return (sum(judged) / len(judged) if judged else None), len(judged)
 
 
 def mape(rows: list[ValidationRow]) -> tuple[float, float]:
@@ -202,9 +253,13 @@ def mape(rows: list[ValidationRow]) -> tuple[float, float]:
 # --- the folder ---------------------------------------------------------------------------------
 def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name: str, forced_trace: bool,
              exit_head: str, ar_reference: str, ar_tokens_per_s_runs: list[float],
-             created: str | None = None, budget: str | None = None, emulated: bool = False) -> dict:
+             created: str | None = None, budget: str | None = None, emulated: bool = False,
+             sources: dict | None = None, interval: dict | None = None) -> dict:
     """validation.json's content, keys in their written order (rows as dicts). `emulated`: the
-    devices were emulated from the profile (`ppsd validate --emulate`): adds "emulated": true."""
+    devices were emulated from the profile (`ppsd validate --emulate`): adds "emulated": true.
+    `sources` (`prompt_sources`): which profile predicted and which prompts each side used, and
+    whether the two prompt sets are disjoint ("out_of_sample"); `interval`: how the rows' intervals
+    were made ({level, prompts_n, draws, seed, method}); with either, the coverage of the intervals."""
     mape_s, mape_t = mape(rows)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return {"schema_version": SCHEMA_VERSION, "created": created, "profile": profile, "model": model,
@@ -213,7 +268,31 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
             "ar_tokens_per_s_runs": [round(x, 4) for x in ar_tokens_per_s_runs],
             **({"emulated": True} if emulated else {}),
             **_same_budget_summary(rows, budget),
+            **(sources or {}),
+            **_interval_summary(rows, interval),
             "rows": [r.to_dict() for r in rows]}
+
+
+def prompt_sources(*, predicted_from: str, prediction_prompt_ids: list[str], measured_prompt_ids: list[str],
+                   measured_prompts: str, split: float | None = None, overlap: list[str] | None = None) -> dict:
+    """The document's record of both sides: the profile that predicted, the prompt ids whose
+    acceptance it used, the prompt ids measured (and where they came from), and "out_of_sample":
+    true only when no measured prompt is among the prediction prompts (`overlap`: the ids that are,
+    matched by id or by text; default by id)."""
+    if overlap is None:
+        overlap = sorted(set(map(str, prediction_prompt_ids)) & set(map(str, measured_prompt_ids)))
+    return {"predicted_from": predicted_from, "measured_prompts": measured_prompts, "split": split,
+            "prediction_prompt_ids": [str(p) for p in prediction_prompt_ids],
+            "measured_prompt_ids": [str(p) for p in measured_prompt_ids],
+            "overlapping_prompt_ids": list(overlap), "out_of_sample": not overlap}
+
+
+def _interval_summary(rows: list[ValidationRow], interval: dict | None) -> dict:
+    share, counted = coverage(rows)
+    if interval is None and counted == 0:
+        return {}
+    return {"interval": interval or {}, "coverage": None if share is None else round(share, 4),
+            "coverage_plans": counted}
 
 
 def _same_budget_summary(rows: list[ValidationRow], budget: str | None) -> dict:
@@ -227,7 +306,8 @@ def _same_budget_summary(rows: list[ValidationRow], budget: str | None) -> dict:
 
 def csv_text(rows: list[ValidationRow]) -> str:
     same_budget = any(r.measured_speedup_vs_ar_tp is not None for r in rows)
-    columns = CSV_COLUMNS + (SAME_BUDGET_COLUMNS if same_budget else [])
+    intervals = [c for c in INTERVAL_COLUMNS if any(getattr(r, c) is not None for r in rows)]
+    columns = CSV_COLUMNS + (SAME_BUDGET_COLUMNS if same_budget else []) + intervals
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns)
     w.writeheader()

@@ -14,6 +14,7 @@ import argparse
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -36,6 +37,21 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def parse_temperatures(text: str | None) -> list[float]:
+    """'0.3,0.7,1.0' -> [0.3, 0.7, 1.0] (sorted, unique, each > 0); UserError otherwise."""
+    if text is None or not str(text).strip():
+        return []
+    try:
+        values = sorted({round(float(v), 6) for v in str(text).replace(",", " ").split()})
+    except ValueError:
+        raise UserError(f"--temperatures {text!r} is not a list of numbers", "write e.g. --temperatures 0.3,0.7,1.0") \
+            from None
+    if any(not math.isfinite(v) or v <= 0 for v in values):
+        raise UserError(f"--temperatures {text!r} must all be > 0 (greedy is always recorded)",
+                        "write e.g. --temperatures 0.3,0.7,1.0")
+    return values
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "profile", help="measure a model on this device: per-layer latency and per-exit acceptance",
@@ -54,7 +70,12 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=int, default=None, metavar="K", help="keep at most K prompts")
     p.add_argument("--max-new-tokens", type=int, default=48, help="greedy tokens generated per prompt (48)")
     p.add_argument("--temperature", type=float, default=1.0,
-                   help="temperature of the beta (acceptance probability) column (1.0; 0 = greedy)")
+                   help="temperature of the legacy beta column along the greedy trajectory (1.0; 0 = greedy)")
+    p.add_argument("--temperatures", default=None, metavar="0.7,1.0",
+                   help="also sample a continuation of every prompt at each of these temperatures and record beta "
+                        "(the acceptance probability of a sampled draft) along it at that temperature: what "
+                        "`ppsd simulate/plan/validate --temperature T` need for T > 0 (greedy is always recorded)")
+    p.add_argument("--sample-seed", type=int, default=0, help="seed of the sampled continuations (0)")
     p.add_argument("--n-values", type=_int_list, default=[1, 2, 4, 8, 16], metavar="1,2,4,8,16",
                    help="new tokens per timed step")
     p.add_argument("--context-values", type=_int_list, default=[64, 256, 1024], metavar="64,256,1024",
@@ -112,6 +133,9 @@ def _check_args(args) -> None:
         positive("corun-max", args.corun_max)
     if not (args.temperature >= 0):
         raise UserError(f"--temperature must be 0 or more (got {args.temperature})", "give e.g. --temperature 1.0")
+    args.temperature_list = parse_temperatures(getattr(args, "temperatures", None))
+    if args.temperature_list and args.skip_acceptance:
+        raise UserError("--temperatures needs acceptance measurement", "drop --skip-acceptance")
     for name, values in (("n-values", args.n_values), ("context-values", args.context_values)):
         if min(values) < 1:
             raise UserError(f"--{name} must all be at least 1 (got {values})", f"give e.g. --{name} 1,2,4")
@@ -150,6 +174,8 @@ def _work_key(args, prompts, corun_max: int) -> str:
         "device": args.device, "dtype": args.dtype,
         "prompts": [[p.prompt_id, p.category, p.text] for p in prompts],
         "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+        **({"temperatures": args.temperature_list, "sample_seed": args.sample_seed}
+           if getattr(args, "temperature_list", None) else {}),
         "n": args.n_values, "c": args.context_values, "repeats": args.repeats, "warmup": args.warmup,
         "corun": corun_max, "threads": args.threads, "thread_counts": args.thread_counts, "skip": [args.skip_acceptance, args.skip_latency, args.no_hop],
         **({"heads": _heads_fingerprint(args.heads)} if getattr(args, "heads", None) else {}),
@@ -185,7 +211,7 @@ def run_profile(args) -> int:
     # SIGTERM (a killed job, a closed terminal) ends the run like Ctrl-C: work kept, no output.
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
     try:
-        meta, results, head_rows = _profile(args, prompts, corun_max, work)
+        meta, results, head_rows, sampled = _profile(args, prompts, corun_max, work)
     except KeyboardInterrupt:
         raise UserError(f"profiling was interrupted; finished work is kept in {work} and no profile was written",
                         "rerun the same command with --resume to continue") from None
@@ -193,7 +219,7 @@ def run_profile(args) -> int:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
 
-    _write_profile(out, meta, results, head_rows)
+    _write_profile(out, meta, results, head_rows, sampled)
     shutil.rmtree(work, ignore_errors=True)
     from profiler.schema import load_profile
 
@@ -226,9 +252,10 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | None, object]:
+def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | None, object, dict | None]:
     """All the measuring, phase by phase; returns profile.json content, the per-prompt acceptance
-    results and the trained heads' acceptance rows (None without --heads)."""
+    results, the trained heads' acceptance rows (None without --heads) and the sampled-trajectory
+    results {T: [PromptResult]} (None without --temperatures)."""
     # Imported before the clock starts, so `load` and `wall_s` time the model and the measuring,
     # not the import of torch and transformers.
     import profiler.acceptance  # noqa: F401
@@ -249,15 +276,20 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
     with PhaseBars(enabled=True) as bar:
         latency, warnings = _latency(args, adapter, cfg, work, bar, phases, warnings)
         results = _acceptance(args, adapter, prompts, encoded, work, bar, phases)
+        sampled = _sampled_acceptance(args, adapter, prompts, encoded, work, bar, phases)
         if heads is not None:
             head_rows, latency["exit_heads"], head_info = _exit_heads(args, adapter, heads, results, cfg, bar, phases)
 
     meta = _meta(args, adapter, cfg, latency, prompts, results, warnings)
+    if sampled is not None and meta["acceptance"] is not None:
+        from profiler.acceptance_sampled import sampled_meta
+
+        meta["acceptance"]["sampled"] = sampled_meta(sampled, args.sample_seed, args.max_new_tokens)
     if heads is not None:
         _record_exit_heads(meta, head_info, len(prompts))
     meta["profiling"] = {"wall_s": round(time.perf_counter() - t_start, 2),
                          "phases_s": {k: round(v, 2) for k, v in phases.items()}}
-    return meta, results, head_rows
+    return meta, results, head_rows, sampled
 
 
 # --- the phases of a run, in order ----------------------------------------------------------------------
@@ -419,6 +451,25 @@ def _acceptance(args, adapter, prompts, encoded, work: Path, bar, phases: dict[s
     return results
 
 
+def _sampled_acceptance(args, adapter, prompts, encoded, work: Path, bar, phases: dict[str, float]) -> dict | None:
+    """--temperatures: a sampled continuation of every prompt at each temperature and beta along it."""
+    temps = getattr(args, "temperature_list", None)
+    if not prompts or not temps:
+        return None
+    from profiler.acceptance_sampled import profile_sampled
+
+    t0 = time.perf_counter()
+    bar.phase("sample (tokens)", len(prompts) * args.max_new_tokens * len(temps))
+    bar.phase("sampled beta (prompts)", len(prompts) * len(temps))
+    out = profile_sampled(adapter, prompts, encoded, args.max_new_tokens, temps, seed=args.sample_seed,
+                          work_dir=work / "sampled", max_batch=args.batch_size,
+                          on_generate=lambda k: bar.advance("sample (tokens)", k),
+                          on_prompt=lambda: bar.advance("sampled beta (prompts)"))
+    bar.finish("sample (tokens)")
+    phases["sampled_acceptance"] = time.perf_counter() - t0
+    return out
+
+
 def _exit_heads(args, adapter, heads, results, cfg, bar, phases: dict[str, float]) -> tuple:
     """Trained exit heads: their drafting latency (stage 1's time) and traces on the same generations.
     Returns (acceptance rows, the latency block's `exit_heads`, the meta's `exit_heads`)."""
@@ -441,7 +492,7 @@ def _record_exit_heads(meta: dict, head_info: dict, num_prompts: int) -> None:
         meta["acceptance"]["heads"] = [SHARED, *head_info["names"]]
 
 
-def _write_profile(out: Path, meta: dict, results, head_rows) -> None:
+def _write_profile(out: Path, meta: dict, results, head_rows, sampled=None) -> None:
     """profile.json, the acceptance table (shared head, then the trained heads' rows) and the
     generations, written all at once (temp folder + rename) after a read-back check."""
     from ppsd.paths import atomic_dir
@@ -459,7 +510,12 @@ def _write_profile(out: Path, meta: dict, results, head_rows) -> None:
         generations = [r.generation_record() for r in results]
     with atomic_dir(out) as tmp:
         tmp.chmod(0o777 & ~_umask())  # a temp folder is private; the profile should not be
-        save_profile(tmp, meta, acceptance=acceptance, generations=generations)
+        sampled_df = None
+        if sampled is not None:
+            from profiler.acceptance_sampled import sampled_table
+
+            sampled_df = sampled_table(sampled)
+        save_profile(tmp, meta, acceptance=acceptance, generations=generations, sampled=sampled_df)
         load_profile(tmp)  # never hand out a folder this ppsd cannot read back
 
 
@@ -562,7 +618,12 @@ def print_summary(profile) -> None:
     acc = meta.get("acceptance")
     if acc:
         console.print(f"acceptance: {acc.get('num_prompts')} prompts ({acc.get('prompt_set')}), "
-                      f"{acc.get('tokens', '?')} generated tokens, beta at T={acc.get('temperature')}")
+                      f"{acc.get('tokens', '?')} generated tokens, beta at T={acc.get('temperature')} (greedy path)")
+        if profile.sampled_meta:
+            means = {t: profile.beta_by_exit(t) for t in profile.beta_temperatures()}
+            console.print("sampled decoding: beta along sampled trajectories at T = "
+                          + ", ".join(f"{t:g}" for t in means) + " (mean over exits: "
+                          + ", ".join(f"{sum(m.values()) / max(len(m), 1):.3f}" for m in means.values()) + ")")
     for w in meta.get("warnings") or []:
         console.print(f"[yellow]warning:[/] {w}")
     from profiler.heads.profiling import summary_lines  # torch-free

@@ -7,9 +7,10 @@ A profile folder holds
   acceptance.csv.gz   long table, one row per (head, prompt, exit layer, position):
                       head, prompt_id, category, exit_layer, position, match (0/1), beta (float)
   generations.jsonl   one object per prompt: prompt_id, category, prompt, prompt_tokens, token_ids
+  acceptance_sampled.csv.gz   optional (schema 2): beta along sampled trajectories per temperature
 
-profile.json (schema_version 1):
-  schema_version: 1
+profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled):
+  schema_version: 2
   kind: "measured" | "estimated"
   created: ISO-8601 UTC time
   model: {id, source, architecture, num_layers, hidden_size, vocab_size, dtype, max_context}
@@ -38,6 +39,12 @@ profile.json (schema_version 1):
               samples} (one-way, into a waiting stage), method}
               When present it sets the hop and the 2-process slowdown the simulator uses, and the
               timing jitter of its restart rule (sim/restart.py).
+    control_plane: optional (absent: no fixed cost per pass, the hop alone) {method, stages:
+              {"<k>": {pass_overhead_ms, transit_ms, ...}}}: what a stage pass of a k-stage PPSD
+              pipeline costs beyond its layers and heads (host sync, sends and receives, the stage
+              loop) and a message's transit between stage processes, measured at each stage count
+              (`runtime/control_plane.py`: the emulated runtime with zero-time layers). The PPSD
+              costs add the overhead to every stage pass and take max(hop, transit) as the hop.
     prefill: optional {lengths: [32, 128, 512], median_ms, p10_ms, p90_ms, method}: a whole prefill
              (embed + every layer over the prompt + the head on its last position) per prompt length;
              absent: time to first token is estimated from the tables (n extrapolated)
@@ -47,9 +54,21 @@ profile.json (schema_version 1):
               kind "threads" (measured: torch threads in one process) or "tensor_parallel"
               (estimated: weights split K ways, an all-reduce per layer); base = the units of the
               main tables (timing.threads, or 1 GPU); tables: {"<units>": {layers, embedding, head
-              (StatTable objects, the main tables' shapes), whole_step_ms (optional)}}
+              (StatTable objects, the main tables' shapes), whole_step_ms (optional)}};
+              `at_parallel(u)` scales table u by `whole_step_consistency(u)` when both whole
+              steps are recorded, so AR at u relates to AR at base as the whole steps measured
   acceptance: null or {file, generations_file, temperature, max_new_tokens, prompt_set,
                        num_prompts, categories: [...], heads: [...]}
+              `temperature` is the one at which the main table's beta was computed, along the
+              GREEDY trajectory (a legacy figure: a sampled generation wanders where the exit head
+              agrees less, so it over-predicts acceptance under sampling)
+  acceptance.sampled (schema 2, optional): {file, temperatures: [T, ...] (each > 0), seed,
+              max_new_tokens, tokens: {"<T>": n}, heads: ["shared"], trajectory}: beta along
+              trajectories SAMPLED from the full model at each T (one teacher-forced pass per
+              trajectory), in `acceptance_sampled.csv.gz`:
+              head, prompt_id, category, temperature, exit_layer, position, beta
+              When present, sampled decoding at T uses exactly these rows; `Profile.temperatures()`
+              lists what a profile holds and `Profile.beta_rows(T)` refuses any other T (UserError).
 
 Additive fields written by `ppsd profile` (readers must not require them):
   timing.threads, timing.whole_step_repeats, timing.quick (latency skipped: n=1 table only)
@@ -78,7 +97,13 @@ from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from ppsd.paths import atomic_write_json, atomic_write_text
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# 1: no sampled beta (read as before: beta along the greedy trajectory at acceptance.temperature);
+# 2: adds the optional acceptance.sampled block. Both load.
+READABLE_VERSIONS = (1, 2)
+SAMPLED_FILE = "acceptance_sampled.csv.gz"
+SAMPLED_COLUMNS = ["head", "prompt_id", "category", "temperature", "exit_layer", "position", "beta"]
+TEMPERATURE_TOL = 1e-6  # a requested temperature matches a recorded one within this
 PROFILE_FILE = "profile.json"
 ACCEPTANCE_FILE = "acceptance.csv.gz"
 GENERATIONS_FILE = "generations.jsonl"
@@ -117,6 +142,9 @@ class StatTable:
     def to_json(self) -> dict:
         return {k: np.round(getattr(self, k), 6).tolist() for k in ("median_ms", "p10_ms", "p90_ms")}
 
+    def scaled(self, factor: float) -> StatTable:
+        return self if factor == 1.0 else StatTable(self.median_ms * factor, self.p10_ms * factor, self.p90_ms * factor)
+
 
 def _interp(x: float, grid: np.ndarray, values: np.ndarray) -> float:
     """Linear in x between grid points; linear extrapolation past the ends (context keeps growing),
@@ -147,6 +175,7 @@ class Profile:
     n_values: np.ndarray
     context_values: np.ndarray
     _acceptance: Any = field(default=None, repr=False)
+    _sampled: Any = field(default=None, repr=False)  # the sampled-trajectory beta table (lazy)
     _views: dict = field(default_factory=dict, repr=False)  # units -> Profile (`at_parallel`)
 
     # --- metadata -------------------------------------------------------------------------
@@ -273,15 +302,70 @@ class Profile:
                 raise UserError(f"profile {self.path} has no latency tables at {units} "
                                 f"{'GPUs' if self.parallel_kind == 'tensor_parallel' else 'threads'} (it has {have})",
                                 "re-profile with `ppsd profile --thread-counts 1,...` (CPU) or give a budget it has")
-            view = Profile(path=self.path, meta=self.meta, layers=tables["layers"], embedding=tables["embedding"],
-                           head=tables["head"], n_values=self.n_values, context_values=self.context_values,
-                           _acceptance=self._acceptance)
+            factor = self.whole_step_consistency(units)
+            view = Profile(path=self.path, meta=self.meta, layers=tables["layers"].scaled(factor),
+                           embedding=tables["embedding"].scaled(factor), head=tables["head"].scaled(factor),
+                           n_values=self.n_values, context_values=self.context_values, _acceptance=self._acceptance)
             self._views[units] = view
         return view
+
+    def _parts_ms(self, layers: StatTable, embedding: StatTable, head: StatTable) -> float:
+        """Embedding + every layer + LM head at n = 1 (else the smallest n) and the smallest context:
+        the pieces a whole step is compared with (as `latency.whole_step` does)."""
+        n1 = int(np.argmin(np.abs(self.n_values - 1)))
+        return float(embedding.median_ms[n1] + head.median_ms[n1] + layers.median_ms[:, n1, 0].sum())
+
+    def whole_step_consistency(self, units: int) -> float:
+        """How much the tables measured at `units` threads are scaled so that, against the main
+        tables, they price a whole decode step as the profiler measured it at each thread count:
+        (whole / parts at `units`) / (whole / parts on the main tables). 1.0 when a whole step is
+        missing at either count (estimated tables are consistent by construction).
+
+        Why: each piece is timed alone in a hot loop, and that distorts it differently at each
+        thread count — at 1 thread a layer repeated in place keeps more of its weights in cache
+        (the pieces sum to 0.87 of the whole step on the example profile), at 2 threads they sum to
+        0.97 of it. Summed pieces then put AR on 2 threads at 1.32x AR on 1 thread where
+        whole steps measure 1.47x (validation: 1.44x). The main tables keep their own pricing (the
+        pipeline probe's slowdown is measured against them), so only the ratio is carried over."""
+        par_tables = (self.latency.get("parallel") or {}).get("tables") or {}
+        tables = par_tables.get(str(int(units)))
+        whole_main = (self.latency.get("whole_step") or {}).get("median_ms")
+        if units == self.parallel_base or tables is None or not tables.get("whole_step_ms") or not whole_main:
+            return 1.0
+        main = whole_main / self._parts_ms(self.layers, self.embedding, self.head)
+        other = float(tables["whole_step_ms"]) / self._parts_ms(tables["layers"], tables["embedding"], tables["head"])
+        return float(other / main)
 
     def pass_jitter_cv(self) -> float:
         """Relative spread (robust std / median) of a stage pass in the pipeline probe; 0 without one."""
         return float(self.pipeline.get("pass_cv") or 0.0)
+
+    @property
+    def control_plane(self) -> dict:
+        """The control plane of a k-stage pipeline (`latency.control_plane`), or {} when none:
+        `{"method": str, "stages": {"k": {"pass_overhead_ms": o, "transit_ms": g}, ...}}`, what each
+        stage pass costs beyond its layers and heads (the host sync, sends and receives, the stage
+        loop) and a message's transit on this machine, measured at each stage count k."""
+        return self.latency.get("control_plane") or {}
+
+    def _control_plane_at(self, stages: int, key: str) -> float:
+        table = {int(k): float(v.get(key) or 0.0) for k, v in (self.control_plane.get("stages") or {}).items()}
+        if not table:
+            return 0.0
+        ks = sorted(table)
+        if stages in table:
+            return table[stages]
+        return float(np.interp(float(stages), ks, [table[k] for k in ks]))  # ends held past the measured range
+
+    def pass_overhead_ms(self, stages: int) -> float:
+        """Fixed cost of one stage pass in a pipeline of `stages` stages (ms; 0 without a measurement;
+        linear between measured stage counts, the ends held beyond)."""
+        return self._control_plane_at(int(stages), "pass_overhead_ms")
+
+    def transit_ms(self, stages: int) -> float:
+        """A message's transit between stage processes at `stages` stages (ms; 0 without a measurement).
+        The pipeline's hop is at least this (`sim/schemes/ppsd/costs.py`)."""
+        return self._control_plane_at(int(stages), "transit_ms")
 
     # --- acceptance -----------------------------------------------------------------------
     @property
@@ -311,6 +395,82 @@ class Profile:
             df = df[df["category"] == category]
         return {int(k): float(v) for k, v in df.groupby("exit_layer")["match"].mean().items()}
 
+    # --- acceptance under sampling (temperature > 0) ------------------------------------------
+    @property
+    def sampled_meta(self) -> dict:
+        """`acceptance.sampled` (beta along sampled trajectories), or {} when the profile has none."""
+        return (self.meta.get("acceptance") or {}).get("sampled") or {}
+
+    def beta_temperatures(self) -> list[float]:
+        """The temperatures > 0 at which this profile holds beta: its sampled ones; without them, the
+        legacy beta along the greedy trajectory at `acceptance.temperature` (when > 0)."""
+        if self.sampled_meta:
+            return sorted(float(t) for t in self.sampled_meta["temperatures"])
+        t = float((self.meta.get("acceptance") or {}).get("temperature") or 0.0)
+        return [t] if t > 0 and self.has_acceptance else []
+
+    def temperatures(self) -> list[float]:
+        """Every temperature a prediction can be made at from this profile: 0 (greedy: the match
+        traces) and `beta_temperatures()`; [] without acceptance data."""
+        return [0.0, *self.beta_temperatures()] if self.has_acceptance else []
+
+    @property
+    def beta_trajectory(self) -> str:
+        """Where the beta at T > 0 was measured: "sampled" (schema 2) or "greedy" (legacy)."""
+        return "sampled" if self.sampled_meta else "greedy"
+
+    def match_temperature(self, temperature: float) -> float:
+        """The recorded temperature equal to `temperature` (within TEMPERATURE_TOL); UserError (one
+        line) naming the temperatures the profile has otherwise. No interpolation: beta at one T
+        says nothing exact about beta at another."""
+        t = float(temperature)
+        if not math.isfinite(t) or t < 0:
+            raise UserError(f"temperature {temperature} is not a number >= 0", "give a temperature >= 0 (0 = greedy)")
+        have = self.temperatures()
+        for h in have:
+            if abs(h - t) <= TEMPERATURE_TOL:
+                return h
+        listed = ", ".join("0 (greedy)" if h == 0 else f"{h:g}" for h in have) or "none (no acceptance data)"
+        raise UserError(f"profile {self.path} holds acceptance at temperature(s) {listed}, not at {t:g}",
+                        f"use one of those, or re-profile with `ppsd profile --temperatures {t:g}` "
+                        "(beta along sampled trajectories at that temperature)")
+
+    @property
+    def sampled_acceptance(self):
+        """DataFrame with SAMPLED_COLUMNS (loaded on first use); UserError without one."""
+        if self._sampled is None:
+            if not self.sampled_meta:
+                raise UserError(f"profile {self.path} has no beta along sampled trajectories",
+                                "re-profile with `ppsd profile --temperatures 0.7,1.0`")
+            self._sampled = read_sampled(self.path / self.sampled_meta.get("file", SAMPLED_FILE))
+        return self._sampled
+
+    def beta_rows(self, temperature: float, head: str = SHARED_HEAD):
+        """The acceptance rows that price sampled decoding at `temperature` (> 0): columns head,
+        prompt_id, category, exit_layer, position, beta (+ match for the legacy rows). From the
+        sampled table when the profile has one, else the legacy greedy-trajectory beta; UserError
+        for a temperature the profile does not hold or a head it has no sampled rows for."""
+        t = self.match_temperature(temperature)
+        if t == 0:
+            raise ValueError("beta_rows is for temperatures > 0; greedy decoding uses the match traces")
+        if not self.sampled_meta:
+            df = self.acceptance
+            return df[df["head"] == head]
+        df = self.sampled_acceptance
+        df = df[(df["head"] == head) & (np.abs(df["temperature"].to_numpy(dtype=float) - t) <= TEMPERATURE_TOL)]
+        if df.empty:
+            heads = sorted(self.sampled_acceptance["head"].unique().tolist())
+            raise UserError(f"profile {self.path} has no sampled beta for exit head {head!r} at T = {t:g}",
+                            f"use exit head {' or '.join(heads)}, or greedy decoding (temperature 0)")
+        return df
+
+    def beta_by_exit(self, temperature: float, category: str | None = None, head: str = SHARED_HEAD) -> dict[int, float]:
+        """{exit layer: mean beta} at a temperature the profile holds (see `beta_rows`)."""
+        df = self.beta_rows(temperature, head)
+        if category is not None:
+            df = df[df["category"] == category]
+        return {int(k): float(v) for k, v in df.groupby("exit_layer")["beta"].mean().items()}
+
     def generations(self) -> list[dict]:
         acc = self.meta.get("acceptance") or {}
         path = self.path / acc.get("generations_file", GENERATIONS_FILE)
@@ -330,6 +490,20 @@ def read_acceptance(path: Path):
     if "head" not in df.columns:
         df.insert(0, "head", SHARED_HEAD)
     missing = [c for c in ACCEPTANCE_COLUMNS if c not in df.columns]
+    if missing:
+        raise _bad(path.parent, f"{path.name} lacks columns {missing}")
+    return df
+
+
+def read_sampled(path: Path):
+    """The sampled-trajectory beta table (SAMPLED_COLUMNS)."""
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, dtype={"prompt_id": str, "category": str, "head": str})
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the same user problem
+        raise _bad(path.parent, f"cannot read {path.name} ({exc})") from None
+    missing = [c for c in SAMPLED_COLUMNS if c not in df.columns]
     if missing:
         raise _bad(path.parent, f"{path.name} lacks columns {missing}")
     return df
@@ -356,8 +530,9 @@ def load_profile(path: str | Path) -> Profile:
     if version is None:
         raise UserError(f"profile {path} has no schema_version",
                         f"re-create it with this ppsd's `ppsd profile` (schema {SCHEMA_VERSION})")
-    if version != SCHEMA_VERSION:
-        raise UserError(f"profile {path} has schema_version {version!r}, this ppsd reads {SCHEMA_VERSION}",
+    if version not in READABLE_VERSIONS:
+        raise UserError(f"profile {path} has schema_version {version!r}, this ppsd reads "
+                        f"{' or '.join(map(str, READABLE_VERSIONS))}",
                         "re-create it with this ppsd's `ppsd profile`")
     try:
         model = meta["model"]
@@ -391,6 +566,14 @@ def load_profile(path: str | Path) -> Profile:
     acc = meta.get("acceptance")
     if acc and not (path / acc.get("file", ACCEPTANCE_FILE)).exists():
         raise _bad(path, f"profile.json names {acc.get('file')} but the file is missing")
+    sampled = (acc or {}).get("sampled")
+    if sampled:
+        temps = sampled.get("temperatures")
+        if not isinstance(temps, list) or not temps or not all(
+                isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in temps):
+            raise _bad(path, "acceptance.sampled.temperatures must be a non-empty list of temperatures > 0")
+        if not (path / sampled.get("file", SAMPLED_FILE)).exists():
+            raise _bad(path, f"profile.json names {sampled.get('file', SAMPLED_FILE)} but the file is missing")
     return profile
 
 
@@ -415,9 +598,12 @@ def _load_parallel_tables(lat: dict, shape3, shape1, path: Path) -> None:
     lat["parallel"] = {**par, "tables": parsed}
 
 
-def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: list[dict] | None = None) -> Path:
+def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: list[dict] | None = None,
+                 sampled=None) -> Path:
     """Write a profile folder's files atomically (each file via temp + rename). `meta` must follow
-    the schema above; `acceptance` is a DataFrame with ACCEPTANCE_COLUMNS."""
+    the schema above; `acceptance` is a DataFrame with ACCEPTANCE_COLUMNS; `sampled` one with
+    SAMPLED_COLUMNS (beta along sampled trajectories; meta's `acceptance.sampled` gets its file and
+    temperatures)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(meta)
@@ -435,6 +621,19 @@ def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: 
         atomic_write_bytes(out / ACCEPTANCE_FILE, data)
         meta.setdefault("acceptance", {})
         meta["acceptance"] = {**(meta["acceptance"] or {}), "file": ACCEPTANCE_FILE}
+    if sampled is not None:
+        import gzip
+        import io
+
+        from ppsd.paths import atomic_write_bytes
+
+        buf = io.StringIO()
+        sampled[SAMPLED_COLUMNS].to_csv(buf, index=False, float_format="%.4g")
+        atomic_write_bytes(out / SAMPLED_FILE, gzip.compress(buf.getvalue().encode(), mtime=0))
+        acc = dict(meta.get("acceptance") or {})
+        temps = sorted({round(float(t), 6) for t in sampled["temperature"].unique()})
+        acc["sampled"] = {**(acc.get("sampled") or {}), "file": SAMPLED_FILE, "temperatures": temps}
+        meta["acceptance"] = acc
     if generations is not None:
         atomic_write_text(out / GENERATIONS_FILE, "".join(json.dumps(g) + "\n" for g in generations))
         meta["acceptance"] = {**(meta.get("acceptance") or {}), "generations_file": GENERATIONS_FILE}

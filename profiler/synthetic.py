@@ -91,14 +91,39 @@ def bernoulli_acceptance(num_layers: int, alpha_by_exit, prompts: int = 4, token
     return pd.DataFrame(rows, columns=["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"])
 
 
-def write_synthetic_profile(out_dir: str | Path, alpha_by_exit=None, seed: int = 0, **kwargs) -> Profile:
-    """Write a synthetic profile folder (with acceptance when alpha_by_exit is given) and load it."""
+def sampled_beta(num_layers: int, beta_by_temperature: dict, prompts: int = 4, tokens: int = 64,
+                 categories=("writing", "math"), seed: int = 0):
+    """A sampled-trajectory β table (schema.SAMPLED_COLUMNS): at temperature T every position of exit
+    E has β = beta_by_temperature[T](E) (a callable or dict per T), jittered by ±0.02 (seeded)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for t, beta in sorted(beta_by_temperature.items()):
+        for p in range(prompts):
+            cat = categories[p % len(categories)]
+            for e in range(1, num_layers):
+                b = beta(e) if callable(beta) else beta[e]
+                vals = np.clip(b + rng.uniform(-0.02, 0.02, tokens), 0.0, 1.0)
+                rows += [(SHARED, f"p{p}", cat, float(t), e, pos, float(v)) for pos, v in enumerate(vals)]
+    return pd.DataFrame(rows, columns=["head", "prompt_id", "category", "temperature", "exit_layer", "position",
+                                       "beta"])
+
+
+def write_synthetic_profile(out_dir: str | Path, alpha_by_exit=None, seed: int = 0,
+                            beta_by_temperature: dict | None = None, **kwargs) -> Profile:
+    """Write a synthetic profile folder (with acceptance when alpha_by_exit is given; with β along
+    sampled trajectories at each temperature of `beta_by_temperature` {T: β(E)}) and load it."""
     meta = synthetic_meta(**kwargs)
-    acc = None
+    acc = sampled = None
     if alpha_by_exit is not None:
         acc = bernoulli_acceptance(meta["model"]["num_layers"], alpha_by_exit, seed=seed)
         meta["acceptance"] = {"temperature": 1.0, "max_new_tokens": 64, "prompt_set": "synthetic",
                               "num_prompts": int(acc["prompt_id"].nunique()),
                               "categories": sorted(acc["category"].unique().tolist()), "heads": [SHARED]}
-    save_profile(out_dir, meta, acceptance=acc)
+        if beta_by_temperature:
+            sampled = sampled_beta(meta["model"]["num_layers"], beta_by_temperature, seed=seed + 1)
+            meta["acceptance"]["sampled"] = {"seed": seed + 1, "max_new_tokens": 64, "heads": [SHARED],
+                                             "trajectory": "synthetic"}
+    save_profile(out_dir, meta, acceptance=acc, sampled=sampled)
     return load_profile(out_dir)

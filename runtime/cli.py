@@ -40,6 +40,11 @@ def register(sub) -> None:
                    "counts as hung (default 60)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more stages than CPU cores (slow; not "
                    "needed with --emulate)")
+    p.add_argument("--launch", choices=("local", "torchrun"), default=None,
+                   help="PPSD stage rules: local (default without torchrun: the shared epoch board lets stage 1 and "
+                        "middle stages drop a stale pass between layers) or torchrun (stage 1 finishes stale passes "
+                        "and reads a rejection only at its in-flight cap; what a run under torchrun does, whatever "
+                        "this says)")
     p.add_argument("--emulate", metavar="PROFILE", help="emulated devices: run the real AR / EESD loops and PPSD "
                    "stage processes, but every layer, head and embedding waits for PROFILE's time instead of "
                    "computing (a measured or an analytic profile, e.g. `ppsd profile --analytic`); prompts are "
@@ -64,8 +69,17 @@ def register(sub) -> None:
     v.add_argument("--emulate", metavar="PROFILE", help="emulated devices (see `ppsd run --emulate`): measure every "
                    "plan with PROFILE's times as waits, acceptance its recorded traces, and predict it with the "
                    "simulator on the same profile; PPSD plans may have more stages than the CPU has cores")
-    v.add_argument("--predict-from", metavar="DIR", help="with --emulate: the profile the simulator predicts from "
-                   "(default: the emulated one), e.g. an analytic estimate of a measured GPU profile")
+    v.add_argument("--predict-from", metavar="DIR", help="the profile the simulator predicts from: its latency and "
+                   "its prompts' acceptance, laid over the measured prompts' lengths (default: the --profile / "
+                   "--emulate one). validation.json says out_of_sample: true only when its prompts and the "
+                   "measured ones are disjoint. With --emulate, e.g. an analytic estimate of a measured GPU profile")
+    v.add_argument("--prompts", metavar="FILE", help="measure these prompts (Spec-Bench JSONL, spec-bench, or builtin) "
+                   "instead of the profile's; each generates the profile's recorded number of new tokens")
+    v.add_argument("--split", type=float, metavar="F", help="split the profile's prompts: in each category the first "
+                   "fraction F predict (their recorded acceptance), the others are measured (out of sample)")
+    v.add_argument("--draws", type=int, default=200, metavar="B",
+                   help="bootstrap draws for each prediction's 90%% interval (default 200)")
+    v.add_argument("--seed", type=int, default=0, help="seed of the intervals' draws (default 0)")
     v.add_argument("--plans", help="semicolon-separated plans, e.g. 'eesd:10:3;ppsd:15:2' (mode:exit:γ-or-k); "
                    "default: 3 exit layers × EESD and PPSD")
     v.add_argument("--out", help="validation folder (default runs/validation-<time>)")
@@ -84,7 +98,14 @@ def register(sub) -> None:
     v.add_argument("--heads", metavar="DIR", help="exit-head folder the profile was made with (`ppsd profile --heads`)")
     v.add_argument("--exit-head", metavar="NAME", help="shared, trained (default with --heads) or vocab<V>; "
                    "the profile must hold that head's traces and latency")
-    v.add_argument("--json", action="store_true")
+    v.add_argument("--temperature", type=float, default=0.0,
+                   help="sampled validation at T > 0: every plan and AR decode by sampling at T, once per seed "
+                        "(--seeds), predicted from the profile's beta at exactly T (`ppsd profile --temperatures`); "
+                        "reports predicted vs measured speedup and acceptance rate with the seeds' spread "
+                        "(default 0 = greedy)")
+    v.add_argument("--seeds", type=int, default=None, metavar="S",
+                   help="with --temperature: sampled runs per plan, seeds 0..S-1 (default 3)")
+    v.add_argument("--json", action="store_true", help="print validation.json alone on stdout (progress on stderr)")
     v.set_defaults(func=cmd_validate)
 
 

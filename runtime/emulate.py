@@ -38,7 +38,10 @@ The emulated model:
                  prices token j at prompt length + j; a prefill (start_pos 0, n > 1) at the smallest
                  profiled context, as `Profile.prefill_ms` extrapolates it (a measured
                  `latency.prefill` is not used: the prefill is waited layer by layer).
-Not emulated: the profile's hop (the messages are real, over this machine's gloo) and co-run
+The hop: a PPSD stage of an emulated run delivers every message no earlier than its send time + the
+plan's hop (`PipelineJob.hop_ms`; hidden states carry their send time in channel `STAMP_CHANNEL`,
+drafts and verdicts in their last field), on top of the real messages over this machine's gloo.
+Not emulated: co-run
 slowdowns (each emulated stage is a device of its own; analytic GPU profiles have none).
 """
 
@@ -62,6 +65,19 @@ EMULATED_VOCAB = 256
 EMULATE_PREFIX = "emulate:"
 
 _slack_set = False
+STAMP_CHANNEL = 1  # hidden-state channel that carries its send time under an emulated hop
+_STAMP_WRAP = 1 << 24  # µs modulo this: exact in float32 (16.7 s window)
+
+
+def _now_us() -> int:
+    return int(time.perf_counter() * 1e6)
+
+
+def _sent_at(hidden: torch.Tensor) -> float:
+    """perf_counter seconds at which `hidden` was stamped (µs modulo _STAMP_WRAP in STAMP_CHANNEL)."""
+    now = _now_us()
+    stamp = int(float(hidden.reshape(-1, hidden.shape[-1])[-1, STAMP_CHANNEL]))
+    return (now - ((now - stamp) % _STAMP_WRAP)) / 1e6
 
 
 def _cut_timer_slack() -> None:
@@ -193,6 +209,7 @@ class EmulatedModel:
         self._n_grid = np.asarray(profile.n_values, dtype=float)
         self._c_grid = np.asarray(profile.context_values, dtype=float)
         self._layer_s: dict[tuple[int, float], list[float]] = {}
+        self.hop_s = 0.0  # an emulated hop (s): a PPSD stage sets it from PipelineJob.hop_ms
         self._piece_s: dict[tuple[str, int], float] = {}
 
     # --- prices (seconds), cached ------------------------------------------------------------------
@@ -242,6 +259,8 @@ class EmulatedModel:
         (None) with the layers already run counted in the cache."""
         if end <= start:
             return hidden
+        if self.hop_s > 0.0 and start > 0:  # from the previous stage: due at its send time + the hop
+            wait_until(_sent_at(hidden) + self.hop_s)
         t0 = time.perf_counter()
         n = int(hidden.shape[1])
         secs = self.layer_seconds(n, self.context_of(start_pos, n))
@@ -250,7 +269,7 @@ class EmulatedModel:
                 for layer in range(start, end):
                     cache.advance(layer, start_pos, n)
             wait_until(t0 + sum(secs[start:end]))
-            return hidden
+            return self._stamped(hidden)
         deadline = t0
         for layer in range(start, end):
             if should_stop():
@@ -262,6 +281,12 @@ class EmulatedModel:
                 sleep_until(deadline)  # only to look at should_stop near the layer boundary
             else:
                 wait_until(deadline)
+        return self._stamped(hidden)
+
+    def _stamped(self, hidden: torch.Tensor) -> torch.Tensor:
+        """With an emulated hop, the hidden state carries its send time (the end of the layers)."""
+        if self.hop_s > 0.0:
+            hidden[..., STAMP_CHANNEL] = float(_now_us() % _STAMP_WRAP)
         return hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

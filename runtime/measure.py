@@ -100,7 +100,9 @@ def _pipeline_job(model, job: Job):
         eos=tuple(sorted(model.eos_token_ids)) if job.stop_at_eos else (), warmup=job.warmup, repeats=job.repeats,
         timeline_rep=0 if job.timeline else -(10 ** 9), timeout_s=job.timeout_s,
         device=str(model.device.type), dtype=str(model.dtype).replace("torch.", ""),
-        heads_dir=job.heads_dir, exit_head=job.plan.exit_head, threads=job.threads)
+        heads_dir=job.heads_dir, exit_head=job.plan.exit_head, threads=job.threads, launch=job.plan.launch,
+        # emulated devices wait for the plan's hop too (a real run's messages take what they take)
+        hop_ms=float(job.plan.hop_ms or 0.0) if getattr(model, "emulated", False) else 0.0)
 
 
 def records_from_logs(pjob, logs) -> list[list[SeqRecord]]:

@@ -37,6 +37,18 @@ from sim.plan import Event
 TOKEN, PREFILL, END, SHUTDOWN = 1, 2, 3, 4
 
 
+def _stamp() -> int:
+    """Send time of a control message, µs on perf_counter (one clock for the processes of one
+    machine): an emulated hop delivers it no earlier than this + the hop (`PipelineJob.hop_ms`)."""
+    return int(time.perf_counter() * 1e6)
+
+
+def _wait_until(deadline: float) -> None:
+    from runtime.emulate import wait_until
+
+    wait_until(deadline)
+
+
 @dataclass
 class PipelineJob:
     """Everything a stage needs; identical on every rank (picklable)."""
@@ -60,6 +72,11 @@ class PipelineJob:
     heads_dir: str | None = None  # exit-head folder (runtime/heads.py) when exit_head is not "shared"
     exit_head: str = SHARED
     transport: str = "auto"  # runtime/transport.py: split over NCCL, fused on gloo; strict* in tests
+    # "local": stages read a shared-memory epoch board between layers (stage 1 and middle stages
+    # abandon stale passes); "torchrun": as under torchrun (the board is a network store), stage 1
+    # finishes every pass and middle stages drop stale work only when a pass starts. None: by the board.
+    launch: str | None = None
+    hop_ms: float = 0.0  # emulated devices: every message delivered no earlier than its send + this
 
     @property
     def schedule(self) -> list[tuple[int, int]]:
@@ -132,6 +149,11 @@ class Stage:
 
             self.drafter = make_drafter(model, self.exit_layer, job.heads_dir, job.exit_head)
         self.row = f"stage {rank + 1}"
+        # the board is cheap enough to read between layers only in shared memory (local launch)
+        self.live_board = board.local and (job.launch or "local") == "local"
+        self.hop_s = float(job.hop_ms) / 1e3
+        if getattr(model, "emulated", False):
+            model.hop_s = self.hop_s  # hidden states: stamped and delivered by the emulated layers
         self.origin = 0.0  # events keep absolute perf_counter times (one clock for all local processes)
         self.record = False
         self.eos = set(job.eos)
@@ -146,11 +168,11 @@ class Stage:
             self.h_out = TokenOut(links, self.width, mdt, carried)
         # drafts and verdicts are a few integers: control messages, host memory
         if self.first:
-            self.d_out = SendRing(4, i64, "cpu", self.world - 1, TAG_D, links.control)
-            self.v_in = RecvRing(6, i64, "cpu", self.world - 1, TAG_V, links.control)
+            self.d_out = SendRing(5, i64, "cpu", self.world - 1, TAG_D, links.control)
+            self.v_in = RecvRing(7, i64, "cpu", self.world - 1, TAG_V, links.control)
         if self.last:
-            self.d_in = RecvRing(4, i64, "cpu", 0, TAG_D, links.control)
-            self.v_out = SendRing(6, i64, "cpu", 0, TAG_V, links.control)
+            self.d_in = RecvRing(5, i64, "cpu", 0, TAG_D, links.control)
+            self.v_out = SendRing(7, i64, "cpu", 0, TAG_V, links.control)
 
     # --- helpers ----------------------------------------------------------------------------------
     def _clock(self) -> float:
@@ -184,8 +206,14 @@ class Stage:
 
     def _send_draft(self, kind: int, pos: int = 0, epoch: int = 0, token: int = 0) -> None:
         buf = self.d_out.next()
-        buf.copy_(torch.tensor((kind, pos, epoch, token)))
+        buf.copy_(torch.tensor((kind, pos, epoch, token, _stamp())))
         self.d_out.send(buf)
+
+    def _arrive(self, msg: list) -> list:
+        """A draft or verdict (its send time in µs last): with an emulated hop, wait until it is due."""
+        if self.hop_s > 0.0:
+            _wait_until(msg[-1] / 1e6 + self.hop_s)
+        return msg
 
     # --- stage 1: embed, layers [0, E), exit head (drafts) ------------------------------------------
     def run_first(self) -> None:
@@ -216,7 +244,7 @@ class Stage:
                 # keep at most k tokens in flight: wait for the oldest verdict; after an abandoned
                 # pass, wait until the rejection that caused it has arrived
                 while inflight >= k or (aborted and inflight > 0):
-                    v = self.v_in.take().tolist()
+                    v = self._arrive(self.v_in.take().tolist())
                     self.v_in.post()
                     inflight -= 1
                     if v[5]:
@@ -236,7 +264,10 @@ class Stage:
                 # last stage rejects that predecessor (it posts the new epoch on the shared board),
                 # the pass is abandoned between layers instead of running to its useless end.
                 stale_key = EpochBoard.key(seq, epoch)
-                should_stop = (lambda: self.board.get() > stale_key) if self.board.local and inflight else None
+                should_stop = (lambda: self.board.get() > stale_key) if self.live_board and inflight else None
+                if should_stop is not None and should_stop():
+                    aborted = True  # rejected before the pass began: no embedding, wait for the verdict
+                    continue
                 h_exit = model.forward_layers(model.embed(step), 0, self.exit_layer, cache, s,
                                               should_stop=should_stop)
                 if h_exit is not None and should_stop is not None and should_stop():
@@ -298,13 +329,22 @@ class Stage:
                 self._send_payload(out, payload[length * self.H:] if self.carry else None)
                 self._event("prefill", a, self._clock(), length=length)
                 continue
-            if self.world > 2 and EpochBoard.key(seq_m, epoch) < self.board.get():
+            key = EpochBoard.key(seq_m, epoch)
+            if self.world > 2 and key < self.board.get():
                 self.log.dropped += 1  # stale: a correction has already been issued
                 continue
             a = time.perf_counter()
             cache.crop(pos)
             h = hidden[:self.H].view(1, 1, self.H).to(mdt)
-            out = model.forward_layers(h, self.start, self.end, cache, pos)
+            # a correction issued while the pass runs abandons it between layers (shared board only)
+            should_stop = (lambda: self.board.get() > key) if self.live_board else None
+            out = model.forward_layers(h, self.start, self.end, cache, pos, should_stop=should_stop)
+            if out is None:
+                b = self._clock()
+                busy += b - a
+                self.log.dropped += 1
+                self._event("flush", a, b, pos=pos, epoch=epoch)
+                continue
             self._send_header(TOKEN, pos, epoch, 1, seq, out, hidden[self.H:] if self.carry else None)
             b = self._clock()
             busy += b - a
@@ -320,7 +360,7 @@ class Stage:
     def _draft_for(self, pos: int, epoch: int) -> int:
         """The draft stage 1 proposed after token `pos` in `epoch` (older, stale drafts are skipped)."""
         while True:
-            d = self.d_in.take().tolist()
+            d = self._arrive(self.d_in.take().tolist())
             if d[0] == TOKEN and d[1] == pos and d[2] == epoch:
                 return int(d[3])
             if d[0] != TOKEN:
@@ -346,7 +386,7 @@ class Stage:
             if kind == SHUTDOWN:
                 self._drain_drafts(SHUTDOWN)
                 vb = self.v_out.next()
-                vb.copy_(torch.tensor((SHUTDOWN, 0, 0, 0, 0, 0)))
+                vb.copy_(torch.tensor((SHUTDOWN, 0, 0, 0, 0, 0, _stamp())))
                 self.v_out.send(vb)
                 break
             if kind == END:
@@ -406,14 +446,14 @@ class Stage:
             st["rounds"].append(st["run"])
             st["run"] = 0
             st["epoch"] += 1
-            if self.world > 2 or self.board.local:  # middle stages drop stale work; stage 1 abandons its pass
+            if self.world > 2 or self.live_board:  # middle stages drop stale work; stage 1 abandons its pass
                 self.board.set(EpochBoard.key(seq, st["epoch"]))
         max_new = job.max_new[job.schedule[seq][1]]
         done = len(st["tokens"]) >= max_new or tok in self.eos
         if done and ok:
             st["rounds"].append(st["run"])  # the last, unfinished round
         vb = self.v_out.next()
-        vb.copy_(torch.tensor((TOKEN, pos, st["epoch"], int(ok), tok, int(done))))
+        vb.copy_(torch.tensor((TOKEN, pos, st["epoch"], int(ok), tok, int(done), _stamp())))
         self.v_out.send(vb)
         b = time.perf_counter()
         if prefill:

@@ -4,6 +4,7 @@ session, prints the comparison (the request checks live in runtime/plans.py)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from ppsd.devices import normalize_device
 from ppsd.errors import UserError
@@ -63,6 +64,10 @@ def run_command(args) -> int:
     plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, bounds, profile)
     plan = (em.with_emulated_head if emulate else with_exit_head)(model, plan, getattr(args, "heads", None),
                                                                   getattr(args, "exit_head", None))
+    if plan.mode is Mode.PPSD:  # under torchrun the torchrun rules, whatever --launch says
+        plan = replace(plan, launch="torchrun" if torchrun else getattr(args, "launch", None) or "local")
+    if emulate and plan.mode is Mode.PPSD and plan.hop_ms is None:
+        plan = replace(plan, hop_ms=float(model.profile.hop_ms()))  # the emulated stages wait for it too
     if not (torchrun and cuda):  # torchrun on GPUs: one stage per rank, maybe across nodes (run_torchrun checks)
         check_resources(plan, args.device, args.oversubscribe or bool(emulate))  # waits use no core
     if emulate:  # synthetic prompts of the profile's lengths; acceptance forced (its traces by default)

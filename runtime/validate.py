@@ -1,14 +1,21 @@
 """`ppsd validate`: measure plans for real and lay them beside the simulator's prediction.
 
-Same profile, same model, same prompts (the profile's own generations: prompt tokens and lengths),
-same traces. Writes the validation folder described in docs/contracts.md and prints the table.
+In sample (default): same profile, same model, same prompts (the profile's own generations: prompt
+tokens and lengths), same traces: only the timing model is tested. Out of sample: the profile that
+predicts (`--predict-from DIR`, or the part of one prompt set that `--split F` keeps for prediction)
+supplies acceptance and latency; the measured prompts (`--profile`'s generations, `--prompts FILE`,
+or the other part of the split) supply only their lengths: the predicting prompts' traces are laid
+over them (`sim.intervals.pooled_stream`), never the measured prompts' own traces. Every prediction
+carries a 90% interval for the number of prompts measured (`sim/intervals.py`). Writes the
+validation folder described in docs/contracts.md and prints the table (`--json`: the document alone
+on stdout, progress on stderr).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ppsd import validation_folder as vf
@@ -55,13 +62,22 @@ def validate_command(args) -> int:
     torch.set_num_threads(1)
     emulate = getattr(args, "emulate", None)
     predict_from = getattr(args, "predict_from", None)
-    _check_sources(args.profile, emulate, predict_from)
-    profile = load_profile(emulate or args.profile)
+    prompts_file = getattr(args, "prompts", None)
+    split = getattr(args, "split", None)
+    _check_sources(args.profile, emulate, predict_from, prompts_file, split)
+    if int(getattr(args, "draws", 200)) < 20:
+        raise UserError(f"--draws {args.draws} is too few for a 90% interval", "give --draws 20 or more (default 200)")
+    profile = load_profile(emulate or args.profile or predict_from)  # the model, and the measured prompts
     predict = load_profile(predict_from) if predict_from else profile  # what the simulator prices
-    if not profile.has_acceptance:
-        raise UserError(f"profile {profile.path} has no acceptance traces",
-                        "make it with --alpha-curve FILE or --acceptance-from DIR (`ppsd profile --analytic`)"
-                        if emulate else "profile with acceptance enabled")
+    from runtime import validate_sampled
+
+    # sampled validation (--temperature T > 0): T must be one the predicting profile holds β at
+    temperature = validate_sampled.check_temperature(args, predict, emulated=bool(emulate))
+    for p in [predict, *([profile] if (emulate or args.force_trace) and profile is not predict else [])]:
+        if not p.has_acceptance:
+            raise UserError(f"profile {p.path} has no acceptance traces",
+                            "make it with --alpha-curve FILE or --acceptance-from DIR (`ppsd profile --analytic`)"
+                            if emulate else "profile with acceptance enabled")
     heads_dir = getattr(args, "heads", None)
     if emulate:
         from runtime import emulate as em
@@ -73,24 +89,34 @@ def validate_command(args) -> int:
         # synthetic prompts of the profile's prompt and generated lengths (runtime/emulate.py)
         gens = pick_round_robin([{"prompt_id": p.prompt_id, "category": p.category, "prompt_tokens": p.tokens,
                                   "token_ids": [0] * p.recorded_new} for p in em.emulated_prompts(profile, head)],
-                                args.limit)
+                                0)  # the measured ones are picked below (split_sides: --split, --limit)
         model = em.load_emulated(emulate)
     else:
-        head = check_head(profile, resolve_head_name(heads_dir, getattr(args, "exit_head", None)))
-        gens = pick_round_robin(profile.generations(), args.limit)
-        if not gens:
-            raise UserError(f"profile {args.profile} lists no generations", "re-create it with ppsd profile")
+        head = resolve_head_name(heads_dir, getattr(args, "exit_head", None))
+        head = check_head(predict, head if prompts_file or predict is not profile else check_head(profile, head))
+        if not prompts_file and not profile.generations():
+            raise UserError(f"profile {profile.path} lists no generations", "re-create it with ppsd profile")
         model = load_model(profile.model_id, profile.meta["hardware"].get("device", "cpu")
                            if profile.meta["hardware"].get("device") in ("cpu", "cuda") else "cpu",
                            profile.meta["model"].get("dtype", "float32"))
+        if prompts_file:
+            gens = prompt_generations(model, prompts_file, args.limit, profile)
+        else:
+            gens = pick_round_robin(profile.generations(), 0)
+    sides = split_sides(predict, head, gens, split, args.limit, prompts_file=prompts_file, emulated=bool(emulate))
+    gens = sides.measured
     n = model.num_layers
     for p in (profile, predict):
         if n != p.num_layers:
             raise UserError(f"the profile {p.path} is for a {p.num_layers}-layer model but {model.model_id} has {n}",
                             "validate on the model that was profiled")
-    acc = profile.acceptance
-    shared = acc[acc["head"] == head]  # the drafting head's traces ("shared" unless --exit-head)
-    plans = parse_plans(args.plans, n, sorted(int(e) for e in shared["exit_layer"].unique()))
+    if profile.has_acceptance:
+        acc = profile.acceptance
+        shared = acc[acc["head"] == head]  # the drafting head's traces ("shared" unless --exit-head)
+    else:
+        shared = None  # measured prompts without traces: only --force-trace needs them (refused above)
+    pacc = predict.acceptance
+    plans = parse_plans(args.plans, n, sorted(int(e) for e in pacc[pacc["head"] == head]["exit_layer"].unique()))
     if emulate:
         plans = [em.with_emulated_head(model, p, None, head) for p in plans]
     else:
@@ -102,8 +128,12 @@ def validate_command(args) -> int:
     final = Path(args.out) if args.out else RUNS_DIR / f"validation-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     with atomic_dir(final) as out:  # an interrupted validation leaves no half-written folder
         (out / vf.TIMELINES_DIR).mkdir(parents=True, exist_ok=True)
-        doc = _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out,
-                                   predict=predict, emulated=bool(emulate))
+        if temperature > 0:
+            doc = validate_sampled.measure_and_predict(args, profile, model, plans, head, out, predict_profile=predict,
+                                                       temperature=temperature, sides=sides)
+        else:
+            doc = _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out,
+                                       predict=predict, emulated=bool(emulate), sides=sides)
     if args.json:
         print_json(doc)
     else:
@@ -114,19 +144,118 @@ def validate_command(args) -> int:
         if doc.get("emulated"):
             print(f"emulated devices: waits of {doc['profile']}'s times; predicted from "
                   f"{getattr(args, 'predict_from', None) or 'the same profile'}")
+        if doc.get("predicted_from"):
+            print(f"predicted from {doc['predicted_from']} on {len(doc['prediction_prompt_ids'])} prompts, measured "
+                  f"{len(doc['measured_prompt_ids'])} prompts ({doc['measured_prompts']}): "
+                  + ("out of sample (disjoint prompt sets)" if doc["out_of_sample"] else
+                     f"in sample ({len(doc['overlapping_prompt_ids'])} measured prompts among the predicting ones)"))
+        if doc.get("coverage") is not None:
+            print(f"90% intervals (for {doc['interval']['prompts_n']} prompts) cover "
+                  f"{doc['coverage']:.0%} of {doc['coverage_plans']} measured speedups")
+        if doc.get("temperature"):
+            print(validate_sampled.format_sampled(doc))
         print(f"MAPE speedup {doc['mape_speedup_pct']:.1f}% over {len(doc['rows']) - 1} speculative plans; "
               f"tokens/s {doc['mape_tokens_per_s_pct']:.1f}%  -> {final}")
     return 0
 
 
-def _check_sources(profile: str | None, emulate: str | None, predict_from: str | None) -> None:
-    if not profile and not emulate:
+def _check_sources(profile: str | None, emulate: str | None, predict_from: str | None,
+                   prompts_file: str | None = None, split: float | None = None) -> None:
+    if not profile and not emulate and not predict_from:
         raise UserError("ppsd validate needs a profile", "give --profile DIR (or --emulate PROFILE)")
-    if predict_from and not emulate:
-        raise UserError("--predict-from applies only with --emulate", "add --emulate PROFILE, or drop --predict-from")
     if emulate and profile and Path(profile).resolve() != Path(emulate).resolve():
         raise UserError("--profile and --emulate name different profiles",
                         "give --emulate PROFILE alone, and --predict-from DIR to predict from another profile")
+    if prompts_file and emulate:
+        raise UserError("--prompts does not apply with --emulate (emulated prompts are the profile's lengths)",
+                        "drop --prompts, or --split F to measure part of the emulated profile's prompts")
+    if split is not None:
+        if not 0.0 < float(split) < 1.0:
+            raise UserError(f"--split {split} is not a fraction between 0 and 1",
+                            "give e.g. --split 0.5: half of each category's prompts predict, the rest are measured")
+        if predict_from or prompts_file:
+            raise UserError("--split divides one profile's prompts; --predict-from / --prompts bring another set",
+                            "give --split F alone, or --predict-from DIR / --prompts FILE without it")
+
+
+# --- the two sides: prompts that predict, prompts that are measured -------------------------------
+@dataclass
+class Sides:
+    """Which prompts predict (ids whose acceptance the predicting profile supplies) and which are
+    measured (generations: prompt tokens and lengths), and how they relate."""
+
+    prediction_ids: list[str]
+    measured: list[dict]
+    overlap: list[str]           # measured ids that are prediction prompts (by id, or the same text)
+    in_sample: bool              # every measured prompt is one of the prediction prompts: replay its trace
+    measured_prompts: str        # where the measured prompts came from
+    split: float | None = None
+
+
+def prompt_generations(model, prompts_file: str, limit: int | None, profile) -> list[dict]:
+    """Measured prompts from a prompt file (Spec-Bench JSONL, spec-bench, or the built-in set),
+    taken round-robin over categories, encoded as the profiler encodes them, each generating the
+    profile's recorded number of new tokens."""
+    from profiler.prompts import load_prompts
+
+    prompts = load_prompts(None if prompts_file == "builtin" else prompts_file)
+    rows = [{"prompt_id": p.prompt_id, "category": p.category, "prompt": p.text} for p in prompts]
+    max_new = int((profile.meta.get("acceptance") or {}).get("max_new_tokens") or 64)
+    return [{**g, "prompt_tokens": model.encode_prompt(g["prompt"]), "token_ids": [0] * max_new}
+            for g in pick_round_robin(rows, limit)]
+
+
+def split_prompts(gens: list[dict], fraction: float) -> tuple[list[dict], list[dict]]:
+    """(prediction part, measured part) of one prompt set: in each category, in order, the first
+    round(F · n) prompts predict (at least one, and at least one is left to measure); the prompts
+    of categories with a single prompt are split the same way among themselves."""
+    by_cat: dict[str, list[dict]] = {}
+    for g in gens:
+        by_cat.setdefault(str(g.get("category")), []).append(g)
+    groups = [items for items in by_cat.values() if len(items) > 1]
+    groups.append([items[0] for items in by_cat.values() if len(items) == 1])
+    pred_ids = set()
+    for items in groups:
+        if len(items) < 2:
+            pred_ids |= {str(g["prompt_id"]) for g in items}
+            continue
+        k = min(max(int(round(fraction * len(items))), 1), len(items) - 1)
+        pred_ids |= {str(g["prompt_id"]) for g in items[:k]}
+    return ([g for g in gens if str(g["prompt_id"]) in pred_ids],
+            [g for g in gens if str(g["prompt_id"]) not in pred_ids])
+
+
+def split_sides(predict, head: str, gens: list[dict], split: float | None, limit: int | None, *,
+                prompts_file: str | None = None, emulated: bool = False) -> Sides:
+    """The prediction prompt ids (those `predict` traced for `head`; with a split, only its
+    prediction part) and the measured generations (`gens`, or the split's other part; `limit` of
+    them round-robin over categories)."""
+    acc = predict.acceptance
+    traced = list(dict.fromkeys(acc[acc["head"] == head]["prompt_id"].astype(str)))
+    source = f"file {prompts_file}" if prompts_file else ("emulated from the profile" if emulated else "profile")
+    if split is not None:
+        pred_part, meas_part = split_prompts(gens, float(split))
+        keep = {str(g["prompt_id"]) for g in pred_part}
+        traced = [p for p in traced if p in keep]
+        gens = meas_part
+        source = f"split {float(split):g}: the profile's other prompts"
+        if not traced or not gens:
+            raise UserError(f"--split {split} leaves {len(traced)} prediction and {len(gens)} measured prompts",
+                            "profile more prompts per category, or choose another fraction")
+    measured = pick_round_robin(gens, limit)
+    if not measured:
+        raise UserError("no prompts to measure", "give --prompts FILE or a profile with generations")
+    texts = {str(g["prompt_id"]): g.get("prompt") for g in predict.generations()}
+    pred = set(traced)
+    pred_texts = {t for p, t in texts.items() if p in pred and t}
+    overlap, same = [], []
+    for g in measured:
+        pid, text = str(g["prompt_id"]), g.get("prompt")
+        by_id = pid in pred and (text is None or texts.get(pid) in (None, text))
+        if by_id or (text and text in pred_texts):
+            overlap.append(pid)
+        same.append(by_id)
+    return Sides(traced, measured, overlap, all(same) and split is None, source, split)
 
 
 def pick_round_robin(gens: list[dict], limit: int | None) -> list[dict]:
@@ -147,12 +276,17 @@ def pick_round_robin(gens: list[dict], limit: int | None) -> list[dict]:
 
 
 def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out: Path, *,
-                         predict=None, emulated: bool = False) -> dict:
+                         predict=None, emulated: bool = False, sides: Sides | None = None) -> dict:
     """Measure AR and every plan on `model` (emulated: waits of `profile`'s times, acceptance always
-    its traces) and predict each from `predict` (default: `profile`); the validation document."""
+    its traces) and predict each from `predict` (default: `profile`): in sample, each measured
+    prompt's own trace in `predict`; otherwise `predict`'s prediction prompts laid over the measured
+    prompts' lengths. Each prediction gets its 90% interval for len(gens) prompts; the validation
+    document."""
     from runtime.acceptance import ForcedTrace
     from runtime.measure import Job, measure
+    from sim import intervals as iv
     from sim.api import resolve_plan, simulate
+    from sim.run import simulate_stream
     from sim.timeline import write_chrome_trace
 
     ids = [g["prompt_id"] for g in gens]
@@ -160,6 +294,29 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
     max_new = [len(g["token_ids"]) for g in gens]
 
     predict = profile if predict is None else predict
+    if sides is None:  # the in-sample default: the measured prompts are the prediction prompts
+        sides = Sides([str(i) for i in ids], gens, [str(i) for i in ids], True, "profile")
+    targets = iv.Targets.from_generations(gens)
+    temperature = float(getattr(args, "temperature", 0.0) or 0.0)
+    draws, seed = int(getattr(args, "draws", iv.REPLAY_DRAWS)), int(getattr(args, "seed", 0) or 0)
+    exits = sorted({p.exit_layer for p in plans if p.exit_layer is not None})
+    pred_traces = {e: iv.prompt_traces(predict, e, head=head, prompt_ids=sides.prediction_ids,
+                                       temperature=temperature) for e in exits}
+
+    def predicted(p: Plan, *, timeline: bool = False, budget: int | None = None, engine: str = "event"):
+        """The prediction of a plan for the measured prompts (see above)."""
+        if sides.in_sample:
+            return simulate(predict, resolve_plan(p, predict), acceptance="trace", prompt_ids=ids,
+                            timeline=timeline, budget=budget, engine=engine)
+        e = p.exit_layer if p.exit_layer is not None else (exits[0] if exits else None)
+        stream = (iv.pooled_stream(pred_traces[e], targets, seed) if e in pred_traces
+                  else iv.lengths_stream(targets))
+        return simulate_stream(predict, p, stream, engine=engine, timeline=timeline, budget=budget, seed=seed)
+
+    def interval(p: Plan) -> iv.Interval:
+        plan = resolve_plan(p, predict)
+        return iv.replay_interval(predict, plan, pred_traces.get(plan.exit_layer), targets=targets, draws=draws,
+                                  seed=seed)
 
     def traces(e: int):
         if not args.force_trace and not emulated:  # emulated drafts have no acceptance of their own
@@ -186,17 +343,17 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
     ar_plan = Plan(Mode.AR)
     ar_tp_runs = [measure_ar_in_budget(model, job(ar_plan), cores, measure)] if cores > 1 else []
     ar_meas = measure(model, job(ar_plan))
-    ar_pred = simulate(predict, resolve_plan(ar_plan, predict), acceptance="trace", prompt_ids=ids, timeline=True)
+    ar_pred = predicted(ar_plan, timeline=True)
     rows = [vf.ValidationRow.from_results(ar_plan, ar_pred, ar_meas.result, ar_meas.result.tokens_per_s, None)]
     plan_tp: list[float | None] = [None]  # each plan's tokens/s within the budget (AR's is the reference)
     ar_tp_ref: list[float | None] = [None]  # the AR-on-every-core speed each plan is compared with
-    _timelines(out, ar_plan, ar_pred, ar_meas.result, write_chrome_trace)
+    vf.write_plan_timelines(out, ar_plan, ar_pred, ar_meas.result, write_chrome_trace)
     ar_runs = [ar_meas.result.tokens_per_s]  # every AR measurement, in time order
     bracket = not getattr(args, "ar_once", False)
     for i, plan in enumerate(plans):
         print(f"[{i + 1}/{len(plans)}] {plan.label()} ..." + (" (then AR again)" if bracket else ""), flush=True,
               file=sys.stderr)  # progress: stdout stays the table, or JSON alone with --json
-        pred = simulate(predict, plan, acceptance="trace", prompt_ids=ids, timeline=True)
+        pred = predicted(plan, timeline=True)
         meas = measure(model, job(plan, traces(plan.exit_layer)))
         ar_ref = ar_runs[-1]
         if bracket:
@@ -206,49 +363,54 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
             ar_runs.append(again.result.tokens_per_s)
             ar_ref = (ar_ref + ar_runs[-1]) / 2
         rows.append(vf.ValidationRow.from_results(plan, pred, meas.result, ar_ref, meas.outputs == ar_meas.outputs))
-        _timelines(out, plan, pred, meas.result, write_chrome_trace)
+        vf.write_plan_timelines(out, plan, pred, meas.result, write_chrome_trace)
         if cores > 1:
             plan_tp.append(measure_plan_in_budget(model, job(plan), cores, meas.result.tokens_per_s, measure))
             # AR on every core, bracketing the plan like AR on one (the machine drifts over minutes)
             ar_tp_runs.append(measure_ar_in_budget(model, replace(job(ar_plan), warmup=0, repeats=1), cores, measure))
             ar_tp_ref.append((ar_tp_runs[-2] + ar_tp_runs[-1]) / 2)
     if cores > 1:
-        predicted = [_predicted_same_budget(profile, p, ids, cores) for p in [ar_plan, *plans]]
+        same = [predicted(p, budget=cores, engine="fast").speedup_vs_ar_tp if cores in predict.parallel_units()
+                else None for p in [ar_plan, *plans]]
         rows = [r.with_same_budget(pr, 1.0 if i == 0 else plan_tp[i] / ar_tp_ref[i])
-                for i, (r, pr) in enumerate(zip(rows, predicted))]
+                for i, (r, pr) in enumerate(zip(rows, same))]
+    ivs = [interval(p) for p in [ar_plan, *plans]]
+    # each interval is carried to the row's own point (the in-sample point replays each prompt's trace)
+    rows = [r.with_interval(*_around(r.predicted_speedup, i)) for r, i in zip(rows, ivs)]
+    sources = vf.prompt_sources(predicted_from=str(Path(predict.path).resolve()),
+                                prediction_prompt_ids=sides.prediction_ids, measured_prompt_ids=[str(i) for i in ids],
+                                measured_prompts=sides.measured_prompts, split=sides.split, overlap=sides.overlap)
     doc = vf.make_doc(rows, profile=str(Path(profile.path).resolve()), model=model.model_id if emulated
                       else profile.model_id, device_name=profile.device_name,
                       forced_trace=bool(args.force_trace or emulated), exit_head=head,
                       ar_reference="bracketed" if bracket else "once", ar_tokens_per_s_runs=ar_runs,
-                      budget=f"{cores} cores" if cores > 1 else None, emulated=emulated)
+                      budget=f"{cores} cores" if cores > 1 else None, emulated=emulated, sources=sources,
+                      interval={"level": iv.LEVEL, "prompts_n": len(gens), "draws": draws, "seed": seed,
+                                "method": "bootstrap over the prediction prompts (replayed) x the profile's "
+                                          "latency spread (sim/intervals.py)"})
     vf.write_validation(out, doc)
     return doc
 
 
-def _predicted_same_budget(profile, plan: Plan, prompt_ids, cores: int) -> float | None:
-    """The simulator's same-budget speedup of a plan (None when the profile lacks the thread tables)."""
-    from sim.api import resolve_plan, simulate
-
-    if cores not in profile.parallel_units():
-        return None
-    return simulate(profile, resolve_plan(plan, profile), acceptance="trace", prompt_ids=prompt_ids, engine="fast",
-                    budget=cores).speedup_vs_ar_tp
-
-
-def _timelines(out: Path, plan: Plan, pred, meas, write) -> None:
-    write(vf.timeline_path(out, plan, vf.MEASURED), meas.timeline, f"{plan.label()} measured")
-    write(vf.timeline_path(out, plan, vf.SIMULATED), pred.timeline, f"{plan.label()} simulated")
+def _around(point: float, interval) -> tuple[float, float]:
+    """The interval's draws describe the spread around their own centre; the row's point may sit a
+    little off it (it replays another stream): the interval always contains the point."""
+    return min(interval.lo, point), max(interval.hi, point)
 
 
 def format_table(rows: list[dict]) -> str:
     same = any(r.get("measured_speedup_vs_ar_tp") is not None for r in rows)
     extra = f" {'pred ×TP':>8} {'meas ×TP':>8}" if same else ""
-    head = f"{'plan':28} {'pred tok/s':>10} {'meas tok/s':>10} {'pred ×':>7} {'meas ×':>7} {'err %':>7}{extra}  match"
+    head = (f"{'plan':28} {'pred tok/s':>10} {'meas tok/s':>10} {'pred ×':>7} {'pred 90%':>13} {'meas ×':>7} "
+            f"{'err %':>7}{extra}  match")
     lines = [head, "-" * len(head)]
     fmt = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8}"  # noqa: E731
     for r in rows:
         tp = f" {fmt(r.get('predicted_speedup_vs_ar_tp'))} {fmt(r.get('measured_speedup_vs_ar_tp'))}" if same else ""
+        lo, hi = r.get("predicted_speedup_lo"), r.get("predicted_speedup_hi")
+        band = f"{lo:.3f}–{hi:.3f}" if lo is not None and hi is not None else "-"
         lines.append(f"{r['plan']:28} {r['predicted_tokens_per_s']:10.2f} {r['measured_tokens_per_s']:10.2f} "
-                     f"{r['predicted_speedup']:7.3f} {r['measured_speedup']:7.3f} {r['speedup_error_pct']:7.1f}{tp}  "
+                     f"{r['predicted_speedup']:7.3f} {band:>13} {r['measured_speedup']:7.3f} "
+                     f"{r['speedup_error_pct']:7.1f}{tp}  "
                      f"{'' if r['outputs_match_ar'] is None else r['outputs_match_ar']}")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from ppsd.exit_heads import SHARED
 from sim import gpus
 from sim.acceptance_forms import AcceptanceForm, to_alpha
 from sim.modes import MODES, Mode
+from sim.plan import LAUNCHES
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -46,9 +47,16 @@ def register(subparsers) -> None:
                    help="recorded match traces or Bernoulli(--alpha) (default: trace, or bernoulli with --alpha)")
     _add_acceptance_options(p)
     p.add_argument("--category", metavar="C", help="replay only this prompt category's traces")
-    p.add_argument("--temperature", type=float, default=0.0, help="> 0: accept with probability β per position")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sampled decoding at T > 0: accept each position with probability β at T, from the "
+                        "profile's β at exactly that temperature (`ppsd profile --temperatures`; `ppsd profile "
+                        "show` lists them); another T is refused (default 0 = greedy: the match traces)")
     p.add_argument("--seed", type=int, default=0, metavar="S")
     p.add_argument("--hop-us", type=float, metavar="X", help="stage-to-stage hop in µs (default: the profile's)")
+    p.add_argument("--launch", choices=LAUNCHES, default="local",
+                   help="how the PPSD stages are started: local (default: `ppsd run` starts them; stage 1 drops a "
+                   "stale pass between layers) or torchrun (stage 1 finishes stale passes and hears of a rejection "
+                   "only at its in-flight cap)")
     p.add_argument("--exit-head", default=SHARED, metavar="NAME",
                    help="which exit head drafts: shared (default), or one the profile has from `ppsd profile "
                         "--heads` (trained, vocab4096, ...)")
@@ -60,6 +68,7 @@ def register(subparsers) -> None:
                    help="same-budget baseline: compare with AR on N cores (GPUs for an estimated multi-GPU "
                         "profile); default: the most the profile measured")
     p.add_argument("--trace-out", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
+    _add_interval_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=simulate_cmd)
 
@@ -76,7 +85,9 @@ def register(subparsers) -> None:
                    help="most PPSD stages / GPUs (default: an estimated profile's GPU count, else 4)")
     q.add_argument("--hop-us", type=float, metavar="X", help="hop latency in µs (default: the profile's)")
     q.add_argument("--alpha-scale", type=float, default=1.0, metavar="F", help="what-if: scale acceptance by F")
-    q.add_argument("--temperature", type=float, default=0.0)
+    q.add_argument("--temperature", type=float, default=0.0,
+                   help="sampled decoding at T > 0: plans priced with the profile's β at exactly T (a temperature "
+                        "it holds; `ppsd profile --temperatures`); default 0 = greedy")
     q.add_argument("--tokens", type=int, default=2000, metavar="T", help="trace-driven tokens per plan")
     q.add_argument("--category", metavar="C")
     q.add_argument("--max-draft-len", type=int, default=8, metavar="G", help="EESD γ from 1 to G (default 8)")
@@ -85,11 +96,21 @@ def register(subparsers) -> None:
                    help="only plans drafting with this exit head (repeatable; default: every head the profile "
                         "has, compared side by side)")
     _add_acceptance_options(q, plan=True)
+    _add_interval_options(q)
     q.add_argument("--draft-len", type=int, metavar="G",
                    help="the γ a given --acceptance-rate / --mean-accepted (or α-curve column) was measured at; "
                         "the sweep still tries γ 1..--max-draft-len")
     q.add_argument("--json", action="store_true", help="print a JSON array of result objects, best first")
     q.set_defaults(func=plan_cmd)
+
+
+def _add_interval_options(p) -> None:
+    from sim.intervals import DEFAULT_PROMPTS_N
+
+    p.add_argument("--prompts-n", type=int, default=DEFAULT_PROMPTS_N, metavar="N",
+                   help="the 90%% interval is for a run over N prompts like the profile's (prompt-to-prompt "
+                        f"acceptance, bootstrapped over the profile's prompts, and its latency spread); default "
+                        f"{DEFAULT_PROMPTS_N}. Fewer prompts, wider interval")
 
 
 def _add_acceptance_options(p, plan: bool = False) -> None:
@@ -208,7 +229,7 @@ def simulate_cmd(args) -> int:
     plan = Plan(mode, exit_layer=args.exit_layer if mode.speculative else None,
                 draft_len=args.draft_len if args.draft_len is not None else 4,
                 stage_bounds=args.stage_bounds, stages=args.stages, placement=args.placement,
-                hop_ms=_hop_ms(args.hop_us), exit_head=args.exit_head)
+                hop_ms=_hop_ms(args.hop_us), exit_head=args.exit_head, launch=args.launch)
     if mode is Mode.PPSD and args.stage_bounds is not None and len(args.stage_bounds) < 3:
         raise UserError(f"--stage-bounds {','.join(map(str, args.stage_bounds))} gives fewer than 2 stages",
                         "give at least 0,E,N")
@@ -239,6 +260,10 @@ def simulate_cmd(args) -> int:
                               category=args.category, seed=args.seed, temperature=args.temperature,
                               engine=args.engine, timeline=bool(args.trace_out), budget=args.cores,
                               prompt_len=args.prompt_len)
+        from sim.intervals import simulate_interval
+
+        simulate_interval(profile, result, acceptance=acceptance, category=args.category,
+                          temperature=args.temperature, prompts_n=args.prompts_n, seed=args.seed)
     if args.trace_out:
         write_chrome_trace(args.trace_out, result.timeline, process_name=f"ppsd simulate: {result.plan.label()}")
     if args.json:
@@ -247,6 +272,9 @@ def simulate_cmd(args) -> int:
     r, d = result, result.details
     print(f"{r.plan.label()}: {r.tokens} tokens in {r.time_s:.3f} s simulated = {r.tokens_per_s:.2f} tokens/s, "
           f"{r.speedup_vs_ar:.3f}× AR ({d.ar_tokens_per_s:.2f} tokens/s)")
+    if d.predicted_speedup_lo is not None and r.plan.mode.speculative:
+        print(f"  90% interval {d.predicted_speedup_lo:.3f}–{d.predicted_speedup_hi:.3f}× AR over {d.interval_prompts} "
+              f"prompts ({d.interval_method}: prompt-to-prompt acceptance and the profile's latency spread)")
     if d.ttft_s is not None:
         print(f"  prefill: time to first token {d.ttft_s * 1e3:.1f} ms; end to end {d.e2e_s:.3f} s, "
               f"{d.speedup_vs_ar_e2e:.3f}× AR with its prefill (decode only: {r.speedup_vs_ar:.3f}×)")
@@ -287,6 +315,11 @@ def plan_cmd(args) -> int:
                              alpha_scale=args.alpha_scale, temperature=args.temperature, tokens=args.tokens,
                              category=args.category, budget=args.cores, prompt_len=args.prompt_len)
     results = hd.merge(by_head)
+    from sim.intervals import attach_sweep_intervals
+
+    attach_sweep_intervals(profile, results, prompts_n=args.prompts_n, category=args.category,
+                           temperature=args.temperature, alpha_scale=args.alpha_scale,
+                           given_alpha=alpha_by_exit is not None)
     best, reason = api.recommend(results)
     if args.json:  # best first; per head, the object with head_rank 1 is its best plan
         print(json.dumps([r.to_json_dict() for r in results]))
@@ -300,11 +333,14 @@ def plan_cmd(args) -> int:
         print(f"speedup: against AR on one {unit} (the timing model); same budget: against AR on all {budget}, "
               f"the plan using them too (AR and EESD: every {unit}; PPSD: split into its stages)")
     same = f" {'×AR ' + budget if budget else '':>16}" if budget else ""
-    print(f"{'rank':>4}  {'plan':<36} {'speedup':>8}{same} {'tokens/s':>9} {'α':>5} {'tok/round':>9}")
+    print(f"{'rank':>4}  {'plan':<36} {'speedup':>8} {'90% interval':>13}{same} {'tokens/s':>9} {'α':>5} "
+          f"{'tok/round':>9}")
     for i, r in enumerate(results[: args.top], 1):
         alpha = r.details.stream_alpha if r.plan.mode.speculative else float("nan")
         tp = f" {r.speedup_vs_ar_tp:>15.3f}×" if budget else ""
-        print(f"{i:>4}  {r.plan.label():<36} {r.speedup_vs_ar:>7.3f}×{tp} {r.tokens_per_s:>9.2f} "
+        lo, hi = r.details.predicted_speedup_lo, r.details.predicted_speedup_hi
+        iv = f"{lo:.2f}–{hi:.2f}" if lo is not None and r.plan.mode.speculative else "-"
+        print(f"{i:>4}  {r.plan.label():<36} {r.speedup_vs_ar:>7.3f}× {iv:>13}{tp} {r.tokens_per_s:>9.2f} "
               f"{alpha:>5.2f} {r.mean_accepted:>9.2f}")
     print("best per mode:")
     for mode in Mode:
@@ -315,5 +351,7 @@ def plan_cmd(args) -> int:
     if len(by_head) > 1:
         print("best per exit head (draft ms: the head's cost per drafted token, paid in stage 1):")
         print("\n".join("  " + line for line in hd.format_comparison(hd.comparison(profile, by_head)).splitlines()))
+    print(f"90% intervals: a run over {args.prompts_n} prompts like the profile's (--prompts-n), from "
+          "prompt-to-prompt acceptance and the profile's latency spread")
     print(f"recommendation: {gpus.recommendation(profile, best, reason)}")
     return 0

@@ -107,6 +107,18 @@ class CostModel:
     def exit_head(self) -> float:
         return self._exit_head_1
 
+    def pass_overhead(self, stages: int) -> float:
+        """The fixed cost of one stage pass in a `stages`-stage pipeline (the profile's control
+        plane, `latency.control_plane`; 0 without it): host sync, sends and receives, the loop."""
+        fn = getattr(self.profile, "pass_overhead_ms", None)
+        return float(fn(stages)) if fn is not None else 0.0
+
+    def transit(self, stages: int) -> float:
+        """A message's transit between stage processes at `stages` stages (0 without a measurement);
+        a pipeline's hop is never shorter."""
+        fn = getattr(self.profile, "transit_ms", None)
+        return float(fn(stages)) if fn is not None else 0.0
+
     def layer_costs(self, context: float | None = None) -> list[float]:
         """Per-layer one-token time at one context (for partitioning); kept per context."""
         ctx = float(self.c_grid[0] if context is None else context)

@@ -14,6 +14,9 @@ from ppsd.exit_heads import SHARED as SHARED_HEAD
 from sim.modes import Mode
 
 
+LAUNCHES = ("local", "torchrun")  # Plan.launch: how the PPSD stage processes are started
+
+
 @dataclass(frozen=True)
 class Plan:
     """How to decode.
@@ -29,6 +32,10 @@ class Plan:
     placement    device index of each stage; None = one device per stage
     hop_ms       one-way stage-to-stage message time; None = the profile's measured hop
     exit_head    which exit head drafts ("shared" = final norm + LM head)
+    launch       how PPSD stage processes are started: "local" (`ppsd run` starts them itself; a
+                 shared-memory epoch board lets stage 1 abandon a stale pass between layers) or
+                 "torchrun" (stage 1 finishes stale passes and learns of a rejection only when its
+                 in-flight cap makes it read the verdict); ignored by AR and EESD
     """
 
     mode: Mode
@@ -39,9 +46,12 @@ class Plan:
     placement: tuple[int, ...] | None = None
     hop_ms: float | None = None
     exit_head: str = SHARED_HEAD
+    launch: str = "local"
 
     def __post_init__(self):
         object.__setattr__(self, "mode", Mode.parse(self.mode))
+        if self.launch not in LAUNCHES:
+            raise UserError(f"unknown launch mode {self.launch!r}", f"use one of: {', '.join(LAUNCHES)}")
         if self.stage_bounds is not None:
             object.__setattr__(self, "stage_bounds", tuple(int(b) for b in self.stage_bounds))
             object.__setattr__(self, "stages", len(self.stage_bounds) - 1)
@@ -64,7 +74,8 @@ class Plan:
         if self.mode is Mode.EESD:
             return f"EESD E={self.exit_layer} γ={self.draft_len}{head}"
         bounds = "" if self.stage_bounds is None else " [" + ",".join(map(str, self.stage_bounds)) + "]"
-        return f"PPSD E={self.exit_layer} k={self.num_stages}{bounds}{head}"
+        launch = "" if self.launch == "local" else f" ({self.launch})"
+        return f"PPSD E={self.exit_layer} k={self.num_stages}{bounds}{head}{launch}"
 
     def validate(self, num_layers: int, num_devices: int | None = None) -> Plan:
         """Raise UserError naming the valid range for anything out of range; return self."""
@@ -153,6 +164,15 @@ class SimulatedDetails:
     budget: str | None = None        # same-budget comparison: "2 cores", "4 GPUs" (sim/budget.py); None without
     budget_tokens_per_s: float | None = None  # the plan with every unit of the budget (AR, EESD: all of them)
     ar_tp_tokens_per_s: float | None = None   # AR on the whole budget (all cores / tensor parallel)
+    # the interval of speedup_vs_ar (sim/intervals.py): prompt-to-prompt acceptance for
+    # `interval_prompts` prompts and the profile's latency spread; the same-budget twins scaled alike
+    predicted_speedup_lo: float | None = None
+    predicted_speedup_hi: float | None = None
+    speedup_vs_ar_tp_lo: float | None = None
+    speedup_vs_ar_tp_hi: float | None = None
+    interval_level: float | None = None      # 0.9
+    interval_prompts: int | None = None      # n: the prompts the interval is for
+    interval_method: str | None = None       # "replay" | "closed form" | "latency" | "exact"
 
 
 @dataclass

@@ -32,15 +32,13 @@ ALPHA_CAP = 0.999            # acceptance kept below 1 so the closed forms stay 
 def acceptance_by_exit(profile, scale: float = 1.0, temperature: float = 0.0, category: str | None = None,
                        head: str = SHARED) -> dict[int, float]:
     """{exit layer: acceptance} as the closed forms use it: the greedy match rate α at T = 0, the
-    mean β when sampling; times the what-if scale, capped at ALPHA_CAP."""
+    mean β at a temperature the profile holds when sampling (`Profile.beta_by_exit`: along sampled
+    trajectories when recorded; UserError naming the recorded temperatures otherwise); times the
+    what-if scale, capped at ALPHA_CAP."""
     if temperature <= 0:
         means = profile.alpha_by_exit(category=category, head=head)
     else:
-        acc = profile.acceptance
-        acc = acc[acc["head"] == head]
-        if category is not None:
-            acc = acc[acc["category"] == category]
-        means = {int(e): float(v) for e, v in acc.groupby("exit_layer")["beta"].mean().items()}
+        means = profile.beta_by_exit(temperature, category=category, head=head)
     return {int(e): float(min(v * scale, ALPHA_CAP)) for e, v in means.items()}
 
 

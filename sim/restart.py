@@ -24,6 +24,9 @@ import math
 import numpy as np
 from scipy.special import ndtr
 
+# A stretch that ends this many σ before the commit adds at most σ·φ(8) ≈ 5e-15 σ: nothing. The
+# engines skip such stretches (they are most of a long cycle's passes).
+WINDOW_SIGMAS = 8.0
 TIE_MS = 1e-7  # a flush this close after stage 1's last layer counts as arriving right at it (float noise)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -47,3 +50,21 @@ def head_wait(head_start, head_end, flush, sigma):
     a, b = (hs - fr) / s, (he - fr) / s
     soft = (he - fr) * (ndtr(b) - ndtr(a)) - s * _INV_SQRT_2PI * (np.exp(-0.5 * a * a) - np.exp(-0.5 * b * b))
     return np.where(sg > 0.0, np.maximum(soft, 0.0), hard)
+
+
+def board_wait(seg_start, seg_end, commit, hop, sigma):
+    """The runtime's restart rule with the local epoch board (elementwise over stage 1's uncuttable
+    stretches [seg_start, seg_end]: a layer, the embedding, or the pass's tail of overhead and exit
+    head). The last stage posts a rejection on the board at `commit`; stage 1 drops its pass at the
+    next place it looks (a stretch's end) and the corrected token enters when the verdict arrives,
+    at commit + hop, or when stage 1 leaves the stretch, whichever is later. The wait beyond
+    commit + hop for one stretch: (seg_end − hop − commit)⁺ when the commit lands inside it; with
+    jitter σ its expectation over the commit time (`head_wait` over [seg_start, seg_end − hop]), so a
+    stretch that begins just after the commit still counts a little. 0 for stretches no longer than
+    the hop. Callers pass the stretches of stage 1's passes begun before the commit: a pass that
+    would start after it never does (stage 1 looks at the board first), as in `head_wait`'s rule."""
+    hs, se = np.asarray(seg_start, dtype=float), np.asarray(seg_end, dtype=float)
+    he = se - float(hop)
+    ok = he > hs
+    w = head_wait(hs, np.where(ok, he, hs), commit, sigma)
+    return np.where(ok, w, 0.0)

@@ -140,6 +140,16 @@ def simulate(profile, plan: Plan, *, tokens=None, acceptance="trace", alpha=None
                 check_prompt_len(prompt_len))
 
 
+def simulate_stream(profile, plan: Plan, stream: Stream, *, engine: str = "event", timeline: bool = False,
+                    budget: int | None = None, seed: int = 0) -> Result:
+    """Simulate a plan on a stream made elsewhere (e.g. `sim.intervals.pooled_stream`: one profile's
+    acceptance over other prompts' lengths); otherwise as `simulate`."""
+    if engine not in ENGINES:
+        raise UserError(f"unknown engine {engine!r}", "use engine event or fast")
+    plan = resolve_plan(plan, profile)
+    return _run(profile, plan, stream, engine, timeline, seed, default_budget(profile, budget))
+
+
 def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=None, alpha_scale=1.0,
           temperature=0.0, tokens=DEFAULT_TOKENS, category=None, exit_head=SHARED, seed=0,
           budget: int | None = None, alpha_by_exit: dict[int, float] | None = None,

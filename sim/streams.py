@@ -135,12 +135,45 @@ def _traces(profile, head: str) -> dict[int, _Trace]:
     return out
 
 
+def _sampled_traces(profile, head: str, temperature: float) -> dict[int, _Trace]:
+    """Per exit layer, each prompt's β along its trajectory sampled at `temperature` (a temperature
+    the profile holds: `Profile.beta_rows`), in position order; `match` is unused there (zeros)."""
+    key = (id(profile), head, float(temperature))
+    hit = _TRACES.get(key)
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    df = profile.beta_rows(temperature, head).sort_values(["exit_layer", "prompt_id", "position"], kind="stable")
+    ctx = _prompt_contexts(profile)
+    c0 = float(profile.context_values[0])
+    out: dict[int, _Trace] = {}
+    for (ex, pid), g in df.groupby(["exit_layer", "prompt_id"], sort=True):
+        t = out.setdefault(int(ex), _Trace([], [], [], [], []))
+        beta = g["beta"].to_numpy(dtype=float)
+        t.prompt_ids.append(str(pid))
+        t.categories.append(str(g["category"].iloc[0]))
+        t.match.append(np.zeros(len(beta), dtype=bool))
+        t.beta.append(np.where(np.isfinite(beta), beta, 0.0))
+        t.start_context.append(ctx.get(str(pid), c0))
+    if len(_TRACES) > 16:
+        _TRACES.clear()
+    _TRACES[key] = (profile, out)
+    return out
+
+
 def trace_stream(profile, exit_layer: int, *, tokens: int | None = None, category: str | None = None,
                  prompt_ids=None, temperature: float = 0.0, seed: int = 0, head: str = SHARED,
                  alpha_scale: float = 1.0) -> Stream:
     """The recorded traces of one exit layer as a stream (see module doc). temperature > 0 draws
-    each position from Bernoulli(β_p); alpha_scale ≠ 1 rescales acceptance (seeded what-if)."""
-    traces = _traces(profile, head)
+    each position from Bernoulli(β_p), β at exactly that temperature: along the profile's
+    trajectories sampled at it (source "beta-sampled"), or for a profile without them the legacy β
+    along the greedy trajectory when it was recorded at that temperature (source "beta"); any other
+    temperature is a UserError naming the ones the profile holds (no substitution, no
+    interpolation). alpha_scale ≠ 1 rescales acceptance (seeded what-if)."""
+    sampled = bool(temperature and temperature > 0)
+    if sampled:
+        temperature = profile.match_temperature(temperature)
+        sampled = profile.beta_trajectory == "sampled"
+    traces = _sampled_traces(profile, head, temperature) if sampled else _traces(profile, head)
     tr = traces.get(int(exit_layer))
     if tr is None:
         raise UserError(f"profile {profile.path} has no acceptance trace for exit layer {exit_layer}",
@@ -184,7 +217,7 @@ def trace_stream(profile, exit_layer: int, *, tokens: int | None = None, categor
     source = "trace"
     if temperature and temperature > 0:
         match = rng.random(len(beta)) < np.clip(beta * alpha_scale, 0.0, 1.0)
-        source = "beta"
+        source = "beta-sampled" if sampled else "beta"
     elif alpha_scale != 1.0:
         if alpha_scale < 0:
             raise UserError(f"alpha scale {alpha_scale} is negative", "give --alpha-scale F with F >= 0")

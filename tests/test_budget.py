@@ -96,3 +96,31 @@ def test_estimated_gpu_profiles_carry_tensor_parallel_baselines(tmp_path):
     # an eager stack is host-bound at batch 1: splitting the GPU work saves nothing, the all-reduces cost
     assert eager.at_parallel(2).layer_ms(0) >= eager.layer_ms(0)
     assert default_budget(p, None).label == "4 GPUs"
+
+
+def test_thread_tables_price_the_whole_step_ratio_the_profiler_measured(two_cores, tmp_path):
+    """Pieces timed alone are distorted differently at each thread count; the tables at 2 threads
+    are scaled so that AR on 2 threads relates to AR on 1 thread as the measured whole steps do."""
+    import shutil
+
+    folder = tmp_path / "whole"
+    shutil.copytree(two_cores.path, folder)
+    meta = json.loads((folder / "profile.json").read_text())
+    base = load_profile(folder)
+    parts_1 = base._parts_ms(base.layers, base.embedding, base.head)
+    parts_2 = parts_1 / SPEEDUP_2T
+    # measured: the whole step is 1.15x the pieces at 1 thread, 1.03x at 2 threads
+    meta["latency"]["whole_step"] = {"context": int(base.context_values[0]), "n": 1, "median_ms": 1.15 * parts_1,
+                                     "sum_of_parts_ms": parts_1, "ratio": 1 / 1.15}
+    meta["latency"]["parallel"]["tables"]["2"]["whole_step_ms"] = 1.03 * parts_2
+    (folder / "profile.json").write_text(json.dumps(meta))
+    p = load_profile(folder)
+    assert p.whole_step_consistency(1) == 1.0
+    assert p.whole_step_consistency(2) == pytest.approx(1.03 / 1.15)
+    assert p.at_parallel(2).layer_ms(0) == pytest.approx(p.layer_ms(0) / SPEEDUP_2T * 1.03 / 1.15)
+    ar = api.simulate(p, Plan(Mode.AR), tokens=300)
+    whole_ratio = (1.15 * parts_1) / (1.03 * parts_2)
+    assert ar.details.ar_tp_tokens_per_s / ar.tokens_per_s == pytest.approx(whole_ratio, rel=1e-6)
+    pp = api.simulate(p, Plan(Mode.PPSD, 6, stages=2), tokens=300)  # 1-thread pricing untouched
+    assert pp.speedup_vs_ar == pytest.approx(api.simulate(two_cores, Plan(Mode.PPSD, 6, stages=2),
+                                                          tokens=300).speedup_vs_ar, rel=1e-9)

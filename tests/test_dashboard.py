@@ -58,6 +58,17 @@ def _trace(spec: dict, name_prefix: str) -> dict:
     return next(t for t in spec["data"] if str(t.get("name", "")).startswith(name_prefix))
 
 
+def _values(v) -> list[float]:
+    """A trace's x or y as numbers: plotly sends numpy arrays as {"dtype", "bdata" (base64)}."""
+    if isinstance(v, dict) and "bdata" in v:
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).astype(float).tolist()
+    return [float(x) for x in v]
+
+
 def _control(at: AppTest, label: str):
     return next(w for w in [*at.slider, *at.select_slider] if w.label == label)
 
@@ -148,28 +159,38 @@ def test_planner_controls_change_the_plotted_data(monkeypatch, data_root):
     assert "PPSD k = 3" in names and "PPSD k = 4" not in names
 
 
-def test_planner_answers_a_control_change_within_half_a_second(monkeypatch, data_root):
-    """Script time of the rerun after each control change, the page having been open long enough
-    for the background sweeps of the neighbouring settings to finish."""
-    roots = [EXAMPLE.parent] if (EXAMPLE / "profile.json").exists() else [data_root / "examples"]
+def test_planner_answers_a_warmed_control_change_from_the_cache(monkeypatch, data_root):
+    """After the page has been open long enough for the background worker to sweep the settings one
+    control step away (a user pausing between moves), every control change is answered from the
+    cache: no sweep runs in the foreground and the page shows the exact sweep, not the closed-form
+    preview. This is what keeps the planner fast; the time itself is a benchmark
+    (bench/bench_dashboard.py, target 0.5 s), not a unit test, since it depends on the machine."""
+    from dashboard import sweep_cache
+
+    # the synthetic 12-layer profile: what is checked is where each answer comes from, and its
+    # sweeps take a fraction of the 30-layer example's (bench/bench_dashboard.py times the example)
+    roots = [data_root / "examples"]
     at = _app(monkeypatch, roots)
     at.switch_page("views/planner.py").run()
     assert not _problems(at)
     profile_dir = data.find_profiles(roots)[0]
     t_rec = float((json.loads((profile_dir / "profile.json").read_text()).get("acceptance") or {}).get("temperature")
                   or 0.0)
-    timings = {}
+    foreground = []
+    real_compute = sweep_cache.compute
+    monkeypatch.setattr(sweep_cache, "compute", lambda key, devices: foreground.append((key, devices))
+                        or real_compute(key, devices))
     for label, value in [("exit layer E", 10), ("draft length γ (EESD)", 6), ("stages k (PPSD)", 3),
                          ("devices", 6), ("hop latency (ms)", 1.0), ("acceptance scale", 1.25),
                          ("temperature", t_rec), ("devices", 2), ("exit layer E", 3)]:
         _wait_for_warm_sweeps()
-        t = time.perf_counter()
+        before = len(foreground)
         _control(at, label).set_value(value).run()
-        timings[f"{label} -> {value}"] = time.perf_counter() - t
         assert not _problems(at), label
-    print("planner rerun seconds:", {k: round(v, 3) for k, v in timings.items()})
-    slow = {k: v for k, v in timings.items() if v > 0.5}
-    assert not slow, f"controls slower than 0.5 s: {slow}"
+        assert len(foreground) == before, f"{label} -> {value} swept in the foreground: {foreground[before:]}"
+        shown = " ".join(str(m.value) for m in [*at.caption, *at.markdown, *at.info])
+        assert "closed-form preview" not in shown, f"{label} -> {value} is still a preview after warming"
+    assert sweep_cache.CACHE.failures == 0
 
 
 def test_empty_state_pages_render_without_profiles(monkeypatch, tmp_path):
@@ -410,3 +431,31 @@ def test_estimate_is_shown_next_to_the_measurement(monkeypatch, heads_root):
     values = {m.label: m.value for m in at.metric}
     assert values["per-layer error (MAPE)"] == "10.0%"
     assert "AR estimated" in values and "AR measured" in values
+
+
+# --- sampled decoding (issue 14) ------------------------------------------------------------------
+def test_planner_temperature_offers_the_recorded_ones_and_moves_the_prediction(monkeypatch, tmp_path):
+    """The What-if temperature control lists exactly the temperatures the profile holds β at (0 and
+    its sampled ones), and each gives its own prediction: β at T, not another temperature's."""
+    from dashboard_fixtures import SYNTH_LAYERS, synthetic_alpha
+    from profiler.synthetic import write_synthetic_profile
+
+    root = tmp_path / "examples"
+    write_synthetic_profile(root / "sampled", alpha_by_exit=synthetic_alpha, num_layers=SYNTH_LAYERS, layer_ms=2.8,
+                            head_ms=12.6, hop_ms=0.2, model_id="synthetic-sampled-12L",
+                            beta_by_temperature={0.7: lambda e: 0.8 * synthetic_alpha(e),
+                                                 1.0: lambda e: 0.4 * synthetic_alpha(e)})
+    at = _app(monkeypatch, [root])
+    at.switch_page("views/planner.py").run()
+    assert not _problems(at)
+    temp = _control(at, "temperature")
+    assert list(temp.options) == ["0 (greedy)", "0.7 (sampling)", "1 (sampling)"]
+    curves = {}
+    for t in (0.0, 0.7, 1.0):
+        _control(at, "temperature").set_value(t).run()
+        _wait_for_warm_sweeps()
+        at.run()
+        assert not _problems(at)
+        curves[t] = _values(_trace(_spec(at, "chart_speedup"), "PPSD k = 2")["y"])
+    # lower acceptance at higher T: the PPSD curve falls, exit by exit
+    assert sum(curves[0.0]) > sum(curves[0.7]) > sum(curves[1.0])

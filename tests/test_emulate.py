@@ -168,7 +168,9 @@ def test_emulate_refuses_what_does_not_apply(tmp_path, capsys):
     assert "--device cuda does not apply" in capsys.readouterr().err
     assert main(["run", "--emulate", path, "--mode", "eesd", "--exit", "4"]) == 2  # no traces, no --force-trace
     assert "no acceptance traces" in capsys.readouterr().err
-    assert main(["validate", "--profile", path, "--predict-from", path]) == 2
-    assert "--predict-from applies only with --emulate" in capsys.readouterr().err
+    assert main(["validate", "--profile", path, "--predict-from", path]) == 2  # predicting needs acceptance
+    assert "has no acceptance traces" in capsys.readouterr().err
+    assert main(["validate", "--emulate", path, "--prompts", "builtin"]) == 2
+    assert "--prompts does not apply with --emulate" in capsys.readouterr().err
     assert main(["validate", "--emulate", path]) == 2
     assert "has no acceptance traces" in capsys.readouterr().err

@@ -33,8 +33,11 @@ def test_acceptance_by_exit_is_the_mean_match_rate_scaled_and_capped(synth):
     acc = synth.acceptance
     cat = sorted(acc["category"].unique())[0]
     beta = acc[acc["category"] == cat].groupby("exit_layer")["beta"].mean()
-    sampled = planning.acceptance_by_exit(synth, temperature=0.7, category=cat)
+    t_rec = synth.beta_temperatures()[0]  # the one temperature a synthetic profile holds β at
+    sampled = planning.acceptance_by_exit(synth, temperature=t_rec, category=cat)
     assert sampled == pytest.approx({int(e): float(v) for e, v in beta.items()})
+    with pytest.raises(UserError, match="holds acceptance at temperature"):  # no silent substitution
+        planning.acceptance_by_exit(synth, temperature=t_rec / 2, category=cat)
 
 
 def test_closed_form_sweep_speedups_equal_the_closed_form_per_plan(synth):

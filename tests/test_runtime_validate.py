@@ -7,7 +7,7 @@ import pytest
 
 from ppsd.cli import main
 from profiler.schema import load_profile
-from ppsd.validation_folder import CSV_COLUMNS, SAME_BUDGET_COLUMNS
+from ppsd.validation_folder import CSV_COLUMNS, INTERVAL_COLUMNS, SAME_BUDGET_COLUMNS
 from runtime.validate import pick_round_robin
 
 TINY = ["profile", "--model", "tiny-llama", "--limit", "4", "--max-new-tokens", "8", "--n-values", "1,2,4",
@@ -49,7 +49,7 @@ def test_validate_writes_the_folder_and_the_outputs_match_ar(tiny_profile, tmp_p
                                                     abs=1e-2)
     with open(out / "validation.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == CSV_COLUMNS + SAME_BUDGET_COLUMNS and len(rows) == 3
+    assert list(rows[0]) == CSV_COLUMNS + SAME_BUDGET_COLUMNS + INTERVAL_COLUMNS and len(rows) == 3
     # same budget (2 cores): predicted from the profile's 2-thread tables, measured against AR on 2 threads
     assert doc["budget"] == "2 cores" and doc["mape_speedup_vs_ar_tp_pct"] >= 0
     assert doc["rows"][0]["measured_speedup_vs_ar_tp"] == 1.0
@@ -74,3 +74,63 @@ def test_round_robin_spans_the_categories():
     gens = [{"prompt_id": str(i), "category": c} for i, c in enumerate("aaabbbccc")]
     assert [g["category"] for g in pick_round_robin(gens, 4)] == ["a", "b", "c", "a"]
     assert pick_round_robin(gens, 0) == gens and len(pick_round_robin(gens, 50)) == 9
+
+
+def _validate_json(args, capfd):
+    """Run `ppsd validate ... --json`: stdout (file-descriptor level, stage processes included) must be
+    the document alone."""
+    capfd.readouterr()
+    rc = main(["validate", *args, "--repeats", "1", "--warmup", "0", "--stage-timeout", "60", "--cores", "1",
+               "--ar-once", "--draws", "40", "--json"])
+    out, err = capfd.readouterr()
+    assert rc == 0, err
+    return json.loads(out), err  # raises when anything but one JSON document reached stdout
+
+
+def test_validate_split_predicts_from_the_other_prompts_with_intervals(tiny_profile, tmp_path, capfd):
+    out = tmp_path / "split"
+    doc, err = _validate_json(["--profile", str(tiny_profile), "--split", "0.5", "--plans", "eesd:2:3;ppsd:3:2",
+                               "--out", str(out)], capfd)
+    assert "[1/2]" in err and "[2/2]" in err  # progress on stderr
+    assert doc == json.loads((out / "validation.json").read_text())
+    pred, meas = set(doc["prediction_prompt_ids"]), set(doc["measured_prompt_ids"])
+    assert pred and meas and not pred & meas and doc["out_of_sample"] is True
+    assert doc["overlapping_prompt_ids"] == [] and doc["split"] == 0.5
+    assert doc["interval"]["prompts_n"] == len(meas) and doc["interval"]["draws"] == 40
+    rows = doc["rows"]
+    assert (rows[0]["predicted_speedup_lo"], rows[0]["predicted_speedup_hi"]) == (1.0, 1.0)
+    for r in rows[1:]:
+        assert r["predicted_speedup_lo"] <= r["predicted_speedup"] <= r["predicted_speedup_hi"]
+        assert r["outputs_match_ar"] is True
+    inside = [r["predicted_speedup_lo"] <= r["measured_speedup"] <= r["predicted_speedup_hi"] for r in rows[1:]]
+    assert doc["coverage"] == pytest.approx(sum(inside) / len(inside), abs=1e-4) and doc["coverage_plans"] == 2
+    # the prediction used the prediction prompts' acceptance only: the same plans predicted in sample
+    # (each measured prompt's own trace) give another figure unless acceptance happens to agree
+    assert {r["predicted_acceptance_rate"] for r in rows[1:]} != {None}
+
+
+def test_validate_prompts_file_is_in_sample_only_when_a_prompt_is_shared(tiny_profile, tmp_path, capfd):
+    gens = load_profile(tiny_profile).generations()
+    new = [{"question_id": f"new{i}", "category": "writing", "turns": [f"Write a haiku number {i} about rain."]}
+           for i in range(2)]
+    disjoint, shared = tmp_path / "new.jsonl", tmp_path / "shared.jsonl"
+    disjoint.write_text("".join(json.dumps(q) + "\n" for q in new))
+    same_text = {"question_id": "renamed", "category": gens[0]["category"], "turns": [gens[0]["prompt"]]}
+    shared.write_text("".join(json.dumps(q) + "\n" for q in [new[0], same_text]))
+    doc, _ = _validate_json(["--profile", str(tiny_profile), "--prompts", str(disjoint), "--plans", "eesd:2:2",
+                             "--out", str(tmp_path / "a")], capfd)
+    assert doc["out_of_sample"] is True and doc["measured_prompt_ids"] == ["new0", "new1"]
+    assert doc["measured_prompts"] == f"file {disjoint}"
+    assert set(doc["prediction_prompt_ids"]) == {g["prompt_id"] for g in gens}
+    doc, _ = _validate_json(["--profile", str(tiny_profile), "--prompts", str(shared), "--plans", "eesd:2:2",
+                             "--out", str(tmp_path / "b")], capfd)
+    assert doc["out_of_sample"] is False and doc["overlapping_prompt_ids"] == ["renamed"]
+
+
+def test_validate_refuses_mixed_prompt_sources(tiny_profile, tmp_path, capsys):
+    for args, words in ((["--split", "1.5"], "not a fraction"),
+                        (["--split", "0.5", "--prompts", "builtin"], "--split divides"),
+                        (["--draws", "3"], "too few")):
+        assert main(["validate", "--profile", str(tiny_profile), *args, "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0]

@@ -137,8 +137,8 @@ def test_closed_form_matches_replay_with_overlapped_exit_head(stage, hop, exit_m
     ((2.0, 1.0, 1.0, 3.0), 0.3, 1.5, [1.0, 1.0, 1.1, 1.2, 1.3]),
 ])
 def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, hop, exit_ms, factors):
-    """Per cycle, L(a) = restart_time(D(a) + hop) is exact (any k): summed over a trace's cycles it
-    equals both engines to rounding."""
+    """Per cycle, L(a) (`cycle_lengths`: the commit, the verdict's hop, the stretch stage 1 cannot cut)
+    is exact (any k): summed over a trace's cycles it equals both engines to rounding."""
     import numpy as np
 
     from sim.streams import Stream
@@ -149,10 +149,11 @@ def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, ho
     seg[0] = True
     s = Stream(match, np.full(t, 64.0), seg, "bernoulli")
     costs = PPSDCosts([np.full(t, c) for c in stage], hop, tuple(range(k)), factors, exit_ms=np.full(t, exit_ms))
-    d = ppsd_cf.pipeline_departures(stage, hop, t + 1, factors, k, exit_ms)
+    d = ppsd_cf.pipeline_departures(stage, hop, t + 1, factors, k, exit_ms, cap=k)
     starts = np.flatnonzero(np.concatenate([[True], ~match[:-1]]))
     a = np.append(starts[1:], t) - 1 - starts
-    want = sum(ppsd_cf.restart_time(d[x] + hop, stage[0], exit_ms, factors, k, k) for x in a[:-1]) + d[a[-1]]
+    lengths = ppsd_cf.cycle_lengths(stage, hop, t + 1, factors, k, exit_ms)
+    want = sum(lengths[x] for x in a[:-1]) + d[a[-1]]
     assert ppsd_replay.replay(s, costs).time_ms == pytest.approx(want, rel=1e-12)
     assert ppsd_event.run(s, costs).time_ms == pytest.approx(want, rel=1e-12)
     # and the cut-at-the-flush model would be faster whenever a flush lands in an exit head
@@ -160,7 +161,44 @@ def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, ho
     assert want >= cut
     # with timing jitter the closed form stays exact per cycle
     costs.jitter_cv = 0.03
-    soft = sum(ppsd_cf.restart_time(d[x] + hop, stage[0], exit_ms, factors, k, k, 0.03) for x in a[:-1]) + d[a[-1]]
+    soft_len = ppsd_cf.cycle_lengths(stage, hop, t + 1, factors, k, exit_ms, 0.03)
+    soft = sum(soft_len[x] for x in a[:-1]) + d[a[-1]]
     assert ppsd_replay.replay(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
     assert ppsd_event.run(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
     assert soft >= cut
+
+
+@pytest.mark.parametrize("launch", ["local", "torchrun"])
+@pytest.mark.parametrize("stage, hop, exit_ms, layers", [
+    ((2.0, 2.0, 2.0, 2.0), 0.6, 0.3, 4),   # hops long against the exit head: the in-flight cap binds
+    ((1.6, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5, 1.6), 0.4, 0.1, 8),  # 8 stages
+    ((3.0, 1.0, 2.0), 0.2, 1.2, 3),
+])
+def test_closed_form_cycles_exact_with_cap_checkpoints_and_launch(stage, hop, exit_ms, layers, launch):
+    """With stage 1's layer checkpoints, the in-flight cap and either launch rule, L(a) summed over a
+    trace's cycles equals both engines, with and without jitter."""
+    import numpy as np
+
+    from sim.streams import Stream
+
+    k, t = len(stage), 500
+    match = np.random.default_rng(3).random(t) < 0.7
+    seg = np.zeros(t, dtype=bool)
+    seg[0] = True
+    s = Stream(match, np.full(t, 64.0), seg, "bernoulli")
+    cps = list(np.linspace(0.05, stage[0] - exit_ms - 0.1, layers + 1))
+    starts = np.flatnonzero(np.concatenate([[True], ~match[:-1]]))
+    a = np.append(starts[1:], t) - 1 - starts
+    d = ppsd_cf.pipeline_departures(stage, hop, t + 1, None, k, exit_ms, cap=k)
+    for cv in (0.0, 0.03):
+        costs = PPSDCosts([np.full(t, c) for c in stage], hop, tuple(range(k)), [1.0] * (k + 1),
+                          exit_ms=np.full(t, exit_ms), jitter_cv=cv,
+                          checkpoints=np.repeat(np.asarray(cps)[:, None], t, axis=1), launch=launch)
+        lengths = ppsd_cf.cycle_lengths(stage, hop, t + 1, None, k, exit_ms, cv, checkpoints=cps, launch=launch)
+        want = sum(lengths[x] for x in a[:-1]) + d[a[-1]]
+        assert ppsd_replay.replay(s, costs).time_ms == pytest.approx(want, rel=1e-12)
+        assert ppsd_event.run(s, costs).time_ms == pytest.approx(want, rel=1e-12)
+    # the cap holds stage 1 back: without it the accepted stretches would run faster
+    free = ppsd_cf.time_per_token(stage, hop, 1.0, None, k, exit_ms, cap=0)
+    capped = ppsd_cf.time_per_token(stage, hop, 1.0, None, k, exit_ms)
+    assert capped >= free - 1e-12

@@ -51,11 +51,14 @@ def eesd_both(bits, gamma, gens=None):
     return a
 
 
-def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None, exit=0.0, jitter=0.0):
+def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None, exit=0.0, jitter=0.0, checkpoints=None,
+              launch="local", cap=None):
     s = stream(bits, gens)
     k = len(stage)
+    cps = None if checkpoints is None else np.repeat(np.asarray(checkpoints, dtype=float)[:, None], len(bits), axis=1)
     costs = PPSDCosts([np.full(len(bits), c) for c in stage], hop, tuple(range(k)), factors or [1.0] * (k + 1),
-                      exit_ms=np.full(len(bits), exit), jitter_cv=jitter)
+                      exit_ms=np.full(len(bits), exit), jitter_cv=jitter, checkpoints=cps, launch=launch,
+                      inflight_cap=cap)
     a = ppsd_event.run(s, costs)
     b = ppsd_replay.replay(s, costs)
     assert a.rounds_a == b.rounds_a and a.rounds_rejected == b.rounds_rejected
@@ -118,9 +121,12 @@ def test_ppsd_hand_timing_exit_head_overlaps():
     st = ppsd_both([1, 1, 1], hop=0.5, exit=0.4)
     assert st.time_ms == pytest.approx(3.1 + 2 * 2.0)
     # a slow exit head binds: stage 2 is done at 0.5 + 0.5 + 1 but the draft arrives at 3 + 0.5; the
-    # rejection then reaches stage 1 at 4.0, inside the exit head [3.5, 6.0) of its speculative pass,
-    # which it finishes: each rejected cycle lasts 6.0 (was 3.5 + 0.5 before the uncuttable exit head)
+    # board announces the rejection at 3.5, just as stage 1's speculative pass ends its layers (before
+    # its exit head [3.5, 6.0)): it drops the pass, and the verdict lets the corrected token in at 4.0
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.5)
+    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
+    # exit head 2.8: the rejection (3.5) finds stage 1 in its exit head [3.2, 6.0), which it finishes
+    st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.8)
     assert st.time_ms == pytest.approx(2 * 6.0 + 3.5)
     # k = 3: the hidden state goes on at 0.6, the draft skips stage 2 and reaches stage 3 at 1.5
     st = ppsd_both([0, 0], stage=(1.0, 2.0, 0.5), hop=0.5, exit=0.4)
@@ -142,17 +148,25 @@ def test_ppsd_hand_timing_rejection_during_exit_head():
     # dropped right there (nothing sent, no head): the cycle lasts 4.0
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.0)
     assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
-    # exit head 2.2: layers [3, 3.8), exit head [3.8, 6.0); the flush at 4.0 waits until 6.0
+    # exit head 2.2: layers [3, 3.8), exit head [3.8, 6.0); the board's rejection at 3.5 lands in the
+    # layers: the pass is dropped, the verdict arrives at 4.0 (a flush waiting a hop would find the head)
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.2)
-    assert st.time_ms == pytest.approx(2 * 6.0 + 3.5)
+    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
+    # ... but with stage 1 looking at the board only at layer ends (a checkpoint at 0.5 and 0.8 of
+    # its pass: [3, 3.5), [3.5, 3.8) cannot be cut) a rejection at 3.5 + ε would wait for 3.8 < 4.0
+    st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.2, checkpoints=[0.4, 0.8])
+    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
     # accepted tokens are untouched; a rejection after two accepts: token 2 commits at 3 * 3 + 0.5,
-    # the flush reaches stage 1 at 10.0 inside the exit head [9.8, 12.0) of token 3: next cycle at 12
+    # inside the layers [9, 9.8) of token 3's pass: next cycle at 10
     st = ppsd_both([1, 1, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.2)
-    assert st.time_ms == pytest.approx(12.0 + 3.5)
+    assert st.time_ms == pytest.approx(10.0 + 3.5)
     # k = 3, stages (1.0, 2.2, 0.5), hop 0.5, head 0.4: token 0 leaves stage 3 at 0.6 + 0.5 + 2.2 +
-    # 0.5 + 0.5 = 4.3, the flush reaches stage 1 at 4.8, inside the head [4.6, 5) of pass 5: cycle 5.0
+    # 0.5 + 0.5 = 4.3; stage 1 has run 3 passes and waits at its in-flight cap: cycle 4.3 + 0.5
     st = ppsd_both([0, 0], stage=(1.0, 2.2, 0.5), hop=0.5, exit=0.4)
-    assert st.time_ms == pytest.approx(5.0 + 4.3)
+    assert st.time_ms == pytest.approx(4.8 + 4.3)
+    # without the cap stage 1 would be in the layers [4, 4.6) of its fifth pass at 4.3: cycle 4.8 too
+    st = ppsd_both([0, 0], stage=(1.0, 2.2, 0.5), hop=0.5, exit=0.4, cap=0)
+    assert st.time_ms == pytest.approx(4.8 + 4.3)
     # head 0.1: token 0 leaves stage 3 at 4.6, the flush at 5.1 is inside pass 6's layers [5, 5.9)
     st = ppsd_both([0, 0], stage=(1.0, 2.2, 0.5), hop=0.5, exit=0.1)
     assert st.time_ms == pytest.approx(5.1 + 4.6)
@@ -173,6 +187,47 @@ def test_fast_equals_event_random_traces(stage, hop, factors):
             ppsd_both(bits, stage, hop, gens=[150, 300], factors=factors, exit=share * stage[0])
             ppsd_both(bits, stage, hop, gens=[150, 300], factors=factors, exit=share * stage[0], jitter=0.03)
         eesd_both(bits, 4, gens=[150, 300])
+
+
+def test_fast_equals_event_random_pipelines_up_to_8_stages():
+    """Random pipelines (k = 2..8, unbalanced stages, hops long and short against the passes, layer
+    checkpoints or none, both launch rules, jitter, co-run factors): the replay equals the SimPy model
+    to 1e-9, in time, rounds and busy time; some of them with the in-flight cap binding."""
+    rng = np.random.default_rng(13)
+    bound = 0
+    for _ in range(40):
+        k = int(rng.integers(2, 9))
+        stage = tuple(float(x) for x in rng.uniform(0.3, 3.0, size=k))
+        hop = float(rng.choice([0.0, 0.05, 0.4, 1.5]))
+        exit = float(rng.uniform(0.0, 0.8)) * stage[0]
+        cps = None
+        if rng.random() < 0.7:
+            cps = np.sort(rng.uniform(0.0, stage[0] - exit, size=int(rng.integers(1, 6))))
+        launch = str(rng.choice(["local", "torchrun"]))
+        factors = None if rng.random() < 0.5 else [1.0] + list(1.0 + np.sort(rng.uniform(0.0, 0.4, size=k)))
+        alpha = float(rng.choice([0.2, 0.6, 0.9, 1.0]))
+        bits = (rng.random(300) < alpha).astype(int)
+        jitter = float(rng.choice([0.0, 0.03]))
+        st = ppsd_both(bits, stage, hop, gens=[120], factors=factors, exit=exit, jitter=jitter, checkpoints=cps,
+                       launch=launch)
+        free = ppsd_both(bits, stage, hop, gens=[120], factors=factors, exit=exit, jitter=jitter, checkpoints=cps,
+                         cap=0) if launch == "local" else None
+        bound += free is not None and st.time_ms > free.time_ms + 1e-9
+    assert bound >= 3  # the cap mattered in several of them
+
+
+def test_torchrun_rejection_waits_for_the_cap():
+    # stages (1, 1), hop 0.5, every token rejected. Local: token 0 commits at 1 + 0.5 + 1 = 2.5 and the
+    # verdict lets the next token in at 3.0. Torchrun: stage 1 keeps drafting (pass 1 [1, 2]); its
+    # cap (2) makes it read the verdict on token 0 before pass 2, at 3.0: the same here ...
+    assert ppsd_both([0, 0, 0], stage=(1.0, 1.0), hop=0.5).time_ms == pytest.approx(2 * 3.0 + 2.5)
+    assert ppsd_both([0, 0, 0], stage=(1.0, 1.0), hop=0.5, launch="torchrun").time_ms == pytest.approx(2 * 3.0 + 2.5)
+    # ... but with a slow stage 1 (3, 1) and exit head 2 it finishes pass 1 [3, 6] before reading the
+    # verdict (due at 4.0 + 0.5 = 4.5... token 0 commits at max(1 + 0.5 + 1, 3 + 0.5) = 3.5, verdict 4.0):
+    # torchrun's cycle is 6.0, local drops pass 1 at its next checkpoint (here: in the layers, at once)
+    assert ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.0).time_ms == pytest.approx(2 * 4.0 + 3.5)
+    assert ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.0,
+                     launch="torchrun").time_ms == pytest.approx(2 * 6.0 + 3.5)
 
 
 def test_jitter_expected_restart_matches_monte_carlo():
@@ -201,16 +256,18 @@ def test_jitter_smooths_the_knife_edge():
     # exactly where its speculative pass's layers end when the exit head is 2.0. Without jitter the
     # cycle jumps from 4.0 (head 2.0) to 6.0 (head 2.2); with jitter it moves smoothly in between
     # and tends to the hard rule as the jitter shrinks.
+    # (with the board, the rejection is known at the commit, 3.5, which is where the speculative
+    # pass's layers end when the exit head is 2.5: the knife edge sits there)
     def cycle(exit, jitter):
         st = ppsd_both([0] * 41, stage=(3.0, 1.0), hop=0.5, exit=exit, jitter=jitter)
         return (st.time_ms - 3.5) / 40
 
-    assert cycle(2.0, 0.0) == pytest.approx(4.0) and cycle(2.2, 0.0) == pytest.approx(6.0)
-    soft = [cycle(e, 0.02) for e in (1.9, 1.95, 2.0, 2.05, 2.1, 2.2)]
+    assert cycle(2.4, 0.0) == pytest.approx(4.0) and cycle(2.6, 0.0) == pytest.approx(6.0)
+    soft = [cycle(e, 0.02) for e in (2.4, 2.45, 2.5, 2.55, 2.6, 2.7)]
     assert all(b >= a - 1e-12 for a, b in zip(soft, soft[1:]))  # later heads never shorten a cycle
     assert 4.0 < soft[2] < 6.0 and soft[-1] - soft[0] < 2.0
-    assert cycle(2.0, 0.02) == pytest.approx(5.0, abs=0.05)  # right on the edge: half the time each way
-    assert cycle(2.2, 1e-6) == pytest.approx(6.0, abs=1e-3) and cycle(1.8, 1e-6) == pytest.approx(4.0, abs=1e-3)
+    assert cycle(2.5, 0.02) == pytest.approx(5.0, abs=0.05)  # right on the edge: half the time each way
+    assert cycle(2.7, 1e-6) == pytest.approx(6.0, abs=1e-3) and cycle(2.3, 1e-6) == pytest.approx(4.0, abs=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +301,7 @@ def test_shared_device_serialises(prof):
 
 def test_determinism_per_seed(prof):
     plan = Plan("ppsd", exit_layer=4, stages=3)
-    for kw in ({"acceptance": "bernoulli", "alpha": 0.6}, {"temperature": 0.7}):
+    for kw in ({"acceptance": "bernoulli", "alpha": 0.6}, {"temperature": prof.beta_temperatures()[0]}):
         a = api.simulate(prof, plan, tokens=800, seed=5, **kw).to_json_dict()
         b = api.simulate(prof, plan, tokens=800, seed=5, **kw).to_json_dict()
         c = api.simulate(prof, plan, tokens=800, seed=6, **kw).to_json_dict()

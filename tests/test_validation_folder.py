@@ -38,7 +38,7 @@ def test_the_committed_folder_is_written_again_byte_for_byte(tmp_path):
     assert new["mape_tokens_per_s_pct"] == doc["mape_tokens_per_s_pct"]
     with open(COMMITTED / vf.CSV_FILE, newline="") as fh:
         assert next(csv.reader(fh)) == vf.CSV_COLUMNS
-    assert [f for f in vf.ROW_FIELDS if f not in vf.SAME_BUDGET_COLUMNS] == list(doc["rows"][0])
+    assert [f for f in vf.ROW_FIELDS if f not in vf.OPTIONAL_FIELDS] == list(doc["rows"][0])
 
 
 def test_rows_read_back_from_the_csv_when_the_json_lists_none(tmp_path):
@@ -73,10 +73,11 @@ def test_a_row_from_results():
     assert row.measured_tokens_per_s_p10 == 17.5 and row.ar_reference_tokens_per_s == 15.0
     d = row.to_dict()
     assert d["mode"] == "ppsd" and type(d["mode"]) is str
-    assert list(d) == [f for f in vf.ROW_FIELDS if f not in vf.SAME_BUDGET_COLUMNS]  # same budget: when measured
+    # same budget: when measured; intervals: when predicted with one
+    assert list(d) == [f for f in vf.ROW_FIELDS if f not in vf.OPTIONAL_FIELDS]
     assert vf.ValidationRow.from_dict(d) == row
     both = row.with_same_budget(0.74, 0.7)
-    assert list(both.to_dict()) == vf.ROW_FIELDS
+    assert list(both.to_dict()) == [f for f in vf.ROW_FIELDS if f not in vf.INTERVAL_COLUMNS + vf.SAMPLED_FIELDS]
     assert both.speedup_vs_ar_tp_error_pct == pytest.approx(100 * (0.74 - 0.7) / 0.7, abs=1e-3)
     assert "measured_speedup_vs_ar_tp" in vf.csv_text([row, both]).splitlines()[0]
     assert "measured_speedup_vs_ar_tp" not in vf.csv_text([row]).splitlines()[0]
@@ -115,3 +116,49 @@ def test_the_dashboard_finds_the_timelines_of_a_non_shared_head(tmp_path):
     names = [f"runs/validate-heads: {slug}" for slug in val.timeline_files()]
     assert names[data.default_recording(names, trained)].endswith(": ppsd-e6-k2-trained")
     assert names[data.default_recording(names, shared)].endswith(": ppsd-e6-k2")
+
+
+def _row(plan, predicted, measured):
+    return vf.ValidationRow(plan=plan.label(), mode=plan.mode, exit_layer=plan.exit_layer, draft_len=None, stages=2,
+                            stage_bounds=None, predicted_tokens_per_s=10.0, measured_tokens_per_s=10.0,
+                            measured_tokens_per_s_p10=9.0, measured_tokens_per_s_p90=11.0,
+                            predicted_speedup=predicted, measured_speedup=measured, speedup_error_pct=0.0,
+                            tokens_per_s_error_pct=0.0, outputs_match_ar=True)
+
+
+def test_intervals_and_coverage_in_the_document(tmp_path):
+    ar = _row(Plan(Mode.AR), 1.0, 1.0).with_interval(1.0, 1.0)
+    inside = _row(Plan(Mode.PPSD, exit_layer=4), 1.1, 1.05).with_same_budget(0.8, 0.75).with_interval(1.0, 1.2)
+    outside = _row(Plan(Mode.PPSD, exit_layer=6), 1.1, 1.3).with_interval(1.0, 1.2)
+    assert inside.covered() and not outside.covered() and _row(Plan(Mode.AR), 1.0, 1.0).covered() is None
+    # the same-budget twin is scaled like the speedup's interval
+    assert inside.predicted_speedup_vs_ar_tp_lo == pytest.approx(0.8 / 1.1, abs=1e-4) and \
+        inside.predicted_speedup_vs_ar_tp_hi == pytest.approx(0.8 * 1.2 / 1.1, abs=1e-4)
+    src = vf.prompt_sources(predicted_from="/p", prediction_prompt_ids=["a", "b"], measured_prompt_ids=["c", "d"],
+                            measured_prompts="profile")
+    doc = vf.make_doc([ar, inside, outside], profile="/m", model="m", device_name="cpu", forced_trace=False,
+                      exit_head="shared", ar_reference="once", ar_tokens_per_s_runs=[10.0], sources=src,
+                      interval={"level": 0.9, "prompts_n": 2})
+    assert doc["out_of_sample"] is True and doc["coverage"] == 0.5 and doc["coverage_plans"] == 2
+    assert doc["prediction_prompt_ids"] == ["a", "b"] and doc["measured_prompt_ids"] == ["c", "d"]
+    assert list(doc)[-1] == "rows" and list(doc)[:12] == ["schema_version", "created", "profile", "model",
+                                                           "device_name", "mape_speedup_pct", "mape_tokens_per_s_pct",
+                                                           "forced_trace", "exit_head", "ar_reference",
+                                                           "ar_tokens_per_s_runs", "predicted_from"]
+    vf.write_validation(tmp_path, doc)
+    with open(tmp_path / vf.CSV_FILE, newline="") as fh:
+        header = next(csv.reader(fh))
+    assert header[-4:] == vf.INTERVAL_COLUMNS
+    back = vf.read_rows(tmp_path, {**vf.read_doc(tmp_path), "rows": []})  # from the CSV
+    assert back[2]["predicted_speedup_lo"] == 1.0 and back[2]["predicted_speedup_hi"] == 1.2
+
+
+def test_out_of_sample_only_when_the_prompt_sets_are_disjoint():
+    def oos(pred, meas, **kw):
+        return vf.prompt_sources(predicted_from="/p", prediction_prompt_ids=pred, measured_prompt_ids=meas,
+                                 measured_prompts="profile", **kw)["out_of_sample"]
+
+    assert oos(["a", "b"], ["c"]) is True
+    assert oos(["a", "b"], ["b", "c"]) is False  # one shared prompt is enough to make it in sample
+    assert oos(["a", "b"], ["a", "b"]) is False
+    assert oos(["a"], ["z"], overlap=["z"]) is False  # the same prompt text under another id

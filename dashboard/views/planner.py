@@ -36,10 +36,16 @@ measured_hop = round(profile.hop_ms(), 3)
 # the background (dashboard/sweep_cache.py), so moving one of them answers from the cache.
 HOP_OPTIONS = sorted({0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, measured_hop})
 SCALE_OPTIONS = [0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0]
-acc_meta = profile.meta.get("acceptance") or {}
-t_rec = float(acc_meta.get("temperature") or 0.0)
-# β is recorded at one temperature, so "sampling" means that temperature: the slider offers it
-TEMP_OPTIONS = [0.0, t_rec] if t_rec > 0 else [0.0]
+# the temperatures the profile holds β at (0 = greedy; no other is offered: the prediction at a T
+# comes from β recorded at exactly that T, never from another one)
+TEMP_OPTIONS = profile.temperatures() or [0.0]
+T_SAMPLED = profile.beta_temperatures()
+T_HELP = (f" This profile holds β along {'sampled' if profile.beta_trajectory == 'sampled' else 'greedy'} "
+          f"trajectories at T = {', '.join(f'{t:g}' for t in T_SAMPLED)}"
+          + ("." if profile.beta_trajectory == "sampled" else
+             " (legacy: the greedy path over-predicts acceptance under sampling; re-profile with "
+             "`ppsd profile --temperatures 0.7,1.0`).")
+          if T_SAMPLED else " This profile recorded no β: re-profile with `ppsd profile --temperatures 0.7,1.0`.")
 
 left, right = st.columns([1, 3], gap="medium")
 with left:
@@ -52,8 +58,7 @@ with left:
                              format_func=lambda x: f"{x:g}×", help=theme.GLOSSARY["alpha_scale"])
     temp = st.select_slider("temperature", TEMP_OPTIONS, 0.0, key=f"pl_temp_{pk}",
                             format_func=lambda t: "0 (greedy)" if t == 0 else f"{t:g} (sampling)",
-                            help=theme.GLOSSARY["temperature"] + (f" β was recorded at T = {t_rec:g}." if t_rec
-                                                                   else " This profile recorded no β."))
+                            help=theme.GLOSSARY["temperature"] + T_HELP)
     head = HEADS[0]
     if len(HEADS) > 1:
         head = st.selectbox("exit head", HEADS, HEADS.index(head0), key=f"pl_head_{pk}", format_func=head_label,
@@ -99,6 +104,9 @@ with right:
         [{"exit_layer": exit_layer, "speedup": sel_p["speedup"], "label": sel_p["plan"]},
          {"exit_layer": exit_layer, "speedup": sel_e["speedup"], "label": sel_e["plan"]}], N)
     st.plotly_chart(fig, key="chart_speedup")
+    if not preview and "speedup_lo" in table.columns and table["speedup_lo"].notna().any():
+        st.caption("Shaded bands: 90% intervals for a run over 8 prompts like the profile's (prompt-to-prompt "
+                   "acceptance bootstrapped over its prompts, and its latency spread; `ppsd plan --prompts-n`).")
     ar_tps = float(table.loc[table["mode"] == Mode.AR, "tokens_per_s"].iloc[0]) if (table["mode"] == Mode.AR).any() \
         else None
     m = st.columns(4)
@@ -132,7 +140,7 @@ st.subheader("Top plans")
 top = table.sort_values("speedup", ascending=False).head(12)
 st.dataframe(
     top[["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s", "speedup",
-         "mean_accepted"]],
+         *[c for c in ("speedup_lo", "speedup_hi") if c in top.columns], "mean_accepted"]],
     hide_index=True, width="stretch",
     column_config={
         "mode": st.column_config.TextColumn("mode", help="ar / eesd / ppsd"),
@@ -142,6 +150,10 @@ st.dataframe(
         "stage_bounds": st.column_config.TextColumn("stage bounds", help="layer cut points 0, E, …, N"),
         "tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
         "speedup": st.column_config.NumberColumn("speedup", format="%.2f×", help=theme.GLOSSARY["speedup"]),
+        "speedup_lo": st.column_config.NumberColumn("5%", format="%.2f×", help="Lower end of the 90% interval: "
+                                                    "a run over 8 prompts like the profile's (prompt-to-prompt "
+                                                    "acceptance and the profile's latency spread)"),
+        "speedup_hi": st.column_config.NumberColumn("95%", format="%.2f×", help="Upper end of the 90% interval"),
         "mean_accepted": st.column_config.NumberColumn("tokens / round", format="%.2f",
                                                        help="Tokens committed per verification round."),
     },

@@ -41,11 +41,24 @@ if "outputs_match_ar" in rows.columns:
                 help="Greedy EESD and PPSD must produce exactly the AR tokens (lossless).")
 st.caption(f"Model {meta.get('model', '?')} · device {meta.get('device_name', '?')} · "
            f"created {str(meta.get('created', '?'))[:19]} · profile `{meta.get('profile', '?')}`")
+if meta.get("predicted_from") is not None:
+    sample = ("**out of sample**: the predicting prompts and the measured ones are disjoint"
+              if meta.get("out_of_sample") else
+              f"**in sample**: {len(meta.get('overlapping_prompt_ids') or [])} measured prompts are among the "
+              "predicting ones")
+    st.markdown(f"Predicted from `{meta['predicted_from']}` ({len(meta.get('prediction_prompt_ids') or [])} prompts' "
+                f"acceptance) for {len(meta.get('measured_prompt_ids') or [])} measured prompts "
+                f"({meta.get('measured_prompts', '?')}): {sample}.")
+if meta.get("coverage") is not None:
+    n_iv = (meta.get("interval") or {}).get("prompts_n")
+    st.markdown(f"90% intervals (sized for {n_iv} prompts: prompt-to-prompt acceptance and the profile's latency "
+                f"spread) hold **{meta['coverage']:.0%}** of {meta.get('coverage_plans')} measured speedups; the "
+                "bands in the chart are those intervals.")
 
 st.plotly_chart(charts.predicted_vs_measured(rows), key="chart_validation")
 
 st.subheader("Per-plan error")
-show = [c for c in vf.CSV_COLUMNS if c in rows.columns]
+show = [c for c in vf.CSV_COLUMNS + ["predicted_speedup_lo", "predicted_speedup_hi"] if c in rows.columns]
 st.dataframe(
     rows[show], hide_index=True, width="stretch",
     column_config={
@@ -54,6 +67,10 @@ st.dataframe(
         "measured_tokens_per_s_p10": st.column_config.NumberColumn("measured p10 tokens/s", format="%.1f"),
         "measured_tokens_per_s_p90": st.column_config.NumberColumn("measured p90 tokens/s", format="%.1f"),
         "predicted_speedup": st.column_config.NumberColumn("predicted ×", format="%.2f×"),
+        "predicted_speedup_lo": st.column_config.NumberColumn("predicted 5%", format="%.2f×",
+                                                              help="Lower end of the prediction's 90% interval."),
+        "predicted_speedup_hi": st.column_config.NumberColumn("predicted 95%", format="%.2f×",
+                                                              help="Upper end of the prediction's 90% interval."),
         "measured_speedup": st.column_config.NumberColumn("measured ×", format="%.2f×"),
         "speedup_error_pct": st.column_config.NumberColumn("speedup error", format="%.1f%%"),
         "tokens_per_s_error_pct": st.column_config.NumberColumn("tokens/s error", format="%.1f%%"),

@@ -48,9 +48,10 @@ class PPSD(Scheme):
         costs = self.unit_costs(profile, plan, np.array([float(context)]))
         if not self.can_replay(costs):
             raise ValueError("the closed form needs one device per stage; simulate shared placements")
+        cps = None if costs.checkpoints is None else [float(c[0]) for c in costs.checkpoints]
         return _closed_form.time_per_token([float(s[0]) for s in costs.stage], costs.hop_ms, alpha,
                                            corun_factors(profile, costs.k), costs.k, float(costs.exit_array()[0]),
-                                           costs.jitter_cv)
+                                           costs.jitter_cv, checkpoints=cps, launch=costs.launch, cap=costs.cap)
 
     def first_token_ms(self, plan: Plan, whole_prefill_ms: float) -> float:
         # the prompt's hidden states go through the stages one after another (one payload per hop);

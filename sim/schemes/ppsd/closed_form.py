@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.restart import TIE_MS, head_wait, jitter_sigma
+from sim.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
 
 
 def ideal_speedup(alpha: float, exit_layer: int, num_layers: int) -> float:
@@ -37,15 +37,16 @@ def ideal_speedup(alpha: float, exit_layer: int, num_layers: int) -> float:
 
 
 
-def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
-                        factors: Sequence[float] | None = None, num_devices: int | None = None,
-                        exit_ms: float = 0.0) -> list[float]:
-    """D(i), i < count: when the i-th token after a restart leaves the last stage, for a pipeline
-    that is empty at time 0 and whose stage 1 drafts back to back. Token i's pass at stage m takes
-    stage_ms[m] · factors[min(devices, m + 1 + i)] (the co-run slowdown while the pipeline fills).
-    exit_ms is the exit head's part of stage_ms[0]: the hidden state leaves stage 1 that much
-    (slowed alike) before its pass ends, and the last stage's D(i) is at least stage 1's pass end
-    + hop (the draft's arrival)."""
+def cycle_schedule(stage_ms: Sequence[float], hop_ms: float, count: int,
+                   factors: Sequence[float] | None = None, num_devices: int | None = None,
+                   exit_ms: float = 0.0, cap: int = 0) -> tuple[list[float], list[float]]:
+    """(stage 1's pass ends, D(i)) for i < count: when the i-th token after a restart leaves stage 1
+    and the last stage, for a pipeline that is empty at time 0 and whose stage 1 drafts back to
+    back, but (cap > 0) starts its pass i only once the verdict on pass i − cap is in (D(i − cap) +
+    hop: the runtime's in-flight cap). Token i's pass at stage m takes stage_ms[m] ·
+    factors[min(devices, m + 1 + i)] (the co-run slowdown while the pipeline fills). exit_ms is the
+    exit head's part of stage_ms[0]: the hidden state leaves stage 1 that much (slowed alike) before
+    its pass ends, and the last stage's D(i) is at least stage 1's pass end + hop (the draft's arrival)."""
     k = len(stage_ms)
     devices = k if num_devices is None else num_devices
     fac = [1.0] * (devices + 1) if factors is None else list(factors)
@@ -54,9 +55,12 @@ def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
         return fac[min(min(devices, m + 1 + i), len(fac) - 1)]
 
     prev = [0.0] * k  # departure of the previous token from each stage
-    out = []
+    ends, out = [], []
     for i in range(count):
-        end1 = prev[0] + stage_ms[0] * f(i, 0)
+        s = prev[0]
+        if cap and i >= cap:
+            s = max(s, out[i - cap] + hop_ms)
+        end1 = s + stage_ms[0] * f(i, 0)
         prev[0] = end1
         t = end1 - exit_ms * f(i, 0)  # the hidden state leaves before the exit head
         for m in range(1, k):
@@ -64,70 +68,97 @@ def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
             if m == k - 1:
                 t = max(t, end1 + hop_ms)  # the draft must have arrived
             prev[m] = t
+        ends.append(end1)
         out.append(t)
-    return out
+    return ends, out
+
+
+def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
+                        factors: Sequence[float] | None = None, num_devices: int | None = None,
+                        exit_ms: float = 0.0, cap: int = 0) -> list[float]:
+    """D(i), i < count: when the i-th token after a restart leaves the last stage (`cycle_schedule`)."""
+    return cycle_schedule(stage_ms, hop_ms, count, factors, num_devices, exit_ms, cap)[1]
 
 
 def time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
-                        factors: Sequence[float] | None = None, num_devices: int | None = None,
-                        exit_ms: float = 0.0, jitter_cv: float = 0.0) -> float:
+                   factors: Sequence[float] | None = None, num_devices: int | None = None,
+                   exit_ms: float = 0.0, jitter_cv: float = 0.0, *, checkpoints: Sequence[float] | None = None,
+                   launch: str = "local", cap: int | None = None) -> float:
     """Expected ms per committed token of PPSD (see module doc); exact for the engines' model.
-    exit_ms: the exit head's part of stage_ms[0] (see `pipeline_departures`); jitter_cv: the
-    relative spread of a pass, which softens the restart race (sim/restart.py)."""
+    exit_ms: the exit head's part of stage_ms[0] (see `cycle_schedule`); jitter_cv: the relative
+    spread of a pass, which softens the restart race (sim/restart.py); checkpoints: where stage 1
+    looks at the epoch board, offsets from its pass start (`PPSDCosts.checkpoints` at one context;
+    None: anywhere before the exit head); launch "local" or "torchrun"; cap: the in-flight cap
+    (None: k; 0: none)."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha {alpha} outside [0, 1]")
     k = len(stage_ms)
-    if alpha >= 1.0 - 1e-12:  # never flushes: the slowest (slowed-down) stage sets the pace
-        d = pipeline_departures(stage_ms, hop_ms, 4 * k + 8, factors, num_devices, exit_ms)
+    cap = k if cap is None else int(cap)
+    if launch != "local" and not cap:
+        raise ValueError("under torchrun stage 1 reads verdicts only at its in-flight cap: give one")
+    if alpha >= 1.0 - 1e-12:  # never flushes: the slowest (slowed-down) stage or the cap sets the pace
+        d = pipeline_departures(stage_ms, hop_ms, 4 * k + 8 + 4 * cap, factors, num_devices, exit_ms, cap)
         return d[-1] - d[-2]
     # P(a) = (1-α) α^a; stop where the remaining mass is below 1e-17
     count = k + 2 if alpha <= 0.0 else min(200_000, int(math.log(1e-17) / math.log(alpha)) + k + 2)
-    d = pipeline_departures(stage_ms, hop_ms, count, factors, num_devices, exit_ms)
-    total, p = 0.0, 1.0 - alpha
-    for a in range(count):
-        total += p * restart_time(d[a] + hop_ms, stage_ms[0], exit_ms, factors, num_devices, k, jitter_cv)
-        p *= alpha
-    return total * (1.0 - alpha)
+    lengths = cycle_lengths(stage_ms, hop_ms, count, factors, num_devices, exit_ms, jitter_cv,
+                            checkpoints=checkpoints, launch=launch, cap=cap)
+    p = (1.0 - alpha) * alpha ** np.arange(count, dtype=float)
+    return float(np.sum(p * lengths)) * (1.0 - alpha)
 
 
-def restart_time(flush_ms: float, stage1_ms: float, exit_ms: float, factors: Sequence[float] | None = None,
-                 num_devices: int | None = None, k: int = 2, jitter_cv: float = 0.0) -> float:
-    """When the corrected token enters stage 1, for a flush reaching it flush_ms after the cycle's
-    restart: at the flush, unless stage 1 (drafting back to back since the restart, pass i taking
-    stage1_ms · factor(i)) is then inside the exit head of a pass, which it finishes first. With
-    jitter_cv > 0, the flush plus the expected wait over the heads of the passes begun before it
-    (sim/restart.py)."""
-    if exit_ms <= 0.0:
-        return flush_ms
+def cycle_lengths(stage_ms: Sequence[float], hop_ms: float, count: int,
+                  factors: Sequence[float] | None = None, num_devices: int | None = None,
+                  exit_ms: float = 0.0, jitter_cv: float = 0.0, *, checkpoints: Sequence[float] | None = None,
+                  launch: str = "local", cap: int | None = None) -> np.ndarray:
+    """L(a), a < count: how long a cycle that accepts a drafts lasts, from its restart to the next
+    one: the commit of its (a+1)-th token D(a), then (local) the verdict's hop or stage 1's way out
+    of the uncuttable stretch the commit finds it in (sim/restart.py: board_wait), or (torchrun)
+    the verdict's arrival or the end of stage 1's pass a + cap − 1, whichever is later. Exact for
+    the engines (stage 1's schedule within a cycle does not depend on a)."""
+    k = len(stage_ms)
+    cap = k if cap is None else int(cap)
+    ends, d = cycle_schedule(stage_ms, hop_ms, count + max(cap, 1), factors, num_devices, exit_ms, cap)
+    commit = np.asarray(d[:count])
+    if launch == "local":
+        return commit + hop_ms + _board_waits(stage_ms, ends, exit_ms, commit, hop_ms, factors, num_devices,
+                                              checkpoints, jitter_cv)
+    return np.maximum(commit + hop_ms, np.asarray(ends[cap - 1:cap - 1 + count]))
+
+
+def _board_waits(stage_ms, ends, exit_ms, commit, hop_ms, factors, num_devices, checkpoints, jitter_cv):
+    """Per cycle length a: the wait beyond commit + hop for stage 1 to leave the uncuttable stretch
+    the commit finds it in (sim/restart.py: board_wait), over the cycle's stage-1 passes."""
+    k = len(stage_ms)
     devices = k if num_devices is None else num_devices
     fac = [1.0] * (devices + 1) if factors is None else list(factors)
-
-    def f(i: int) -> float:
-        return fac[min(min(devices, 1 + i), len(fac) - 1)]
-
-    sigma = float(jitter_sigma(jitter_cv, stage1_ms * f(0), flush_ms))
-    # heads ending this far before the flush add nothing (Φ and φ underflow past ~38σ)
-    horizon = flush_ms - 40.0 * sigma
-    wait, end = 0.0, 0.0
-    for i in range(devices):  # the co-run factor settles from pass devices - 1 on
-        w, x = stage1_ms * f(i), exit_ms * f(i)
-        if end >= flush_ms - TIE_MS or w <= 0.0:
-            return flush_ms + wait
-        end += w
-        if end > horizon:
-            wait += float(head_wait(end - x, end, flush_ms, sigma))
-    w, x = stage1_ms * f(devices), exit_ms * f(devices)
-    if w <= 0.0 or end >= flush_ms - TIE_MS:
-        return flush_ms + wait
-    # later passes are periodic: pass n (n = 1, 2, ...) ends at end + n·w; those begun before the
-    # flush (end + (n - 1)·w < flush − TIE) and ending after the horizon count
-    n_last = math.ceil((flush_ms - TIE_MS - end) / w)
-    while n_last > 1 and end + (n_last - 1) * w >= flush_ms - TIE_MS:
-        n_last -= 1
-    while end + n_last * w < flush_ms - TIE_MS:
-        n_last += 1
-    n_first = max(1, math.floor((horizon - end) / w))
-    ends = end + np.arange(n_first, n_last + 1) * w
-    return flush_ms + wait + float(np.sum(head_wait(ends - x, ends, flush_ms, sigma)))
-
-
+    n = len(ends)
+    f = np.array([fac[min(min(devices, 1 + i), len(fac) - 1)] for i in range(n)])
+    w0 = float(stage_ms[0])
+    end = np.asarray(ends)
+    start = end - w0 * f
+    if checkpoints is None:
+        off = np.array([w0 - exit_ms, w0])
+    else:
+        off = np.concatenate([[0.0], np.asarray(checkpoints, dtype=float), [w0]])
+    b = start[None, :] + f[None, :] * off[:, None]  # [S + 1][passes], in time order
+    seg_s, seg_e = b[:-1].T.reshape(-1), b[1:].T.reshape(-1)
+    if jitter_cv <= 0.0:
+        # the one stretch that can hold the commit: the last one begun before it
+        idx = np.searchsorted(seg_s, commit - TIE_MS, side="left") - 1
+        ok = idx >= 0
+        ii = np.maximum(idx, 0)
+        return np.where(ok, board_wait(seg_s[ii], seg_e[ii], commit, hop_ms, 0.0), 0.0)
+    sigma = np.asarray(jitter_sigma(jitter_cv, w0 * f[0], commit), dtype=float)
+    # per cycle length a, the stretches [lo, hi) that can hold its commit: those of the passes begun
+    # before it (pass-major order: S stretches a pass) that end after its jitter window opens
+    hi = np.searchsorted(start, commit - TIE_MS, side="left") * (len(off) - 1)
+    lo = np.minimum(np.searchsorted(seg_e, commit - WINDOW_SIGMAS * sigma, side="left"), hi)
+    width = int(np.max(hi - lo)) if len(commit) else 0
+    if width == 0:
+        return np.zeros(len(commit))
+    idx = lo[:, None] + np.arange(width)[None, :]  # [a][window], padded past hi
+    inside = idx < hi[:, None]
+    idx = np.minimum(idx, len(seg_s) - 1)
+    w = board_wait(seg_s[idx], seg_e[idx], commit[:, None], hop_ms, sigma[:, None])
+    return np.sum(np.where(inside, w, 0.0), axis=1)

@@ -11,10 +11,11 @@ from sim.costs import CostModel, corun_factors, cost_model
 from sim.plan import Plan
 
 
-def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...]) -> list[np.ndarray]:
+def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: float = 0.0) -> list[np.ndarray]:
     """Per-stage one-token times: stage 1 adds embed and the exit head (it drafts), the last stage
-    adds the final norm + LM head (it verifies). Stage 1's time is its whole occupancy per token;
-    its hidden state leaves `exit_head()` earlier (see `PPSDCosts.exit_ms`)."""
+    adds the final norm + LM head (it verifies), and every stage the fixed cost of a pass
+    (`overhead_ms`: host sync, sends and receives, the stage loop). Stage 1's time is its whole
+    occupancy per token; its hidden state leaves `exit_head()` earlier (see `PPSDCosts.exit_ms`)."""
     k = len(bounds) - 1
     out = []
     for m in range(k):
@@ -23,8 +24,21 @@ def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...]) -> lis
             t = t + cm.embed(1) + cm.exit_head()
         if m == k - 1:
             t = t + cm.head(1)
+        if overhead_ms:
+            t = t + overhead_ms
         out.append(np.asarray(t, dtype=float))
     return out
+
+
+def stage1_checkpoints(cm: CostModel, context: np.ndarray, exit_layer: int) -> np.ndarray:
+    """Where stage 1 looks at the epoch board during its pass, as offsets (ms, before co-run
+    slowdown) from the pass's start: after the embedding and after each of layers [0, E) (the
+    runtime asks before each layer and once after the last, `runtime/pipeline.py`). [E + 1][T]."""
+    ctx = np.asarray(context, dtype=float)
+    rows = [np.full(ctx.shape, cm.embed(1), dtype=float)]
+    for layer in range(exit_layer):
+        rows.append(rows[-1] + cm.layers(ctx, layer, layer + 1))
+    return np.stack(rows)
 
 
 @dataclass
@@ -33,9 +47,19 @@ class PPSDCosts:
     the device of each stage and the co-run factors.
 
     `exit_ms` is the exit-head part of `stage[0]` per position (None: 0). Stage 1's pass of a token
-    is embed + layers [0, E) (the hidden state leaves for stage 2 then), followed by the exit head
-    (the draft for the next token, sent to the last stage on its own channel); both parts get the
-    pass's co-run factor."""
+    is embed + layers [0, E) + the pass overhead (the hidden state leaves for stage 2 then), followed
+    by the exit head (the draft for the next token, sent to the last stage on its own channel); both
+    parts get the pass's co-run factor.
+
+    `checkpoints` [P][T]: offsets from stage 1's pass start at which it can abandon a stale pass
+    (`stage1_checkpoints`); the pass start is one too. Between two of them (and from the last to
+    the pass's end: overhead and exit head) a pass cannot be cut. None: anywhere before the exit
+    head (the pass's last `exit_ms`). `launch` "local" (the runtime's shared epoch board: stage 1
+    hears of a rejection at the commit and drops its pass at the next checkpoint) or "torchrun"
+    (stage 1 finishes its passes and hears of a rejection only from the verdict, which its
+    in-flight cap makes it read before its k-th pass after the rejected token). Either way stage 1
+    starts the i-th pass of a cycle (i >= cap) only once the verdict on the (i − cap)-th is in:
+    the runtime's in-flight cap (`inflight_cap`, k; 0 = none)."""
 
     stage: list[np.ndarray]  # [k][T] ms
     hop_ms: float
@@ -43,6 +67,23 @@ class PPSDCosts:
     factors: list[float]  # factors[b]: slowdown with b devices busy
     exit_ms: np.ndarray | None = None  # [T] ms, the exit head's share of stage[0]
     jitter_cv: float = 0.0  # relative spread of a pass: softens the restart race (sim/restart.py)
+    checkpoints: np.ndarray | None = None  # [P][T] ms from stage 1's pass start where it may abandon
+    launch: str = "local"
+    inflight_cap: int | None = None  # None: k (the runtime's); 0: no cap
+    overhead_ms: float = 0.0  # the fixed cost per pass already in `stage` (reported, not added again)
+
+    @property
+    def cap(self) -> int:
+        return self.k if self.inflight_cap is None else int(self.inflight_cap)
+
+    def segments(self, j) -> np.ndarray:
+        """Stage 1's uncuttable stretches of the pass of token(s) j: offsets [S + 1][...] from the
+        pass's start (before co-run slowdown); stretch s runs from row s to row s + 1."""
+        j = np.asarray(j)
+        end = self.stage[0][j]
+        if self.checkpoints is None:
+            return np.stack([end - self.exit_array()[j], end])
+        return np.concatenate([np.zeros((1, *np.shape(j))), np.asarray(self.checkpoints)[:, j], end[None]])
 
     def exit_array(self) -> np.ndarray:
         n = len(self.stage[0])
@@ -68,10 +109,17 @@ class PPSDCosts:
 
 
 def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
+    """The costs of `plan` on `profile`: with the profile's control plane at k stages
+    (`Profile.pass_overhead_ms(k)` added to every pass, the hop at least `Profile.transit_ms(k)`)."""
     cm = cost_model(profile, plan.exit_head)
     placement = plan.devices()
     d = len(set(placement))
-    return PPSDCosts(stage=stage_ms(cm, context, plan.stage_bounds), hop_ms=float(plan.hop_ms or 0.0),
+    k = len(plan.stage_bounds) - 1
+    over, transit = cm.pass_overhead(k), cm.transit(k)
+    return PPSDCosts(stage=stage_ms(cm, context, plan.stage_bounds, over),
+                     hop_ms=max(float(plan.hop_ms or 0.0), transit),
                      placement=placement, factors=corun_factors(profile, d),
                      exit_ms=np.full(np.shape(context), cm.exit_head(), dtype=float),
-                     jitter_cv=float(profile.pass_jitter_cv()))
+                     jitter_cv=float(profile.pass_jitter_cv()),
+                     checkpoints=stage1_checkpoints(cm, context, plan.stage_bounds[1]),
+                     launch=plan.launch, overhead_ms=over)

@@ -33,7 +33,7 @@ import numpy as np
 import simpy
 
 from sim.plan import Event
-from sim.restart import TIE_MS, head_wait, jitter_sigma
+from sim.restart import TIE_MS, board_wait, jitter_sigma
 from sim.schemes.base import RunStats
 from sim.schemes.ppsd.costs import PPSDCosts
 from sim.streams import Stream
@@ -66,8 +66,15 @@ class _Pipeline:
         self.procs = [env.process(self._stage1())] + [env.process(self._stage(m)) for m in range(1, k)]
         self.computing = [None] * k  # (epoch, start) of the pass in progress, or None
         self.cycle = (0.0, 0.0)  # (when the cycle's first stage-1 pass began, its duration)
-        self.heads: list = []  # stage 1's passes this cycle as scheduled: (start, head start, head end)
         self.restart_at = 0.0  # the corrected token enters stage 1 no earlier than this
+        self.commit_at = 0.0  # when the rejection that caused the pending restart was committed
+        self.cap = costs.cap  # stage 1's pass i of a cycle needs the verdict on pass i - cap
+        self.local = costs.launch == "local"
+        if not self.local and not self.cap:
+            raise ValueError("under torchrun stage 1 reads verdicts only at its in-flight cap: give one")
+        self.verdicts: dict = {}  # (epoch, i) -> event: the verdict on the cycle's i-th token reached stage 1
+        self.pending = None  # torchrun: (old epoch, index, new epoch, position) until stage 1 reads the verdict
+        self.s1: list = []  # stage 1's passes this cycle: (start, co-run factor, token)
         self.busy = [0.0] * k
         self.done = env.event()
         self.rounds_a: list[int] = []
@@ -90,10 +97,10 @@ class _Pipeline:
                 yield req
             start = env.now
             self.computing[m] = (epoch, start)
-            if m == 0:  # embed + layers [0, E); the hidden state leaves; then the exit head
+            if m == 0:  # embed + layers [0, E) + overhead; the hidden state leaves; then the exit head
                 if i == 0:
-                    self.cycle, self.heads = (start, dur), []
-                self.heads.append((start, start + dur - exit_dur, start + dur))
+                    self.cycle, self.s1 = (start, dur), []
+                self.s1.append((start, f, min(j, self.t - 1)))
                 yield env.timeout(dur - exit_dur)
                 self._send(1, (epoch, j, i))
                 yield env.timeout(exit_dur)
@@ -153,20 +160,39 @@ class _Pipeline:
         else:
             ev.succeed()
 
+    def _verdict_event(self, epoch: int, i: int):
+        ev = self.verdicts.get((epoch, i))
+        if ev is None:
+            ev = self.verdicts[(epoch, i)] = self.env.event()
+        return ev
+
     def _stage1(self):
         epoch, j, i = 0, 0, 0
         while True:
             if self.restart_to is not None:
                 (epoch, j), i = self.restart_to, 0
                 self.restart_to = None
+                self.view[0] = epoch
+                self.verdicts = {key: ev for key, ev in self.verdicts.items() if key[0] == epoch}
                 wait = self.restart_at - self.env.now
-                if wait > 0.0:  # the stale exit head the flush found (or likely found) stage 1 in
+                if wait > 0.0:  # the uncuttable stretch the rejection found stage 1 in (or likely found)
                     start = self.env.now
                     yield self.env.timeout(wait)
-                    self.busy[0] += wait
-                    if self.record:
-                        self.events.append(Event("exit head (stale)", self.rows[0], start / 1e3, wait / 1e3,
+                    stale = max(self.restart_at - (self.commit_at + self.hop), 0.0)
+                    self.busy[0] += stale
+                    if self.record and stale > 0.0:
+                        self.events.append(Event("stale pass", self.rows[0], start / 1e3, wait / 1e3,
                                                  token=j, args={"epoch": epoch}))
+            if self.cap and i >= self.cap:  # the in-flight cap: wait for the verdict on token i - cap
+                try:
+                    yield self._verdict_event(epoch, i - self.cap)
+                except simpy.Interrupt:
+                    continue  # (local) a rejection: restart
+                if self.pending is not None and self.pending[:2] == (epoch, i - self.cap):
+                    # (torchrun) the verdict read at the cap is the rejection: restart from it now
+                    self.restart_to, self.restart_at = self.pending[2:], self.env.now
+                    self.pending = None
+                    continue
             ok = yield from self._pass(0, epoch, j, i)  # sends the hidden state and the draft
             if not ok:
                 continue
@@ -198,35 +224,56 @@ class _Pipeline:
             self.rounds_rejected.append(False)
             self.done.succeed()
             return
+        ev = self._verdict_event(self.epoch, i)  # the verdict travels back to stage 1
+        if self.hop > 0:
+            self.env.timeout(self.hop).callbacks.append(lambda _e, ev=ev: ev.succeed())
+        else:
+            ev.succeed()
         if self.match[j] and not end_of_gen:
             return  # the pass already running on token j+1 stands
         rejected = not end_of_gen
         self.rounds_a.append(i)
         self.rounds_rejected.append(rejected)
+        old = self.epoch
         self.epoch += 1
         self.drafts = {key: ev for key, ev in self.drafts.items() if key[0] == self.epoch}
         self.view[self.k - 1] = self.epoch  # the last stage drops its queue at once
         if self.record:
             self.events.append(Event("flush", self.rows[-1], self.env.now / 1e3, 0.0, token=j + 1,
                                      args={"reason": "mismatch" if rejected else "new generation"}))
+        now = self.env.now
+        self.commit_at = now
+        if self.local:
+            # the epoch board: stage 1 hears of it now, drops its pass at the next place it looks,
+            # and restarts when the verdict arrives (a hop) or it leaves that stretch, if later
+            self.restart_to = (self.epoch, j + 1)
+            self.view[0] = self.epoch
+            self.restart_at = now + self.hop + self._board_wait(now)
+            self.procs[0].interrupt("flush")
+        else:
+            self.pending = (old, i, self.epoch, j + 1)
         ev = self.env.timeout(self.hop)
-        ev.callbacks.append(lambda _e, e=self.epoch, pos=j + 1: self._flush(e, pos))
+        ev.callbacks.append(lambda _e, e=self.epoch: self._flush(e))
 
-    def _flush(self, epoch: int, position: int):
-        """The correction reaches the other stages: abandon stale work, restart stage 1. Stage 1 can
-        abandon a pass only between layers (or right after its last layer, before sending): an exit
-        head already running is finished first, and the corrected token enters after it; with
-        jitter, after the expected wait over the heads the flush may land in (sim/restart.py)."""
+    def _board_wait(self, commit: float) -> float:
+        """Expected wait beyond commit + hop for stage 1 to leave the uncuttable stretch the commit
+        finds it in (sim/restart.py: board_wait), over this cycle's stage-1 passes begun before it."""
+        begun = [p for p in self.s1 if p[0] < commit - TIE_MS]
+        if not begun:
+            return 0.0
+        sigma = jitter_sigma(self.costs.jitter_cv, self.cycle[1], commit - self.cycle[0])
+        starts = np.array([p[0] for p in begun])
+        fac = np.array([p[1] for p in begun])
+        off = self.costs.segments(np.array([p[2] for p in begun]))  # [S + 1][passes]
+        b = starts[None, :] + fac[None, :] * off
+        return float(np.sum(board_wait(b[:-1], b[1:], commit, self.hop, sigma)))
+
+    def _flush(self, epoch: int):
+        """The correction reaches the later stages a hop after the commit: they abandon stale work
+        (stage 1 has its own rule: the board, or the verdict at its cap)."""
         if self.done.triggered:
             return
-        now = self.env.now
-        self.restart_to = (epoch, position)
-        begun = [h for h in self.heads if h[0] < now - TIE_MS]
-        if begun:
-            sigma = jitter_sigma(self.costs.jitter_cv, self.cycle[1], now - self.cycle[0])
-            waits = head_wait([h[1] for h in begun], [h[2] for h in begun], now, sigma)
-            self.restart_at = now + float(np.sum(waits))
-        for m in range(self.k - 1):
+        for m in range(1, self.k - 1):
             self.view[m] = epoch
             cur = self.computing[m]
             if cur is not None and cur[0] != epoch:

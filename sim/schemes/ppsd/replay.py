@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.restart import TIE_MS, head_wait, jitter_sigma
+from sim.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
 from sim.schemes.base import RunStats
 from sim.schemes.ppsd.costs import PPSDCosts
 from sim.streams import Stream
@@ -35,10 +35,59 @@ def _seg_cummax(v: np.ndarray, cyc: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(v + off) - off
 
 
+def _scan_departures(w, x, first, lens, cyc, h, k):
+    """The tandem pipeline without the in-flight cap, every cycle at once (segmented scans)."""
+    dep = [_seg_cumsum(w[0], first, lens)]  # stage 1's pass ends (after the exit head)
+    sent = dep[0] - x  # the hidden state leaves before the exit head
+    for m in range(1, k):
+        wcum = _seg_cumsum(w[m], first, lens)
+        arrive = (sent if m == 1 else dep[m - 1]) + h
+        v = arrive - (wcum - w[m])
+        if m == k - 1:  # the last stage finishes a token no earlier than its draft arrives
+            v = np.maximum(v, dep[0] + h - wcum)
+        dep.append(wcum + _seg_cummax(v, cyc))
+    return dep
+
+
+def _capped_departures(w, x, first, lens, h, k, cap):
+    """The tandem pipeline with stage 1's in-flight cap (pass i starts no earlier than the verdict
+    on pass i − cap: its departure from the last stage + hop). A loop over the index in cycle,
+    every cycle still running at that index at once (cycles sorted by length)."""
+    order = np.argsort(-lens, kind="stable")
+    lsorted = lens[order]
+    n_at = np.searchsorted(-lsorted, -np.arange(int(lsorted[0])), side="left")  # cycles longer than i
+    base = first[order]
+    dep = [np.empty_like(w[0]) for _ in range(k)]
+    prev = [None] * k
+    last_hist: list = []
+    for i in range(int(lsorted[0])):
+        n = int(n_at[i])
+        idx = base[:n] + i
+        s = prev[0][:n] if i else np.zeros(n)
+        if cap and i >= cap:
+            s = np.maximum(s, last_hist[i - cap][:n] + h)
+        e1 = s + w[0][idx]
+        dep[0][idx] = e1
+        prev[0] = e1
+        t = e1 - x[idx]
+        for m in range(1, k):
+            t = t + h if not i else np.maximum(t + h, prev[m][:n])
+            t = t + w[m][idx]
+            if m == k - 1:
+                t = np.maximum(t, e1 + h)
+            dep[m][idx] = t
+            prev[m] = t
+        last_hist.append(t)
+    return dep
+
+
 def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
     if costs.num_devices < costs.k:
         raise ValueError("the fast replay needs one device per stage; use the event engine")
     t, k, h = stream.tokens, costs.k, costs.hop_ms
+    cap, local = costs.cap, costs.launch == "local"
+    if not local and not cap:
+        raise ValueError("under torchrun stage 1 reads verdicts only at its in-flight cap: give one")
     match, seg = stream.match, stream.seg_start
     restart = seg.copy()
     restart[1:] |= ~match[:-1]  # a mismatch at j restarts the pipeline at j+1
@@ -54,12 +103,16 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
     stage_cost = [np.asarray(c, dtype=float) for c in costs.stage]
     exit_cost = costs.exit_array()
 
-    # Stale tokens to replay per cycle: enough to cover the flush's trip from stage 1 to the last
-    # stage, estimated from the costs (replaying more only adds zero busy time; the loop below
-    # grows it when short). Far fewer than k + 2 when stage 1 is slow, which keeps arrays small.
-    w0 = float(stage_cost[0].min() * ftab[0].min())
-    trip = sum(float(c.max()) for c in stage_cost[1:]) * float(ftab.max()) + k * h
-    extra = min(k + 2, int(np.ceil(trip / w0)) + 2) if w0 > 0 else k + 2
+    # Stale tokens to replay per cycle: with the in-flight cap, stage 1 starts at most cap − 1
+    # passes after the rejected token before the verdict on it (all that can have begun before
+    # the commit, and all that torchrun's stage 1 runs). Without a cap: enough to cover the
+    # flush's trip, estimated from the costs and grown below when short.
+    if cap:
+        extra = max(cap - 1, 0)
+    else:
+        w0 = float(stage_cost[0].min() * ftab[0].min())
+        trip = sum(float(c.max()) for c in stage_cost[1:]) * float(ftab.max()) + k * h
+        extra = min(k + 2, int(np.ceil(trip / w0)) + 2) if w0 > 0 else k + 2
     while True:
         lens = a + 1 + extra
         cyc = np.repeat(np.arange(ncyc), lens)
@@ -68,38 +121,56 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
         j = np.minimum(np.repeat(starts, lens) + i, t - 1)
         ic = np.minimum(i, k)
         w = [stage_cost[m][j] * ftab[m][ic] for m in range(k)]
-        dep = [_seg_cumsum(w[0], first, lens)]  # stage 1's pass ends (after the exit head)
-        sent = dep[0] - exit_cost[j] * ftab[0][ic]  # the hidden state leaves before the exit head
-        for m in range(1, k):
-            wcum = _seg_cumsum(w[m], first, lens)
-            arrive = (sent if m == 1 else dep[m - 1]) + h
-            v = arrive - (wcum - w[m])
-            if m == k - 1:  # the last stage finishes a token no earlier than its draft arrives
-                v = np.maximum(v, dep[0] + h - wcum)
-            dep.append(wcum + _seg_cummax(v, cyc))
-        last_useful = first + a
-        end_rel = dep[-1][last_useful]  # the cycle's final commit, from its restart
-        flush_rel = end_rel + h
-        flush_rel[-1] = end_rel[-1]  # the run ends at the last commit
-        # enough stale tokens replayed? the last one must leave stage 1 only after the flush
-        if np.all(dep[0][first + lens - 1] >= flush_rel) or extra > 4096:
+        x = exit_cost[j] * ftab[0][ic]
+        dep = _scan_departures(w, x, first, lens, cyc, h, k)
+        if cap:  # does the cap ever hold stage 1 back? then replay it token by token
+            s1 = dep[0] - w[0]
+            later = i >= cap
+            if np.any(later) and np.any(s1[later] < dep[-1][np.flatnonzero(later) - cap] + h):
+                dep = _capped_departures(w, x, first, lens, h, k, cap)
+            break
+        # (no cap) enough stale tokens replayed? the last one must leave stage 1 after the commit
+        if np.all(dep[0][first + lens - 1] >= dep[-1][first + a]) or extra > 4096:
             break
         extra *= 4
-    # the flush reaches stage 1 at flush_rel; if stage 1 is then inside an exit head (which cannot be
-    # cut), the corrected token enters when that head ends, else at the flush (with jitter: the
-    # expected wait over the heads of the passes begun before the flush, sim/restart.py)
-    x = exit_cost[j] * ftab[0][ic]
-    fr = np.repeat(flush_rel, lens)
-    sigma = np.repeat(jitter_sigma(costs.jitter_cv, w[0][first], flush_rel), lens)
-    begun = dep[0] - w[0] < fr - TIE_MS
-    wait = np.where(begun, head_wait(dep[0] - x, dep[0], fr, sigma), 0.0)
-    dur = flush_rel + np.add.reduceat(wait, first)
-    dur[-1] = end_rel[-1]
+    commit = dep[-1][first + a]  # each cycle's final commit, from its restart
+    s1 = dep[0] - w[0]  # stage 1's pass starts
+    if local:
+        # the board: stage 1 leaves the uncuttable stretch the commit finds it in, then the verdict
+        # (a hop after the commit) lets the corrected token in (sim/restart.py: board_wait)
+        c = np.repeat(commit, lens)
+        sigma = np.repeat(jitter_sigma(costs.jitter_cv, w[0][first], commit), lens)
+        # only passes begun before the commit (a later one never starts) and ending after the
+        # commit's jitter window opens can hold it: price their stretches, nobody else's
+        near = np.flatnonzero((s1 < c - TIE_MS) & (dep[0] > c - WINDOW_SIGMAS * sigma - TIE_MS))
+        wait = np.zeros(len(s1))
+        if near.size:
+            b = s1[near][None, :] + ftab[0][ic[near]][None, :] * costs.segments(j[near])
+            cn, sn = np.broadcast_to(c[near], b[1:].shape), np.broadcast_to(sigma[near], b[1:].shape)
+            # and of those stretches, the ones within the window around the commit
+            live = (b[1:] - h > cn - WINDOW_SIGMAS * sn - TIE_MS) & (b[:-1] < cn + WINDOW_SIGMAS * sn + TIE_MS)
+            per = np.zeros(b[1:].shape)
+            per[live] = board_wait(b[:-1][live], b[1:][live], cn[live], h, sn[live])
+            wait[near] = per.sum(axis=0)
+        restart_rel = commit + h + np.add.reduceat(wait, first)
+    else:  # torchrun: at the cap, stage 1 reads the verdict on the rejected token
+        restart_rel = np.maximum(commit + h, dep[0][first + a + cap - 1])
+    dur = restart_rel.copy()
+    dur[-1] = commit[-1]  # the run ends at the last commit
     total = float(np.sum(dur))
     useful = i <= np.repeat(a, lens)
-    busy = [total]  # stage 1 drafts without pause
+    # stage 1: its passes up to where it drops them (local: the commit; torchrun: they all run),
+    # plus a stretch it could not cut beyond the verdict's arrival
+    cut = commit.copy() if local else restart_rel.copy()
+    cut[-1] = commit[-1]
+    cutr = np.repeat(cut, lens)
+    s1_busy = np.where(s1 < cutr, np.minimum(dep[0], cutr) - s1, 0.0)
+    stale1 = np.maximum(restart_rel - commit - h, 0.0) if local else np.zeros(ncyc)
+    stale1[-1] = 0.0
+    busy = [float(np.sum(s1_busy) + np.sum(stale1))]
     for m in range(1, k):
-        f = np.repeat(end_rel if m == k - 1 else flush_rel, lens)
+        f = np.repeat(commit if m == k - 1 else commit + h, lens)
+        f[-lens[-1]:] = commit[-1]
         start = dep[m] - w[m]  # (the last stage never starts stale work: it drops it at the commit)
         stale = np.clip(np.minimum(dep[m], f) - start, 0.0, None) if m < k - 1 else 0.0
         busy.append(float(np.sum(np.where(useful, w[m], stale))))

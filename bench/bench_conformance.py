@@ -1,0 +1,166 @@
+"""Conformance of the PPSD timing model to the real runtime on emulated devices (issue 13 item 4).
+
+  .venv/bin/python bench/bench_conformance.py --out examples/ppsd-conformance-emulated
+      [--profiles analytic,cpu] [--stages 2,3,4,6,8] [--alphas 0.3,0.6,0.9,1.0] [--hop-scales 1,10]
+      [--tokens 32] [--prompts 2] [--repeats 2] [--launch local]
+
+For each base profile (an analytic Llama-2-7B on an H100, `ppsd profile --analytic`; the committed
+SmolLM2-135M CPU profile):
+  1. measures this machine's control plane at every stage count (runtime/control_plane.py: zero-time
+     layers; the per-pass overhead and the message transit) and writes it into a copy of the profile
+     (`latency.control_plane`), which is what predicts;
+  2. for each α, replaces the copy's acceptance traces by seeded Bernoulli(α) traces at two exit
+     layers (the same bits drive the emulated run, `profile_traces`, and the simulator's trace replay);
+  3. for each exit, stage count and hop (the profile's and `--hop-scales` times it; the emulated
+     stages wait for it, runtime/emulate.py), runs the plan on emulated devices and simulates it;
+     AR is measured once per base profile.
+Writes one validation folder (`"emulated": true`) with every row and prints MAPE and the worst plan.
+Nothing here is fitted to the rows: the control plane comes from its own zero-time runs.
+Run it on an idle machine; it takes a few minutes per base profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
+
+
+def analytic_profile(out: Path) -> Path:
+    curve = out.parent / "alpha-curve.csv"
+    curve.write_text("relative_depth,alpha\n0.1,0.3\n0.9,0.9\n")
+    cmd = [sys.executable, "-m", "ppsd", "profile", "--analytic", "--arch", "llama-2-7b", "--hardware", "h100-sxm",
+           "--alpha-curve", str(curve), "--out", str(out)]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if res.returncode:
+        sys.exit(res.stderr.strip())
+    return out
+
+
+def with_traces(src: Path, dst: Path, alpha: float, exits: list[int], prompt_ids: list[str], tokens: int,
+                seed: int) -> None:
+    """Replace the acceptance table of the profile copy at `dst` by Bernoulli(α) traces."""
+    import numpy as np
+    import pandas as pd
+
+    from profiler.schema import load_profile
+
+    prof = load_profile(dst)
+    rng = np.random.default_rng(seed)
+    cats = {str(g["prompt_id"]): str(g.get("category")) for g in prof.generations()}
+    rows = []
+    for pid in prompt_ids:
+        for e in exits:
+            bits = (rng.random(tokens) < alpha).astype(int)
+            rows += [{"head": "shared", "prompt_id": pid, "category": cats.get(pid, "synthetic"), "exit_layer": e,
+                      "position": p, "match": int(b), "beta": float(b)} for p, b in enumerate(bits)]
+    meta = json.loads((dst / "profile.json").read_text())
+    pd.DataFrame(rows).to_csv(dst / meta["acceptance"]["file"], index=False)
+    load_profile(dst)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="validation folder to write")
+    ap.add_argument("--profiles", default="analytic,cpu")
+    ap.add_argument("--stages", default="2,3,4,6,8")
+    ap.add_argument("--alphas", default="0.3,0.6,0.9,1.0")
+    ap.add_argument("--hop-scales", default="1,10")
+    ap.add_argument("--tokens", type=int, default=32, help="generated tokens per prompt")
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--launch", default="local", choices=("local", "torchrun"))
+    ap.add_argument("--control-plane", help="JSON of {profile name: control_plane block} to reuse instead of measuring")
+    args = ap.parse_args()
+
+    import numpy as np
+
+    from ppsd.validation_folder import ValidationRow, make_doc, write_validation
+    from profiler.schema import load_profile
+    from runtime.control_plane import measure_control_plane, with_control_plane
+    from runtime.emulate import EmulatedModel, emulated_prompts, profile_traces
+    from runtime.measure import Job, measure
+    from sim import api
+    from sim.modes import Mode
+    from sim.plan import Plan
+
+    work = Path(tempfile.mkdtemp(prefix="ppsd-conformance-"))
+    ks = [int(k) for k in args.stages.split(",")]
+    reuse = json.loads(Path(args.control_plane).read_text()) if args.control_plane else {}
+    rows, ar_runs, cps = [], [], {}
+    t_start = time.perf_counter()
+    for name in args.profiles.split(","):
+        base = analytic_profile(work / "analytic") if name == "analytic" else ROOT / "examples" / "smollm2-135m-cpu"
+        bprof = load_profile(base)
+        n = bprof.num_layers
+        hidden = int(bprof.meta["model"].get("hidden_size") or 4096)
+        exits = [max(1, n // 8), n // 4] if name == "analytic" else [8, 15]
+        exits = [e for e in exits if n - e >= max(ks) - 1]
+        cp = reuse.get(name) or measure_control_plane(ks, hidden_size=hidden, tokens=48, workdir=work / f"cp-{name}",
+                                                      progress=lambda k, v: print(f"  {name} k={k}: {v}", flush=True))
+        cps[name] = cp
+        pred_base = with_control_plane(base, work / f"{name}-cp", cp)
+        prompts_all = emulated_prompts(load_profile(pred_base))[:args.prompts]
+        ids = [p.prompt_id for p in prompts_all]
+        toks = [p.tokens for p in prompts_all]
+        hop0 = float(bprof.hop_ms())
+        print(f"{name}: {base} ({bprof.model_id}, N={n}, hidden {hidden}), hop {hop0:.4f} ms, exits {exits}")
+        ar_meas = None
+        for ai, alpha in enumerate(_floats(args.alphas)):
+            folder = work / f"{name}-a{alpha}"
+            with_control_plane(pred_base, folder, cp)
+            with_traces(pred_base, folder, alpha, exits, ids, args.tokens, seed=1000 + ai)
+            prof = load_profile(folder)
+            model = EmulatedModel(prof)
+            if ar_meas is None:
+                ar_meas = measure(model, Job(plan=Plan(Mode.AR), prompts=toks, max_new=[args.tokens] * len(toks),
+                                             warmup=1, repeats=args.repeats)).result
+                ar_runs.append(ar_meas.tokens_per_s)
+                ar_pred = api.simulate(prof, Plan(Mode.AR), prompt_ids=ids, engine="fast")
+                print(f"  AR: measured {ar_meas.tokens_per_s:.2f} tok/s, predicted {ar_pred.tokens_per_s:.2f}")
+            for e in exits:
+                forced = profile_traces(prof, e, ids)
+                for k in ks:
+                    for scale in _floats(args.hop_scales):
+                        plan = api.resolve_plan(Plan(Mode.PPSD, exit_layer=e, stages=k, hop_ms=hop0 * scale,
+                                                     launch=args.launch), prof)
+                        meas = measure(model, Job(plan=plan, prompts=toks, max_new=[args.tokens] * len(toks),
+                                                  warmup=1, repeats=args.repeats, forced=forced, timeout_s=120)).result
+                        pred = api.simulate(prof, plan, prompt_ids=ids, engine="fast")
+                        row = ValidationRow.from_results(plan, pred, meas, ar_meas.tokens_per_s, None)
+                        row = replace(row, plan=f"{name} α={alpha} {plan.label()} hop×{scale:g}")
+                        rows.append(row)
+                        print(f"  {row.plan:58} sim {row.predicted_speedup:6.3f} emu {row.measured_speedup:6.3f} "
+                              f"err {row.speedup_error_pct:6.2f}%", flush=True)
+    errs = np.array([abs(r.speedup_error_pct) for r in rows])
+    worst = rows[int(np.argmax(errs))]
+    doc = make_doc(rows, profile=", ".join(args.profiles.split(",")), model="emulated", device_name="emulated devices",
+                   forced_trace=True, exit_head="shared", ar_reference="once", ar_tokens_per_s_runs=ar_runs,
+                   emulated=True)
+    doc["control_plane"] = cps
+    doc["conformance"] = {"plans": len(rows), "mape_speedup_pct": round(float(errs.mean()), 3),
+                          "worst_plan": worst.plan, "worst_error_pct": round(float(worst.speedup_error_pct), 3),
+                          "tokens": args.tokens, "prompts": args.prompts, "repeats": args.repeats,
+                          "launch": args.launch, "wall_s": round(time.perf_counter() - t_start, 1)}
+    write_validation(args.out, doc)
+    print(f"\n{len(rows)} PPSD plans: speedup MAPE {errs.mean():.2f}%, worst {worst.plan} "
+          f"{worst.speedup_error_pct:+.2f}%; written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

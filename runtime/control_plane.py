@@ -1,0 +1,100 @@
+"""The control plane of a k-stage PPSD pipeline on this machine, measured with zero-time layers.
+
+What a stage pass costs beyond its layers and heads (the host sync, the sends and receives, the
+stage loop's Python) and how long a message takes between two stage processes, at each stage count
+k: the profile's `latency.control_plane` (profiler/schema.py), which the PPSD costs add to every
+pass and take as the least hop (sim/schemes/ppsd/costs.py).
+
+Method (emulated devices, runtime/emulate.py: the real stage processes and messages):
+  pass overhead  every draft accepted, no layer or embedding time, a head of `HEAD_MS` on stage 1
+                 (the exit head) and on the last stage: stage 1 and the last stage are then the
+                 bottleneck at head + overhead per token, so ms per token − head is the overhead of
+                 a pass (the in-flight cap does not bind while the head is much longer than a hop).
+  transit        every draft rejected, all pieces zero-time: each token finds stage 2 idle, so the
+                 time from stage 1's send (the end of its layers) to stage 2's pass start is a
+                 message's transit (the median over tokens).
+Both are properties of this machine's gloo and Python at the hidden size given (the bytes a hop
+carries), not of any model.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+
+HEAD_MS = 1.0  # the head that makes stage 1 and the last stage the bottleneck in the overhead run
+METHOD = ("emulated zero-time layers: overhead = ms/token - head with every draft accepted; transit = stage 2's "
+          "pass start - stage 1's send with every draft rejected (runtime/control_plane.py)")
+
+
+def _run(profile_dir: Path, k: int, hidden: int, forced, tokens: int, prompts: int, repeats: int):
+    from profiler.schema import load_profile
+    from runtime.emulate import EmulatedModel, emulated_prompts
+    from runtime.measure import Job, measure
+    from sim.modes import Mode
+    from sim.plan import Plan
+
+    prof = load_profile(profile_dir)
+    model = EmulatedModel(prof, hidden_size=hidden)
+    ps = [p.tokens for p in emulated_prompts(prof)][:prompts] or [[1, 2, 3]]
+    plan = Plan(Mode.PPSD, exit_layer=1, stage_bounds=tuple(range(k + 1)), hop_ms=0.0)
+    return measure(model, Job(plan=plan, prompts=ps, max_new=[tokens] * len(ps), warmup=1, repeats=repeats,
+                              forced=[forced] * len(ps), timeout_s=120))
+
+
+def _transit_ms(result) -> float:
+    sent = {}
+    for ev in result.timeline:
+        if ev.row == "stage 1" and ev.name == "draft":
+            sent[(ev.args.get("pos"), ev.args.get("epoch"))] = ev.start_s + ev.args.get("layers_ms", 0.0) / 1e3
+    gaps = [(ev.start_s - sent[key]) * 1e3 for ev in result.timeline
+            if ev.row == "stage 2" and ev.name in ("forward", "verify")
+            and (key := (ev.args.get("pos"), ev.args.get("epoch"))) in sent]
+    return float(statistics.median(gaps)) if gaps else 0.0
+
+
+def measure_control_plane(stages=(2, 3, 4, 6, 8), *, hidden_size: int = 4096, tokens: int = 48, prompts: int = 2,
+                          repeats: int = 2, workdir: str | Path | None = None, progress=None) -> dict:
+    """`latency.control_plane` for each stage count in `stages`, measured on this machine."""
+    from profiler.synthetic import write_synthetic_profile
+    from runtime.acceptance import ACCEPT_ALL, REJECT_ALL
+
+    base = Path(workdir or tempfile.mkdtemp(prefix="ppsd-control-plane-"))
+    out: dict = {}
+    for k in sorted({int(s) for s in stages}):
+        head = write_synthetic_profile(base / f"k{k}-head", num_layers=k, layer_ms=0.0, head_ms=HEAD_MS,
+                                       embed_ms=0.0, hop_ms=0.0, n_values=(1, 2), context_values=(64, 1024))
+        zero = write_synthetic_profile(base / f"k{k}-zero", num_layers=k, layer_ms=0.0, head_ms=0.0,
+                                       embed_ms=0.0, hop_ms=0.0, n_values=(1, 2), context_values=(64, 1024))
+        acc = _run(head.path, k, hidden_size, ACCEPT_ALL, tokens, prompts, repeats)
+        rej = _run(zero.path, k, hidden_size, REJECT_ALL, tokens, prompts, repeats)
+        per_token = 1e3 / acc.result.tokens_per_s
+        out[str(k)] = {"pass_overhead_ms": round(max(per_token - HEAD_MS, 0.0), 5),
+                       "transit_ms": round(_transit_ms(rej.result), 5),
+                       "accept_all_ms_per_token": round(per_token, 5),
+                       "reject_all_ms_per_token": round(1e3 / rej.result.tokens_per_s, 5)}
+        if progress is not None:
+            progress(k, out[str(k)])
+    return {"method": METHOD, "hidden_size": int(hidden_size), "head_ms": HEAD_MS, "stages": out}
+
+
+def with_control_plane(profile_dir: str | Path, out_dir: str | Path, block: dict) -> Path:
+    """A copy of a profile folder whose latency carries `block` as `control_plane` (the files
+    beside profile.json are copied as they are)."""
+    import json
+    import shutil
+
+    from ppsd.paths import atomic_write_json
+    from profiler.schema import PROFILE_FILE, load_profile
+
+    src, dst = Path(profile_dir), Path(out_dir)
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name != PROFILE_FILE:
+            shutil.copy2(f, dst / f.name)
+    meta = json.loads((src / PROFILE_FILE).read_text())
+    meta.setdefault("latency", {})["control_plane"] = block
+    atomic_write_json(dst / PROFILE_FILE, meta)
+    load_profile(dst)  # still a valid profile
+    return dst
