@@ -51,6 +51,18 @@ def analytic_profile(out: Path) -> Path:
     return out
 
 
+def without_corun(folder: Path) -> None:
+    """Emulated stages are devices of their own (runtime/emulate.py: co-run slowdowns are not
+    emulated, and a wait does not jitter like a pass): the predicting copy drops the measured co-run
+    table and the pipeline probe (its slowdown and pass jitter), keeping its layer, head and hop
+    figures. The hop each plan uses is set on the plan."""
+    meta = json.loads((folder / "profile.json").read_text())
+    lat = meta.get("latency") or {}
+    lat.pop("corun", None)
+    lat.pop("pipeline", None)
+    (folder / "profile.json").write_text(json.dumps(meta, indent=1))
+
+
 def with_traces(src: Path, dst: Path, alpha: float, exits: list[int], prompt_ids: list[str], tokens: int,
                 seed: int) -> None:
     """Replace the acceptance table of the profile copy at `dst` by Bernoulli(α) traces."""
@@ -110,10 +122,12 @@ def main() -> int:
         hidden = int(bprof.meta["model"].get("hidden_size") or 4096)
         exits = [max(1, n // 8), n // 4] if name == "analytic" else [8, 15]
         exits = [e for e in exits if n - e >= max(ks) - 1]
-        cp = reuse.get(name) or measure_control_plane(ks, hidden_size=hidden, tokens=48, workdir=work / f"cp-{name}",
+        cp = reuse.get(name) or measure_control_plane(ks, hidden_size=hidden, tokens=96, repeats=3,
+                                                      workdir=work / f"cp-{name}",
                                                       progress=lambda k, v: print(f"  {name} k={k}: {v}", flush=True))
         cps[name] = cp
         pred_base = with_control_plane(base, work / f"{name}-cp", cp)
+        without_corun(pred_base)
         prompts_all = emulated_prompts(load_profile(pred_base))[:args.prompts]
         ids = [p.prompt_id for p in prompts_all]
         toks = [p.tokens for p in prompts_all]

@@ -213,6 +213,41 @@ def gantt(events: list[Event], title: str, max_events: int = 4000) -> go.Figure:
     return fig
 
 
+def aligned(events: list[Event], label: str) -> list[Event]:
+    """The events shifted to start at 0, each row renamed "<label> · <row>" (for one shared axis)."""
+    if not events:
+        return []
+    t0 = min(e.start_s for e in events)
+    return [Event(e.name, f"{label} · {e.row}", e.start_s - t0, e.dur_s, e.token, e.args) for e in events]
+
+
+def first_passes_window_ms(events: list[Event], passes: int = 12) -> float:
+    """A time window (ms from the first event) that holds the first `passes` events of the busiest
+    row: single passes stay visible (a whole 30 s validation trace renders as solid bars)."""
+    if not events:
+        return 1.0
+    by_row: dict[str, list[Event]] = {}
+    for e in events:
+        by_row.setdefault(e.row, []).append(e)
+    t0 = min(e.start_s for e in events)
+    busiest = max(by_row.values(), key=len)
+    busiest.sort(key=lambda e: e.start_s)
+    last = busiest[min(passes, len(busiest)) - 1]
+    return max((last.start_s + last.dur_s - t0) * 1e3, 0.05)
+
+
+def gantt_pair(measured: list[Event], simulated: list[Event], title: str,
+               window_ms: float | None = None) -> go.Figure:
+    """The measured and the simulated timeline of one plan on one time axis (each from its own
+    start), measured rows above simulated ones, zoomed to `window_ms` (default: the first dozen
+    passes; double-click shows everything)."""
+    events = aligned(measured, "measured") + aligned(simulated, "simulated")
+    fig = gantt(events, title)
+    window = window_ms if window_ms is not None else first_passes_window_ms(events)
+    fig.update_xaxes(range=[0.0, window])
+    return fig
+
+
 # --- Validation ---------------------------------------------------------------------------
 def predicted_vs_measured(rows: pd.DataFrame) -> go.Figure:
     fig = _fig("Predicted versus measured speedup", "measured speedup over AR (×)", "predicted speedup over AR (×)")

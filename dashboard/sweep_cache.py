@@ -97,7 +97,8 @@ def preview(key: Key, devices: int) -> list[Result]:
     prof = profile(key.path, key.stamp)
     hop = prof.hop_ms() if key.hop_ms is None else key.hop_ms
     alpha = planning.acceptance_by_exit(prof, key.alpha_scale, key.temperature, head=key.exit_head)
-    return planning.closed_form_sweep(prof, alpha, GAMMAS, range(2, max(devices, 2) + 1), hop, key.exit_head)
+    return planning.closed_form_sweep(prof, alpha, GAMMAS, range(2, max(devices, 2) + 1), hop, key.exit_head,
+                                      key.temperature)
 
 
 class _Worker:
@@ -153,6 +154,7 @@ class SweepCache:
         self._worker: _Worker | None = None
         self._max = max_entries
         self.failures = 0
+        self.last_error: str | None = None  # the latest warming failure, for whoever asks why
 
     def _store(self, key: Key, entry: Entry) -> None:
         old = self._entries.get(key)
@@ -212,9 +214,10 @@ class SweepCache:
                 if self._worker is None or self._worker.proc.poll() is not None:
                     self._worker = _Worker()
                 entry = self._worker.run(key, devices)  # blocking pipe I/O: the GIL is free meanwhile
-            except Exception:  # noqa: BLE001 - background warming is best effort
+            except Exception as exc:  # noqa: BLE001 - background warming is best effort
                 entry = None
                 self.failures += 1
+                self.last_error = f"{key}: {exc!r}"
                 if self._worker is not None:
                     self._worker.close()
                     self._worker = None

@@ -73,3 +73,13 @@ def atomic_dir(final: str | Path, overwrite: bool = True):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def display_path(path) -> str:
+    """A path as result files record it: relative to the project root when inside it (so a committed
+    validation folder names `examples/...`, not this machine's checkout), else absolute."""
+    full = Path(path).expanduser().resolve()
+    try:
+        return str(full.relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(full)

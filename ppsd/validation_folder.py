@@ -39,34 +39,37 @@ TIMELINE_KINDS = (MEASURED, SIMULATED)
 
 
 # --- timelines --------------------------------------------------------------------------------
-def timeline_slug(plan) -> str:
-    """The stem shared by a plan's timeline files: "ar", "eesd-e<E>-g<γ>[-<head>]",
-    "ppsd-e<E>-k<k>[-<head>]" (the shared exit head goes unnamed)."""
+def timeline_slug(plan, forced_alpha: float | None = None) -> str:
+    """The stem shared by a plan's timeline files: "ar", "eesd-e<E>-g<γ>[-<head>][-forced<α>]",
+    "ppsd-e<E>-k<k>[-<head>][-forced<α>]" (the shared exit head goes unnamed; a forced-acceptance
+    run of `ppsd validate --plans ...:alpha=A` is named apart from the real-acceptance one)."""
     mode = Mode.parse(plan.mode)
     if mode == Mode.AR:
         return "ar"
     head = suffix(plan.exit_head or SHARED)
+    forced = "" if forced_alpha is None else f"-forced{forced_alpha:g}"
     if mode == Mode.EESD:
-        return f"eesd-e{plan.exit_layer}-g{plan.draft_len}{head}"
-    return f"ppsd-e{plan.exit_layer}-k{plan.num_stages}{head}"
+        return f"eesd-e{plan.exit_layer}-g{plan.draft_len}{head}{forced}"
+    return f"ppsd-e{plan.exit_layer}-k{plan.num_stages}{head}{forced}"
 
 
-def timeline_name(plan, kind: str) -> str:
+def timeline_name(plan, kind: str, forced_alpha: float | None = None) -> str:
     """`<slug>.<kind>.json`, kind "measured" or "simulated"."""
     if kind not in TIMELINE_KINDS:
         raise ValueError(f"timeline kind {kind!r} is not one of {TIMELINE_KINDS}")
-    return f"{timeline_slug(plan)}.{kind}.json"
+    return f"{timeline_slug(plan, forced_alpha)}.{kind}.json"
 
 
-def timeline_path(folder: str | Path, plan, kind: str) -> Path:
-    return Path(folder) / TIMELINES_DIR / timeline_name(plan, kind)
+def timeline_path(folder: str | Path, plan, kind: str, forced_alpha: float | None = None) -> Path:
+    return Path(folder) / TIMELINES_DIR / timeline_name(plan, kind, forced_alpha)
 
 
-def write_plan_timelines(folder: str | Path, plan, predicted, measured, write) -> None:
+def write_plan_timelines(folder: str | Path, plan, predicted, measured, write, forced_alpha: float | None = None) -> None:
     """Write a plan's measured and simulated timelines (`write(path, events, title)`, e.g.
     `sim.timeline.write_chrome_trace`) under their `timeline_path` names."""
-    write(timeline_path(folder, plan, MEASURED), measured.timeline, f"{plan.label()} measured")
-    write(timeline_path(folder, plan, SIMULATED), predicted.timeline, f"{plan.label()} simulated")
+    title = plan.label() + ("" if forced_alpha is None else f" forced α={forced_alpha:g}")
+    write(timeline_path(folder, plan, MEASURED, forced_alpha), measured.timeline, f"{title} measured")
+    write(timeline_path(folder, plan, SIMULATED, forced_alpha), predicted.timeline, f"{title} simulated")
 
 
 def timeline_files(folder: str | Path) -> dict[str, dict[str, Path]]:
@@ -131,18 +134,28 @@ class ValidationRow:
     measured_speedup_seeds: list[float] | None = None
     measured_acceptance_rate_seeds: list[float] | None = None
     predicted_speedup_seed_range: list[float] | None = None
+    # `--plans ...:alpha=A`: acceptance forced to seeded Bernoulli(A) bits in the run and the
+    # prediction alike (a timing check; the label says "forced α=A")
+    forced_alpha: float | None = None
+    # out-of-sample validation: what the in-sample prediction (the measured prompts' own traces)
+    # said for the same run, and its error (`with_in_sample`)
+    predicted_speedup_in_sample: float | None = None
+    speedup_error_in_sample_pct: float | None = None
+    predicted_acceptance_rate_in_sample: float | None = None
 
     @classmethod
     def from_results(cls, plan, predicted, measured, ar_tokens_per_s: float,
-                     outputs_match_ar: bool | None) -> ValidationRow:
+                     outputs_match_ar: bool | None, forced_alpha: float | None = None) -> ValidationRow:
         """The row of a plan from its simulated and measured Results (MeasuredDetails for the
-        percentiles) and the AR speed its measured speedup is taken against."""
+        percentiles) and the AR speed its measured speedup is taken against (`forced_alpha`: the run
+        and the prediction had their acceptance forced to Bernoulli(α))."""
         mode = Mode.parse(plan.mode)
         ms = measured.tokens_per_s / ar_tokens_per_s if ar_tokens_per_s else float("nan")
         ps = predicted.speedup_vs_ar if predicted.speedup_vs_ar is not None else 1.0
         det = measured.details
+        label = plan.label() + ("" if forced_alpha is None else f" forced α={forced_alpha:g}")
         return cls(
-            plan=plan.label(), mode=mode, exit_layer=plan.exit_layer,
+            plan=label, mode=mode, exit_layer=plan.exit_layer, forced_alpha=forced_alpha,
             draft_len=plan.draft_len if mode == Mode.EESD else None, stages=plan.num_stages,
             stage_bounds=list(plan.stage_bounds) if plan.stage_bounds else None,
             predicted_tokens_per_s=round(predicted.tokens_per_s, 4),
@@ -175,6 +188,19 @@ class ValidationRow:
             tp_hi = round(self.predicted_speedup_vs_ar_tp * hi / self.predicted_speedup, 4)
         return replace(self, predicted_speedup_lo=round(lo, 4), predicted_speedup_hi=round(hi, 4),
                        predicted_speedup_vs_ar_tp_lo=tp_lo, predicted_speedup_vs_ar_tp_hi=tp_hi)
+
+    def with_in_sample(self, predicted_speedup: float | None) -> ValidationRow:
+        """This row with the in-sample prediction of the same run beside its own (out-of-sample) one."""
+        if predicted_speedup is None:
+            return self
+        pred = round(predicted_speedup, 4)
+        return replace(self, predicted_speedup_in_sample=pred,
+                       speedup_error_in_sample_pct=round(_pct(pred, self.measured_speedup), 3))
+
+    @property
+    def paying(self) -> bool:
+        """A speculative plan measured at least PAYING_SPEEDUP× AR."""
+        return self.speculative and self.measured_speedup is not None and self.measured_speedup >= PAYING_SPEEDUP
 
     def covered(self) -> bool | None:
         """Whether the measured speedup lies in the predicted interval (None without one)."""
@@ -233,7 +259,11 @@ INTERVAL_COLUMNS: list[str] = ["predicted_speedup_lo", "predicted_speedup_hi", "
                                "predicted_speedup_vs_ar_tp_hi"]  # in the CSV when a row has an interval
 SAMPLED_FIELDS: list[str] = ["measured_speedup_seeds", "measured_acceptance_rate_seeds",
                              "predicted_speedup_seed_range"]  # lists: validation.json only, when sampled
-OPTIONAL_FIELDS: list[str] = [*SAME_BUDGET_COLUMNS, *INTERVAL_COLUMNS, *SAMPLED_FIELDS]  # written only when set
+EXTRA_COLUMNS: list[str] = ["forced_alpha", "predicted_speedup_in_sample", "speedup_error_in_sample_pct",
+                             "predicted_acceptance_rate_in_sample"]  # in the CSV when a row has them
+OPTIONAL_FIELDS: list[str] = [*SAME_BUDGET_COLUMNS, *INTERVAL_COLUMNS, *SAMPLED_FIELDS,
+                              *EXTRA_COLUMNS]  # written only when set
+PAYING_SPEEDUP = 1.05  # a plan "pays" when measured at least this much faster than AR
 
 
 def coverage(rows: list[ValidationRow]) -> tuple[float | None, int]:
@@ -268,9 +298,62 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
             "ar_tokens_per_s_runs": [round(x, 4) for x in ar_tokens_per_s_runs],
             **({"emulated": True} if emulated else {}),
             **_same_budget_summary(rows, budget),
+            **_drift_summary(rows, ar_tokens_per_s_runs, emulated),
             **(sources or {}),
             **_interval_summary(rows, interval),
+            **_breakdown(rows),
             "rows": [r.to_dict() for r in rows]}
+
+
+DRIFT_FLAG_PCT = 5.0  # AR measured this much off the profile's price: the machine is not as profiled
+
+
+def _drift_summary(rows: list[ValidationRow], ar_runs: list[float], emulated: bool = False) -> dict:
+    """`machine_drift`: AR's measured speed (median of every AR run) against the profile's price of it.
+    Speedups are ratios, so a machine uniformly faster or slower than when profiled changes nothing;
+    but when it drifts, its parts rarely drift alike (a quieter host gives one process more memory
+    bandwidth, and two co-running stages then slow each other more than the profile saw), so a
+    flagged drift says the latency part of the profile is stale: re-profile in the same sitting."""
+    ar = next((r for r in rows if r.mode == Mode.AR), None)
+    if ar is None or not ar_runs or not ar.predicted_tokens_per_s:
+        return {}
+    measured = float(sorted(ar_runs)[len(ar_runs) // 2]) if len(ar_runs) % 2 else \
+        float(sum(sorted(ar_runs)[len(ar_runs) // 2 - 1:len(ar_runs) // 2 + 1]) / 2)
+    drift = 100.0 * (measured - ar.predicted_tokens_per_s) / ar.predicted_tokens_per_s
+    flagged = abs(drift) > DRIFT_FLAG_PCT and not emulated
+    return {"machine_drift": {
+        "ar_predicted_tokens_per_s": round(ar.predicted_tokens_per_s, 4), "ar_measured_tokens_per_s": round(measured, 4),
+        "ar_spread_pct": round(100.0 * (max(ar_runs) - min(ar_runs)) / measured, 2) if measured else None,
+        "drift_pct": round(drift, 2), "flagged": bool(flagged),
+        "note": (f"AR ran {abs(drift):.1f}% {'faster' if drift > 0 else 'slower'} than the profile prices it: the "
+                 "machine is not in the state it was profiled in, and plans whose stages co-run are priced with a "
+                 "stale slowdown; re-profile in the same sitting") if flagged else
+                f"AR within {DRIFT_FLAG_PCT:g}% of the profile's price"}}
+
+
+def _mape_of(rows: list[ValidationRow], key: str = "speedup_error_pct") -> dict:
+    errs = [abs(getattr(r, key)) for r in rows if getattr(r, key) is not None]
+    return {"plans": len(errs), "mape_speedup_pct": round(sum(errs) / len(errs), 3) if errs else None,
+            "worst_error_pct": round(max(errs), 3) if errs else None}
+
+
+def _breakdown(rows: list[ValidationRow]) -> dict:
+    """The speedup MAPE over parts of the speculative rows, when the parts differ from the whole:
+    real acceptance vs forced, the paying plans (measured ≥ PAYING_SPEEDUP× AR), and the in-sample
+    twins of an out-of-sample run."""
+    spec = [r for r in rows if r.speculative]
+    real = [r for r in spec if r.forced_alpha is None]
+    forced = [r for r in spec if r.forced_alpha is not None]
+    twins = [r for r in real if r.speedup_error_in_sample_pct is not None]
+    if not forced and not twins and not any(r.paying for r in spec):
+        return {}
+    out = {"real_acceptance": _mape_of(real), "forced": _mape_of(forced),
+           "paying": {"threshold": PAYING_SPEEDUP, **_mape_of([r for r in spec if r.paying])},
+           "paying_real_acceptance": {"threshold": PAYING_SPEEDUP, **_mape_of([r for r in real if r.paying])}}
+    if twins:
+        out["in_sample"] = _mape_of(twins, "speedup_error_in_sample_pct")
+        out["out_of_sample_same_plans"] = _mape_of(twins)
+    return {"breakdown": out}
 
 
 def prompt_sources(*, predicted_from: str, prediction_prompt_ids: list[str], measured_prompt_ids: list[str],
@@ -306,7 +389,7 @@ def _same_budget_summary(rows: list[ValidationRow], budget: str | None) -> dict:
 
 def csv_text(rows: list[ValidationRow]) -> str:
     same_budget = any(r.measured_speedup_vs_ar_tp is not None for r in rows)
-    intervals = [c for c in INTERVAL_COLUMNS if any(getattr(r, c) is not None for r in rows)]
+    intervals = [c for c in INTERVAL_COLUMNS + EXTRA_COLUMNS if any(getattr(r, c) is not None for r in rows)]
     columns = CSV_COLUMNS + (SAME_BUDGET_COLUMNS if same_budget else []) + intervals
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns)

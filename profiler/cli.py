@@ -94,9 +94,17 @@ def register(subparsers) -> None:
     p.add_argument("--skip-latency", action="store_true",
                    help="acceptance only; latency shrinks to a quick n=1 table so the profile stays usable")
     p.add_argument("--no-hop", action="store_true", help="do not measure the inter-process hop (nor the two-stage pipeline probe)")
+    p.add_argument("--control-plane-stages", type=_int_list, default=None, metavar="2,4,8",
+                   help="also measure this machine's PPSD control plane at these stage counts (the fixed cost of a "
+                        "stage pass and a message's transit, with zero-time emulated layers: runtime/control_plane.py); "
+                        "the simulator adds it to every pass of a k-stage plan. It matters at GPU time scales; on a "
+                        "CPU the two-stage pipeline probe already folds it into its slowdown. Default: not measured")
     p.add_argument("--heads", default=None, metavar="DIR",
                    help="exit-head folder from `ppsd heads train`: also record the trained (and reduced-vocabulary) "
                         "heads' drafting latency and acceptance traces")
+    p.add_argument("--heldout", action="store_true",
+                   help="with --heads: profile only prompts the heads were not trained on (their training prompts "
+                        "are dropped before --per-category / --limit), so the heads' acceptance is out of sample")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="profile folder to write (default runs/profile-<model>-<device>-<time>)")
@@ -104,10 +112,18 @@ def register(subparsers) -> None:
 
     add_analytic_arguments(p)
     p.set_defaults(func=run_profile)
-    sub = p.add_subparsers(dest="profile_command", metavar="show")
+    sub = p.add_subparsers(dest="profile_command", metavar="show|add-sampling")
     show = sub.add_parser("show", help="print the summary of a profile folder")
     show.add_argument("dir", help="profile folder")
     show.set_defaults(func=run_show)
+    add = sub.add_parser("add-sampling", help="measure what drawing a token at T > 0 costs on this machine and add it "
+                                              "to a profile made without it (latency.sampling)")
+    add.add_argument("dir", help="measured profile folder (rewritten in place, atomically)")
+    add.add_argument("--threads", type=int, default=None,
+                     help="torch threads (default: the profile's timing.threads)")
+    add.add_argument("--device", default=None, help="cpu or cuda[:N] (default: the profile's device)")
+    add.add_argument("--force", action="store_true", help="replace a sampling table the profile already has")
+    add.set_defaults(func=run_add_sampling)
 
 
 # --- checks that need no model ----------------------------------------------------------------------
@@ -139,6 +155,10 @@ def _check_args(args) -> None:
     for name, values in (("n-values", args.n_values), ("context-values", args.context_values)):
         if min(values) < 1:
             raise UserError(f"--{name} must all be at least 1 (got {values})", f"give e.g. --{name} 1,2,4")
+    if getattr(args, "heldout", False) and not getattr(args, "heads", None):
+        raise UserError("--heldout drops the prompts exit heads were trained on", "add --heads DIR, or drop --heldout")
+    for k in getattr(args, "control_plane_stages", None) or []:
+        positive("control-plane-stages", k, 2)
     if args.skip_acceptance and args.skip_latency:
         raise UserError("--skip-acceptance and --skip-latency together leave nothing to profile",
                         "drop one of them")
@@ -195,7 +215,9 @@ def run_profile(args) -> int:
     _check_out(out)
     from profiler.prompts import load_prompts
 
-    prompts = [] if args.skip_acceptance else load_prompts(args.prompts, args.per_category, args.limit)
+    exclude = _heads_training_prompts(args.heads) if getattr(args, "heldout", False) else None
+    prompts = [] if args.skip_acceptance else load_prompts(args.prompts, args.per_category, args.limit,
+                                                           exclude=exclude)
     cores = os.cpu_count() or 1
     corun_max = args.corun_max if args.corun_max is not None else max(1, min(cores, 4))
     if args.skip_latency:
@@ -219,6 +241,10 @@ def run_profile(args) -> int:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
 
+    if exclude and meta.get("acceptance"):
+        # additive: the heads' training prompts were left out, so their rows are out of sample
+        meta["acceptance"]["heldout_from_heads"] = True
+        meta["acceptance"]["excluded_training_prompts"] = len(exclude)
     _write_profile(out, meta, results, head_rows, sampled)
     shutil.rmtree(work, ignore_errors=True)
     from profiler.schema import load_profile
@@ -244,6 +270,21 @@ def _quiet_transformers() -> None:
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _heads_training_prompts(heads_dir: str) -> set[str]:
+    """The prompt ids a head folder was trained on (its heads.json), for --heldout."""
+    from profiler.heads.store import HEADS_FILE
+
+    f = Path(heads_dir).expanduser() / HEADS_FILE
+    try:
+        ids = (json.loads(f.read_text()).get("training") or {}).get("train_prompt_ids")
+    except (OSError, json.JSONDecodeError):
+        raise UserError(f"--heads {heads_dir} has no readable {HEADS_FILE}", "give a folder from `ppsd heads train`") \
+            from None
+    if not ids:
+        raise UserError(f"--heads {heads_dir} does not list its training prompts", "re-train it with `ppsd heads train`")
+    return {str(i) for i in ids}
 
 
 def _main_thread() -> bool:
@@ -279,6 +320,9 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
         sampled = _sampled_acceptance(args, adapter, prompts, encoded, work, bar, phases)
         if heads is not None:
             head_rows, latency["exit_heads"], head_info = _exit_heads(args, adapter, heads, results, cfg, bar, phases)
+        if getattr(args, "control_plane_stages", None) and not args.skip_latency:
+            latency["control_plane"] = _control_plane(args, adapter, bar, phases, warnings)
+        latency["sampling"] = _sampling(adapter, latency, args.threads, phases)
 
     meta = _meta(args, adapter, cfg, latency, prompts, results, warnings)
     if sampled is not None and meta["acceptance"] is not None:
@@ -433,6 +477,25 @@ def _corun_hop_and_probe(model_spec: str, adapter, cfg, grid: dict, bar, phases:
     return corun, hop, pipeline
 
 
+def _control_plane(args, adapter, bar, phases: dict[str, float], warnings: list[str]) -> dict | None:
+    """--control-plane-stages: the fixed cost of a stage pass and a message's transit at each stage
+    count, from the real stage processes with zero-time emulated layers at this model's hidden size."""
+    from runtime.control_plane import measure_control_plane
+
+    ks = sorted(set(args.control_plane_stages))
+    t0 = time.perf_counter()
+    bar.phase("control plane (stage counts)", len(ks))
+    try:
+        block = measure_control_plane(ks, hidden_size=adapter.hidden_size, tokens=96, repeats=3,
+                                      progress=lambda k, v: bar.advance("control plane (stage counts)"))
+    except (RuntimeError, OSError) as exc:
+        warnings.append(f"control-plane measurement failed: {str(exc).splitlines()[0]}")
+        block = None
+    bar.finish("control plane (stage counts)")
+    phases["control_plane"] = time.perf_counter() - t0
+    return block
+
+
 def _acceptance(args, adapter, prompts, encoded, work: Path, bar, phases: dict[str, float]) -> list | None:
     """Greedy generations on every prompt and every exit's match trace along them (None without prompts)."""
     if not prompts:
@@ -481,6 +544,17 @@ def _exit_heads(args, adapter, heads, results, cfg, bar, phases: dict[str, float
                                               progress=lambda: bar.advance("exit heads (prompts)"))
     phases["exit_heads"] = time.perf_counter() - t0
     return rows, latency_block, info
+
+
+def _sampling(adapter, latency: dict, threads: int, phases: dict[str, float]) -> dict:
+    """One token's draw at T > 0 over the model's vocabulary and each exit head's (a second or two)."""
+    from profiler import sampling
+
+    t0 = time.perf_counter()
+    sizes = sampling.vocab_sizes({"model": {"vocab_size": adapter.vocab_size}, "latency": latency})
+    table = sampling.measure(sizes, device=adapter.device, threads=threads)
+    phases["sampling"] = time.perf_counter() - t0
+    return table
 
 
 def _record_exit_heads(meta: dict, head_info: dict, num_prompts: int) -> None:
@@ -612,9 +686,10 @@ def print_summary(profile) -> None:
     pipe = lat.get("pipeline")
     if pipe:
         ph = pipe.get("hop") or {}
+        hop_text = (f"hop into a waiting stage {ph['median_ms']:.3f} ms" if ph.get("median_ms") is not None else
+                    f"no hop into a waiting stage seen (the simulator uses the idle hop, {profile.hop_ms():.3f} ms)")
         console.print(f"pipeline probe (stages {pipe['stage_bounds']}): pass slowdown {pipe['slowdown']:.3f}x, "
-                      f"hop into a waiting stage {ph.get('median_ms', float('nan')):.3f} ms, "
-                      f"pass spread {100 * pipe.get('pass_cv', 0.0):.1f}% (the simulator uses these)")
+                      f"{hop_text}, pass spread {100 * pipe.get('pass_cv', 0.0):.1f}% (the simulator uses these)")
     acc = meta.get("acceptance")
     if acc:
         console.print(f"acceptance: {acc.get('num_prompts')} prompts ({acc.get('prompt_set')}), "
@@ -638,6 +713,49 @@ def print_summary(profile) -> None:
     for row in summary_rows(profile):
         table.add_row(str(row["exit"]), fmt(row["alpha"]), fmt(row["beta"]), f"{row['draft_cost']:.3f}")
     console.print(table)
+
+
+def run_add_sampling(args) -> int:
+    """`ppsd profile add-sampling DIR`: time one draw per vocabulary size the profile's plans draw
+    from, on this machine now, and write profile.json back with `latency.sampling` (marked
+    `added_later`: a later sitting than the other tables)."""
+    import sys
+
+    from ppsd.paths import atomic_write_json
+    from profiler.schema import load_profile
+
+    profile = load_profile(args.dir)
+    if profile.meta.get("kind") != "measured":
+        raise UserError(f"profile {args.dir} is {profile.meta.get('kind')!r}, not measured",
+                        "add-sampling times this machine: use it on a profile measured here")
+    if profile.sampling and not args.force:
+        raise UserError(f"profile {args.dir} already has latency.sampling",
+                        "add --force to measure it again")
+    from profiler.sampling import vocab_sizes
+
+    sizes = vocab_sizes(profile.meta)
+    if not sizes:
+        raise UserError(f"profile {args.dir} names no vocabulary size (model.vocab_size)",
+                        "re-create it with this ppsd's `ppsd profile`")
+    threads = args.threads or int(profile.meta.get("timing", {}).get("threads") or 1)
+    if threads < 1:
+        raise UserError(f"--threads {threads} must be at least 1", "give --threads 1 or more")
+    device = args.device or str(profile.meta.get("hardware", {}).get("device") or "cpu")
+    import torch
+
+    from profiler import sampling
+
+    torch.set_num_threads(threads)
+    table = sampling.stamp_added_later(sampling.measure(sizes, device=device, threads=threads))
+    path = Path(args.dir) / "profile.json"
+    meta = json.loads(path.read_text())
+    meta["latency"]["sampling"] = table
+    atomic_write_json(path, meta)
+    load_profile(args.dir)  # read back: the folder still loads
+    parts = ", ".join(f"V={v}: {m:.3f} ms" for v, m in zip(table["vocab"], table["median_ms"]))
+    print(f"one draw at T > 0 ({threads} thread{'s' if threads != 1 else ''}, {device}): {parts} -> {path}",
+          file=sys.stderr)
+    return 0
 
 
 def run_show(args) -> int:

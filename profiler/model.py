@@ -441,4 +441,8 @@ def load_model(spec: str = EMBEDDED_MODEL, device: str = "cpu", dtype: str = "fl
         raise UserError(f"unknown model {spec!r}",
                         f"give {EMBEDDED_MODEL}, {TINY_MODEL}, random:ARCH, a Hugging Face model folder, "
                         "a .gguf file, or a hub id already in the local cache")
-    return ModelAdapter(model, tok, model_id, source, dev, torch_dtype, load_s=time.perf_counter() - t0)
+    adapter = ModelAdapter(model, tok, model_id, source, dev, torch_dtype, load_s=time.perf_counter() - t0)
+    # what another process needs to load the same model (a spawned PPSD stage): the model id is
+    # only a folder's or a GGUF file's name
+    adapter.load_spec = source if spec.endswith(".gguf") or Path(spec).expanduser().is_dir() else spec
+    return adapter

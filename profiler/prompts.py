@@ -156,8 +156,9 @@ def _spread(items: list, k: int) -> list:
 
 
 def load_prompts(path: str | None = None, per_category: int | None = None,
-                 limit: int | None = None) -> list[Prompt]:
-    """The prompt set to profile on; see the module docstring for the subsampling rules."""
+                 limit: int | None = None, exclude: set[str] | None = None) -> list[Prompt]:
+    """The prompt set to profile on; see the module docstring for the subsampling rules. `exclude`:
+    prompt ids dropped first (e.g. exit heads' training prompts, `ppsd profile --heldout`)."""
     if per_category is not None and per_category < 1:
         raise UserError(f"--per-category must be at least 1 (got {per_category})", "give a positive number")
     if limit is not None and limit < 1:
@@ -174,6 +175,11 @@ def load_prompts(path: str | None = None, per_category: int | None = None,
     else:
         prompts = read_spec_bench(path)
 
+    if exclude:
+        prompts = [p for p in prompts if str(p.prompt_id) not in exclude]
+        if not prompts:
+            raise UserError(f"every prompt of {path or 'the built-in set'} is excluded (the heads' training prompts)",
+                            "give another --prompts file, or drop --heldout")
     by_cat: dict[str, list[Prompt]] = {}
     for p in prompts:
         by_cat.setdefault(p.category, []).append(p)

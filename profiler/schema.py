@@ -45,6 +45,13 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
               loop) and a message's transit between stage processes, measured at each stage count
               (`runtime/control_plane.py`: the emulated runtime with zero-time layers). The PPSD
               costs add the overhead to every stage pass and take max(hop, transit) as the hop.
+    sampling: optional (absent: sampled plans are priced without the draw, with a warning)
+              {vocab: [V, ...], median_ms, p10_ms, p90_ms, temperature, threads, method}: one
+              token drawn at T > 0 from V logits (softmax at T in fp32 + a seeded multinomial), for
+              the full vocabulary and each exit head's; `Profile.sample_ms(V)` interpolates linearly
+              in V. Sampled plans pay it per drawn token (sim/costs.py `CostModel.sample`);
+              `ppsd profile add-sampling DIR` measures it into an existing profile (then
+              `added_later` holds when)
     prefill: optional {lengths: [32, 128, 512], median_ms, p10_ms, p90_ms, method}: a whole prefill
              (embed + every layer over the prompt + the head on its last position) per prompt length;
              absent: time to first token is estimated from the tables (n extrapolated)
@@ -81,6 +88,9 @@ Additive fields written by `ppsd profile` (readers must not require them):
   with `--heads DIR`: latency.exit_heads.<name>.{n_values (= latency.n_values), vocab}; acceptance
   rows with head "trained" / "vocab<V>" for the exits the folder has (acceptance.heads lists them);
   exit_heads: {path, model_id, kind, exits, params_per_exit, bytes_per_exit, vocab_sizes, names, training}
+  with `--heads DIR --heldout`: acceptance.{heldout_from_heads: true, excluded_training_prompts: n}
+  (the heads' training prompts were dropped before subsampling: every head row is out of sample)
+  with `--control-plane-stages 2,4,8`: latency.control_plane (see above)
 """
 
 from __future__ import annotations
@@ -93,6 +103,7 @@ from typing import Any
 
 import numpy as np
 
+from ppsd import exit_heads
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from ppsd.paths import atomic_write_json, atomic_write_text
@@ -223,6 +234,37 @@ class Profile:
             raise UserError(f"profile {self.path} has no exit head named {head!r}",
                             f"use one of: {', '.join([SHARED_HEAD, *heads])}")
         return _interp(n, self.n_values, np.asarray(heads[head]["median_ms"], dtype=float))
+
+    def head_vocab(self, head: str = SHARED_HEAD) -> int | None:
+        """How many tokens an exit head's distribution covers: a reduced-vocabulary head its own
+        size, the shared and trained heads the model's vocabulary (None when the profile says not)."""
+        size = exit_heads.vocab_size(head)
+        if size is not None:
+            return int(size)
+        v = self.meta.get("model", {}).get("vocab_size")
+        return int(v) if v else None
+
+    @property
+    def sampling(self) -> dict:
+        """The cost of drawing one token at T > 0 (`latency.sampling`), or {} when not measured."""
+        return self.latency.get("sampling") or {}
+
+    def sample_ms(self, vocab: int | None) -> float | None:
+        """One token drawn from `vocab` logits at T > 0 (softmax + seeded multinomial, ms), linear in
+        the vocabulary between measured sizes and proportional beyond them; None when not measured."""
+        table = self.sampling
+        sizes = np.asarray(table.get("vocab") or [], dtype=float)
+        if not len(sizes) or vocab is None:
+            return None
+        ms = np.asarray(table["median_ms"], dtype=float)
+        order = np.argsort(sizes)
+        sizes, ms = sizes[order], ms[order]
+        v = float(vocab)
+        if v < sizes[0]:
+            return float(ms[0] * v / sizes[0])
+        if v > sizes[-1]:
+            return float(ms[-1] * v / sizes[-1])
+        return float(np.interp(v, sizes, ms))
 
     @property
     def pipeline(self) -> dict:

@@ -29,13 +29,16 @@ def synthetic_meta(
     per_token_fraction: float = 0.0,
     model_id: str = "synthetic",
     thread_speedup: dict[int, float] | None = None,
+    vocab_size: int = 0,
+    sample_ms: dict[int, float] | None = None,
 ) -> dict:
     """profile.json content for uniform (or given per-layer) costs.
 
     `per_token_fraction`: extra cost of each additional new token as a fraction of the one-token
     time (0 = verifying γ+1 tokens costs the same as one, the memory-bound ideal).
     `thread_speedup` {T: s}: the tables at T threads, every time divided by s (`latency.parallel`,
-    what the same-budget baselines read)."""
+    what the same-budget baselines read). `sample_ms` {V: ms}: one draw at T > 0 over V logits
+    (`latency.sampling`); `vocab_size` the model's vocabulary."""
     layer = np.broadcast_to(np.asarray(layer_ms, dtype=float), (num_layers,))
     n = np.asarray(n_values, dtype=float)
     scale = 1.0 + per_token_fraction * (n - 1)
@@ -51,7 +54,7 @@ def synthetic_meta(
         "kind": "estimated",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "model": {"id": model_id, "source": "synthetic", "architecture": "synthetic", "num_layers": num_layers,
-                  "hidden_size": 0, "vocab_size": 0, "dtype": "n/a", "max_context": 1 << 20},
+                  "hidden_size": 0, "vocab_size": int(vocab_size), "dtype": "n/a", "max_context": 1 << 20},
         "hardware": {"device": "synthetic", "device_name": "synthetic", "cores": 0, "threads": 0, "gpu_count": 0},
         "versions": {"ppsd": __version__, "python": platform.python_version()},
         "timing": {"method": "synthetic", "warmup": 0, "repeats": 0},
@@ -66,6 +69,11 @@ def synthetic_meta(
         },
         "acceptance": None,
     }
+    if sample_ms:
+        sizes = sorted(sample_ms)
+        ms = [float(sample_ms[v]) for v in sizes]
+        meta["latency"]["sampling"] = {"vocab": sizes, "median_ms": ms, "p10_ms": ms, "p90_ms": ms,
+                                       "temperature": 1.0, "threads": 0, "method": "synthetic"}
     if thread_speedup:
         meta["latency"]["parallel"] = {
             "kind": "threads", "base": 1,

@@ -80,8 +80,10 @@ def register(sub) -> None:
     v.add_argument("--draws", type=int, default=200, metavar="B",
                    help="bootstrap draws for each prediction's 90%% interval (default 200)")
     v.add_argument("--seed", type=int, default=0, help="seed of the intervals' draws (default 0)")
-    v.add_argument("--plans", help="semicolon-separated plans, e.g. 'eesd:10:3;ppsd:15:2' (mode:exit:γ-or-k); "
-                   "default: 3 exit layers × EESD and PPSD")
+    v.add_argument("--plans", help="semicolon-separated plans mode:exit[:γ or k][:head=NAME][:alpha=A], e.g. "
+                   "'eesd:10:3;ppsd:24:2:head=vocab4096;ppsd:15:2:alpha=0.9'. head= drafts with another exit head "
+                   "than --exit-head's; alpha= forces seeded Bernoulli(A) acceptance in the run and the prediction "
+                   "alike (a timing check, marked forced). Default: 3 exit layers × EESD and PPSD")
     v.add_argument("--out", help="validation folder (default runs/validation-<time>)")
     v.add_argument("--limit", type=int, default=8,
                    help="profiled prompts to decode, taken round-robin over categories (default 8; 0 = all)")

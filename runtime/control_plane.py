@@ -43,14 +43,39 @@ def _run(profile_dir: Path, k: int, hidden: int, forced, tokens: int, prompts: i
                               forced=[forced] * len(ps), timeout_s=120))
 
 
+def _stage1_period_ms(result) -> float | None:
+    """Median time between consecutive stage-1 pass starts of one sequence, every draft accepted:
+    the bottleneck's cycle (head + one pass's fixed cost). A median, because on a shared machine a
+    few passes stall for milliseconds (a descheduled process) and a mean rate carries them."""
+    starts = sorted(ev.start_s for ev in result.timeline if ev.row == "stage 1" and ev.name == "draft")
+    gaps = [(b - a) * 1e3 for a, b in zip(starts, starts[1:])]
+    if len(gaps) < 4:
+        return None
+    med = statistics.median(gaps)
+    within = [g for g in gaps if g < 5 * med]  # a gap between two sequences is not a cycle
+    return float(statistics.median(within)) if within else None
+
+
 def _transit_ms(result) -> float:
-    sent = {}
+    """Median time from stage 1's send of a token (the end of its layers) to stage 2's pass start on
+    it. A stage-2 pass is matched with the latest send of its position before it began (the last
+    stage's events carry no epoch; with every draft rejected each position is sent again per epoch)."""
+    import bisect
+
+    sent: dict = {}
     for ev in result.timeline:
         if ev.row == "stage 1" and ev.name == "draft":
-            sent[(ev.args.get("pos"), ev.args.get("epoch"))] = ev.start_s + ev.args.get("layers_ms", 0.0) / 1e3
-    gaps = [(ev.start_s - sent[key]) * 1e3 for ev in result.timeline
-            if ev.row == "stage 2" and ev.name in ("forward", "verify")
-            and (key := (ev.args.get("pos"), ev.args.get("epoch"))) in sent]
+            sent.setdefault(ev.args.get("pos"), []).append(ev.start_s + ev.args.get("layers_ms", 0.0) / 1e3)
+    for times in sent.values():
+        times.sort()
+    gaps = []
+    for ev in result.timeline:
+        if ev.row != "stage 2" or ev.name not in ("forward", "verify"):
+            continue
+        times = sent.get(ev.args.get("pos"), [])
+        i = bisect.bisect_right(times, ev.start_s) - 1
+        if i >= 0:
+            gaps.append((ev.start_s - times[i]) * 1e3)
     return float(statistics.median(gaps)) if gaps else 0.0
 
 
@@ -70,7 +95,9 @@ def measure_control_plane(stages=(2, 3, 4, 6, 8), *, hidden_size: int = 4096, to
         acc = _run(head.path, k, hidden_size, ACCEPT_ALL, tokens, prompts, repeats)
         rej = _run(zero.path, k, hidden_size, REJECT_ALL, tokens, prompts, repeats)
         per_token = 1e3 / acc.result.tokens_per_s
-        out[str(k)] = {"pass_overhead_ms": round(max(per_token - HEAD_MS, 0.0), 5),
+        period = _stage1_period_ms(acc.result)  # robust to a stalled pass, unlike the mean rate
+        out[str(k)] = {"pass_overhead_ms": round(max((period if period else per_token) - HEAD_MS, 0.0), 5),
+                       "stage1_period_ms": round(period, 5) if period else None,
                        "transit_ms": round(_transit_ms(rej.result), 5),
                        "accept_all_ms_per_token": round(per_token, 5),
                        "reject_all_ms_per_token": round(1e3 / rej.result.tokens_per_s, 5)}

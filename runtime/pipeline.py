@@ -160,7 +160,9 @@ class Stage:
 
     def connect(self) -> None:
         """Open this stage's channels (collective: every rank, after init_process_group)."""
-        links = Links.open(self.rank, self.world, self.job.transport, self.dev)
+        # the groups' own timeout backs up the stage watchdog (`timeout_s` without progress), twice
+        # as long so that a hang is reported by the watchdog, in its words, not as a gloo/NCCL error
+        links = Links.open(self.rank, self.world, self.job.transport, self.dev, timeout_s=2 * self.job.timeout_s)
         i64, mdt, carried = torch.long, self.model.dtype, frozenset({TOKEN})
         if not self.first:
             self.h_in = TokenIn(links, self.width, mdt, carried)
@@ -176,10 +178,12 @@ class Stage:
 
     # --- helpers ----------------------------------------------------------------------------------
     def _clock(self) -> float:
-        """perf_counter once this stage's GPU work is done (kernels run asynchronously: without the
-        sync a busy time would count launches only); plain perf_counter on a CPU."""
+        """perf_counter once this stage's compute is done (kernels run asynchronously: without the
+        sync a busy time would count launches only); plain perf_counter on a CPU. Only the compute
+        stream: a device-wide sync would also wait for an NCCL send still waiting for its peer's
+        receive, and bill that wait as this stage's work."""
         if self.dev.type == "cuda":
-            torch.cuda.synchronize(self.dev)
+            torch.cuda.current_stream(self.dev).synchronize()
         return time.perf_counter()
 
     def _beat(self) -> None:
@@ -325,9 +329,10 @@ class Stage:
                 a = time.perf_counter()
                 h = payload[:length * self.H].view(1, length, self.H)
                 out = model.forward_layers(h, self.start, self.end, cache, 0)
+                b = self._clock()  # done before the next stage hears of it (as stage 1 does)
                 self._send_header(PREFILL, pos, epoch, length, seq)
                 self._send_payload(out, payload[length * self.H:] if self.carry else None)
-                self._event("prefill", a, self._clock(), length=length)
+                self._event("prefill", a, b, length=length)
                 continue
             key = EpochBoard.key(seq_m, epoch)
             if self.world > 2 and key < self.board.get():
@@ -345,8 +350,8 @@ class Stage:
                 self.log.dropped += 1
                 self._event("flush", a, b, pos=pos, epoch=epoch)
                 continue
+            b = self._clock()  # the pass's compute is done before the next stage is told (as stage 1 does)
             self._send_header(TOKEN, pos, epoch, 1, seq, out, hidden[self.H:] if self.carry else None)
-            b = self._clock()
             busy += b - a
             self._event("forward", a, b, pos=pos, epoch=epoch)
             self._beat()

@@ -29,6 +29,7 @@ channel design over it (hangs, which the tests show).
 
 from __future__ import annotations
 
+import datetime
 import queue
 import threading
 from collections import deque
@@ -319,7 +320,7 @@ class Links:
         return "cpu"
 
     @classmethod
-    def open(cls, rank: int, world: int, kind, device: torch.device) -> Links:
+    def open(cls, rank: int, world: int, kind, device: torch.device, timeout_s: float | None = None) -> Links:
         kind = TransportKind.parse(kind)
         backend = dist.get_backend()
         if kind is TransportKind.AUTO:
@@ -334,9 +335,12 @@ class Links:
             return cls(rank, world, kind, ch, ch, ch, torch.device("cpu"))
         # split: control over gloo (the default group when it is gloo), data over one group per
         # adjacent pair, every group created by every rank in the same order
-        control = DistChannel() if backend == "gloo" else DistChannel(dist.new_group(backend="gloo"))
+        # the groups get the run's stage timeout (the default group has it; new ones would otherwise
+        # wait for the backend's default, 10 to 30 minutes, on a hung peer under torchrun)
+        wait = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=float(timeout_s))}
+        control = DistChannel() if backend == "gloo" else DistChannel(dist.new_group(backend="gloo", **wait))
         data_backend = "gloo" if kind is TransportKind.STRICT or backend == "gloo" else backend
-        pairs = [dist.new_group([i, i + 1], backend=data_backend) for i in range(world - 1)]
+        pairs = [dist.new_group([i, i + 1], backend=data_backend, **wait) for i in range(world - 1)]
         wrap = StrictChannel if kind is TransportKind.STRICT else DistChannel
         data_in = wrap(pairs[rank - 1]) if rank > 0 else None
         data_out = wrap(pairs[rank]) if rank < world - 1 else None

@@ -18,35 +18,81 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from ppsd import validation_folder as vf
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from ppsd.output import print_json
-from ppsd.paths import RUNS_DIR, atomic_dir
+from ppsd.paths import RUNS_DIR, atomic_dir, display_path
 from sim.modes import MODES, Mode
 from sim.plan import Plan
 
 
-def parse_plans(spec: str | None, num_layers: int, exits: list[int]) -> list[Plan]:
-    """'eesd:10:3;ppsd:15:2' (mode:exit:γ for EESD, mode:exit:k for PPSD) or the default set."""
+@dataclass(frozen=True)
+class PlanItem:
+    """One plan of `--plans`: the plan, the exit head it drafts with (None: `--exit-head`'s) and a
+    forced acceptance α (None: the drafts' real acceptance). A forced plan is a timing check only:
+    seeded Bernoulli(α) bits decide every draft, the same bits in the measured run and in its
+    prediction, so its output is not AR's and its acceptance says nothing about the head."""
+
+    plan: Plan
+    head: str | None = None
+    forced_alpha: float | None = None
+
+
+PLAN_SYNTAX = "mode:exit[:γ or k][:head=NAME][:alpha=A], e.g. 'eesd:10:3;ppsd:24:2:head=vocab4096;ppsd:15:2:alpha=0.9'"
+
+
+def parse_plan_items(spec: str | None, num_layers: int, exits: list[int]) -> list[PlanItem]:
+    """`--plans` (see PLAN_SYNTAX; γ for EESD, k for PPSD) or the default set: 3 exit layers × EESD γ=3
+    and PPSD k=2."""
     if not spec:
         cands = sorted(exits) or list(range(1, num_layers))
         picks = sorted({min(cands, key=lambda e: abs(e - round(num_layers * f))) for f in (1 / 3, 1 / 2, 2 / 3)})
-        return [Plan(Mode.EESD, e, draft_len=3) for e in picks] + [Plan(Mode.PPSD, e, stages=2) for e in picks]
-    plans = []
+        return [PlanItem(Plan(Mode.EESD, e, draft_len=3)) for e in picks] + \
+            [PlanItem(Plan(Mode.PPSD, e, stages=2)) for e in picks]
+    items = []
     for item in filter(None, (s.strip() for s in spec.split(";"))):
-        parts = item.split(":")
+        parts = [x.strip() for x in item.split(":")]
+        options = [x for x in parts[2:] if "=" in x]
+        positional = parts[:2] + [x for x in parts[2:] if "=" not in x]
         try:
-            name, e = parts[0], int(parts[1])
+            name, e = positional[0], int(positional[1])
             mode = Mode(name) if name in MODES else None
-            x = int(parts[2]) if len(parts) > 2 else (3 if mode is Mode.EESD else 2)
+            if len(positional) > 3:
+                raise ValueError
+            x = int(positional[2]) if len(positional) > 2 else (3 if mode is Mode.EESD else 2)
         except (IndexError, ValueError):
-            raise UserError(f"--plans item {item!r} is not mode:exit[:γ or k]", "write e.g. 'eesd:10:3;ppsd:15:2'") \
-                from None
+            raise UserError(f"--plans item {item!r} is not {PLAN_SYNTAX.split(', e.g.')[0]}",
+                            f"write e.g. {PLAN_SYNTAX.split('e.g. ')[1]}") from None
         if mode is None or not mode.speculative:
             raise UserError(f"--plans mode {name!r} is not eesd or ppsd", "write e.g. 'eesd:10:3;ppsd:15:2'")
-        plans.append(Plan(mode, e, draft_len=x) if mode is Mode.EESD else Plan(mode, e, stages=x))
-    return plans
+        head, alpha = None, None
+        for opt in options:
+            key, _, value = opt.partition("=")
+            if key == "head" and value:
+                head = value
+            elif key == "alpha":
+                try:
+                    alpha = float(value)
+                except ValueError:
+                    alpha = float("nan")
+                if not 0.0 <= alpha <= 1.0:
+                    raise UserError(f"--plans item {item!r}: alpha={value} is not a probability",
+                                    "give a forced acceptance between 0 and 1, e.g. alpha=0.9")
+            else:
+                raise UserError(f"--plans item {item!r}: unknown option {opt!r}",
+                                "the options are head=NAME (the exit head that drafts) and alpha=A "
+                                "(forced acceptance, timing only)")
+        plan = Plan(mode, e, draft_len=x) if mode is Mode.EESD else Plan(mode, e, stages=x)
+        items.append(PlanItem(plan, head, alpha))
+    return items
+
+
+def parse_plans(spec: str | None, num_layers: int, exits: list[int]) -> list[Plan]:
+    """The plans of `--plans` (their options dropped: see `parse_plan_items`)."""
+    return [i.plan for i in parse_plan_items(spec, num_layers, exits)]
 
 
 def validate_command(args) -> int:
@@ -110,17 +156,28 @@ def validate_command(args) -> int:
         if n != p.num_layers:
             raise UserError(f"the profile {p.path} is for a {p.num_layers}-layer model but {model.model_id} has {n}",
                             "validate on the model that was profiled")
-    if profile.has_acceptance:
-        acc = profile.acceptance
-        shared = acc[acc["head"] == head]  # the drafting head's traces ("shared" unless --exit-head)
-    else:
-        shared = None  # measured prompts without traces: only --force-trace needs them (refused above)
+    # the measured prompts' own traces, per head (--force-trace and emulated runs replay them)
+    acc = profile.acceptance if profile.has_acceptance else None
     pacc = predict.acceptance
-    plans = parse_plans(args.plans, n, sorted(int(e) for e in pacc[pacc["head"] == head]["exit_layer"].unique()))
-    if emulate:
-        plans = [em.with_emulated_head(model, p, None, head) for p in plans]
-    else:
-        plans = [with_exit_head(model, p, heads_dir, head) for p in plans]  # refuses a folder without that exit
+    items = parse_plan_items(args.plans, n, sorted(int(e) for e in pacc[pacc["head"] == head]["exit_layer"].unique()))
+    plans, forced = [], []
+    for it in items:
+        h = head
+        if it.head is not None:  # `head=NAME` in --plans: this plan drafts with its own head
+            h = it.head if emulate else resolve_head_name(heads_dir, it.head)
+            h = check_head(predict, check_head(profile, h) if emulate else h)
+        if it.forced_alpha is not None and temperature > 0:
+            raise UserError(f"--plans alpha={it.forced_alpha:g} forces greedy accept/reject decisions; sampled "
+                            "validation measures real acceptance", "drop alpha= from --plans, or --temperature")
+        if h != head and temperature > 0:
+            raise UserError(f"sampled validation uses one exit head ({head}); --plans asks for {h}",
+                            "validate one head at a time with --exit-head NAME")
+        if emulate:
+            p = em.with_emulated_head(model, it.plan, None, h)
+        else:
+            p = with_exit_head(model, it.plan, heads_dir, h)  # refuses a folder without that exit
+        plans.append(p)
+        forced.append(it.forced_alpha)
     # every plan is checked before anything is measured: bad input fails in seconds, not after AR ran
     plans = [resolve_plan(p.validate(n), predict) for p in plans]
     for p in plans:
@@ -132,8 +189,11 @@ def validate_command(args) -> int:
             doc = validate_sampled.measure_and_predict(args, profile, model, plans, head, out, predict_profile=predict,
                                                        temperature=temperature, sides=sides)
         else:
-            doc = _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out,
-                                       predict=predict, emulated=bool(emulate), sides=sides)
+            doc = _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head, out,
+                                       predict=predict, emulated=bool(emulate), sides=sides, forced=forced)
+    drift = doc.get("machine_drift") or {}
+    if drift.get("flagged"):
+        print(f"warning: {drift['note']}", file=sys.stderr)
     if args.json:
         print_json(doc)
     else:
@@ -149,6 +209,8 @@ def validate_command(args) -> int:
                   f"{len(doc['measured_prompt_ids'])} prompts ({doc['measured_prompts']}): "
                   + ("out of sample (disjoint prompt sets)" if doc["out_of_sample"] else
                      f"in sample ({len(doc['overlapping_prompt_ids'])} measured prompts among the predicting ones)"))
+        for line in breakdown_lines(doc):
+            print(line)
         if doc.get("coverage") is not None:
             print(f"90% intervals (for {doc['interval']['prompts_n']} prompts) cover "
                   f"{doc['coverage']:.0%} of {doc['coverage_plans']} measured speedups")
@@ -157,6 +219,21 @@ def validate_command(args) -> int:
         print(f"MAPE speedup {doc['mape_speedup_pct']:.1f}% over {len(doc['rows']) - 1} speculative plans; "
               f"tokens/s {doc['mape_tokens_per_s_pct']:.1f}%  -> {final}")
     return 0
+
+
+def breakdown_lines(doc: dict) -> list[str]:
+    """The MAPE of parts of the plans (validation_folder._breakdown), one line each, when recorded."""
+    b = doc.get("breakdown") or {}
+    names = {"real_acceptance": "real acceptance", "forced": "forced acceptance (timing only)",
+             "paying": "paying plans (measured ≥ {t:g}× AR)", "paying_real_acceptance": "paying, real acceptance",
+             "in_sample": "the same runs predicted in sample", "out_of_sample_same_plans": "  ... and out of sample"}
+    out = []
+    for key, title in names.items():
+        part = b.get(key) or {}
+        if part.get("plans"):
+            out.append(f"{title.format(t=part.get('threshold', 0))}: speedup MAPE {part['mape_speedup_pct']:.1f}% "
+                       f"over {part['plans']} plans (worst {part['worst_error_pct']:.1f}%)")
+    return out
 
 
 def _check_sources(profile: str | None, emulate: str | None, predict_from: str | None,
@@ -275,13 +352,16 @@ def pick_round_robin(gens: list[dict], limit: int | None) -> list[dict]:
     return picked
 
 
-def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, head, out: Path, *,
-                         predict=None, emulated: bool = False, sides: Sides | None = None) -> dict:
+def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head, out: Path, *,
+                         predict=None, emulated: bool = False, sides: Sides | None = None,
+                         forced: list[float | None] | None = None) -> dict:
     """Measure AR and every plan on `model` (emulated: waits of `profile`'s times, acceptance always
     its traces) and predict each from `predict` (default: `profile`): in sample, each measured
     prompt's own trace in `predict`; otherwise `predict`'s prediction prompts laid over the measured
-    prompts' lengths. Each prediction gets its 90% interval for len(gens) prompts; the validation
-    document."""
+    prompts' lengths, and beside it (when `profile` traced the measured prompts) the in-sample
+    prediction from their own traces. `forced[i]` (α or None) forces plan i's acceptance to seeded
+    Bernoulli(α) bits, the same in the run and the prediction. `acc`: `profile`'s acceptance table.
+    Each prediction gets its 90% interval for len(gens) prompts; the validation document."""
     from runtime.acceptance import ForcedTrace
     from runtime.measure import Job, measure
     from sim import intervals as iv
@@ -292,6 +372,7 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
     ids = [g["prompt_id"] for g in gens]
     prompts = [list(map(int, g["prompt_tokens"])) for g in gens]
     max_new = [len(g["token_ids"]) for g in gens]
+    forced = list(forced) if forced is not None else [None] * len(plans)
 
     predict = profile if predict is None else predict
     if sides is None:  # the in-sample default: the measured prompts are the prediction prompts
@@ -299,37 +380,68 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
     targets = iv.Targets.from_generations(gens)
     temperature = float(getattr(args, "temperature", 0.0) or 0.0)
     draws, seed = int(getattr(args, "draws", iv.REPLAY_DRAWS)), int(getattr(args, "seed", 0) or 0)
-    exits = sorted({p.exit_layer for p in plans if p.exit_layer is not None})
-    pred_traces = {e: iv.prompt_traces(predict, e, head=head, prompt_ids=sides.prediction_ids,
-                                       temperature=temperature) for e in exits}
+    pred_traces: dict[tuple[int, str], iv.PromptTraces] = {}
 
-    def predicted(p: Plan, *, timeline: bool = False, budget: int | None = None, engine: str = "event"):
-        """The prediction of a plan for the measured prompts (see above)."""
-        if sides.in_sample:
-            return simulate(predict, resolve_plan(p, predict), acceptance="trace", prompt_ids=ids,
+    def traces_of(e: int, h: str) -> iv.PromptTraces:
+        """The prediction prompts' traces at exit e for head h (what predicts out of sample)."""
+        if (e, h) not in pred_traces:
+            pred_traces[(e, h)] = iv.prompt_traces(predict, e, head=h, prompt_ids=sides.prediction_ids,
+                                                   temperature=temperature)
+        return pred_traces[(e, h)]
+
+    def forced_traces(i: int) -> iv.PromptTraces:
+        """Plan i's forced acceptance: seeded Bernoulli(α) bits per measured prompt and position."""
+        p, alpha = plans[i], forced[i]
+        rng = np.random.default_rng([seed, int(p.exit_layer), int(round(alpha * 1e6)), 17])
+        bits = [(rng.random(n) < alpha).astype(float) for n in max_new]
+        return iv.PromptTraces(int(p.exit_layer), [str(x) for x in ids], bits, list(targets.start_context))
+
+    def predicted(p: Plan, i: int | None = None, *, timeline: bool = False, budget: int | None = None,
+                  engine: str = "event", in_sample: bool | None = None):
+        """The prediction of a plan (plan index i; None for AR) for the measured prompts (see above)."""
+        in_sample = sides.in_sample if in_sample is None else in_sample
+        if i is not None and forced[i] is not None:
+            tr = forced_traces(i)
+            stream = iv.overlay_stream(tr, list(range(len(tr))), targets)
+        elif in_sample:
+            src = predict if sides.in_sample else profile  # the measured prompts' own traces
+            return simulate(src, resolve_plan(p, src), acceptance="trace", prompt_ids=ids,
                             timeline=timeline, budget=budget, engine=engine)
-        e = p.exit_layer if p.exit_layer is not None else (exits[0] if exits else None)
-        stream = (iv.pooled_stream(pred_traces[e], targets, seed) if e in pred_traces
-                  else iv.lengths_stream(targets))
+        elif p.exit_layer is None:
+            stream = iv.lengths_stream(targets)
+        else:
+            stream = iv.pooled_stream(traces_of(p.exit_layer, p.exit_head), targets, seed)
         return simulate_stream(predict, p, stream, engine=engine, timeline=timeline, budget=budget, seed=seed)
 
-    def interval(p: Plan) -> iv.Interval:
+    def interval(p: Plan, i: int | None, point: float) -> tuple[float, float]:
         plan = resolve_plan(p, predict)
-        return iv.replay_interval(predict, plan, pred_traces.get(plan.exit_layer), targets=targets, draws=draws,
-                                  seed=seed)
+        if i is not None and forced[i] is not None:  # acceptance is fixed: the latency spread alone
+            z = np.random.default_rng([seed, int(plan.exit_layer), 3]).standard_normal(draws)
+            lat = iv.latency_cv(predict, plan)
+            lo, hi = np.quantile(point * np.exp(lat * z), [(1 - iv.LEVEL) / 2, (1 + iv.LEVEL) / 2])
+            return float(lo), float(hi)
+        tr = traces_of(plan.exit_layer, plan.exit_head) if plan.exit_layer is not None else None
+        return _around(point, iv.replay_interval(predict, plan, tr, targets=targets, draws=draws, seed=seed))
 
-    def traces(e: int):
+    def traces(i: int):
+        """What forces plan i's acceptance in the run: its forced bits, or (--force-trace, emulated
+        runs) the measured prompts' own traces; None: the drafts' real acceptance."""
+        p = plans[i]
+        if forced[i] is not None:
+            return [ForcedTrace(tuple(int(b) for b in bits) or (0,), f"forced α={forced[i]:g}")
+                    for bits in forced_traces(i).prob]
         if not args.force_trace and not emulated:  # emulated drafts have no acceptance of their own
             return None
+        mine = acc[acc["head"] == p.exit_head]
         out = []
         for pid, t in zip(ids, max_new):
-            rows = shared[(shared["prompt_id"] == pid) & (shared["exit_layer"] == e)].sort_values("position")
+            rows = mine[(mine["prompt_id"] == pid) & (mine["exit_layer"] == p.exit_layer)].sort_values("position")
             out.append(ForcedTrace(tuple(int(m) for m in rows["match"]) or (0,), f"profile {pid}"))
         return out
 
-    def job(p: Plan, forced=None) -> Job:
+    def job(p: Plan, forced_traces=None) -> Job:
         return Job(plan=p, prompts=prompts, max_new=max_new, stop_at_eos=False, warmup=args.warmup,
-                   repeats=args.repeats, timeout_s=args.stage_timeout, forced=forced, heads_dir=heads_dir)
+                   repeats=args.repeats, timeout_s=args.stage_timeout, forced=forced_traces, heads_dir=heads_dir)
 
     from runtime.same_budget import budget_cores
     from runtime.same_budget import measure_ar_in_budget, measure_plan_in_budget
@@ -350,11 +462,16 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
     vf.write_plan_timelines(out, ar_plan, ar_pred, ar_meas.result, write_chrome_trace)
     ar_runs = [ar_meas.result.tokens_per_s]  # every AR measurement, in time order
     bracket = not getattr(args, "ar_once", False)
+    # in-sample twins (out-of-sample runs whose measured profile traced the measured prompts): what the
+    # default, in-sample validation predicts for the same runs, reported beside the real prediction
+    twins = not sides.in_sample and not emulated and acc is not None and \
+        set(map(str, ids)) <= set(acc["prompt_id"].astype(str))
     for i, plan in enumerate(plans):
-        print(f"[{i + 1}/{len(plans)}] {plan.label()} ..." + (" (then AR again)" if bracket else ""), flush=True,
-              file=sys.stderr)  # progress: stdout stays the table, or JSON alone with --json
-        pred = predicted(plan, timeline=True)
-        meas = measure(model, job(plan, traces(plan.exit_layer)))
+        tag = f" forced α={forced[i]:g}" if forced[i] is not None else ""
+        print(f"[{i + 1}/{len(plans)}] {plan.label()}{tag} ..." + (" (then AR again)" if bracket else ""),
+              flush=True, file=sys.stderr)  # progress: stdout stays the table, or JSON alone with --json
+        pred = predicted(plan, i, timeline=True)
+        meas = measure(model, job(plan, traces(i)))
         ar_ref = ar_runs[-1]
         if bracket:
             # A shared machine's speed drifts by a few % over minutes: each speedup is taken against
@@ -362,32 +479,39 @@ def _measure_and_predict(args, profile, model, plans, gens, shared, heads_dir, h
             again = measure(model, replace(job(ar_plan), warmup=0, repeats=1, timeline=False))
             ar_runs.append(again.result.tokens_per_s)
             ar_ref = (ar_ref + ar_runs[-1]) / 2
-        rows.append(vf.ValidationRow.from_results(plan, pred, meas.result, ar_ref, meas.outputs == ar_meas.outputs))
-        vf.write_plan_timelines(out, plan, pred, meas.result, write_chrome_trace)
+        # a forced run commits the drafts it was told to accept: its output is not AR's by design
+        match = None if forced[i] is not None else meas.outputs == ar_meas.outputs
+        row = vf.ValidationRow.from_results(plan, pred, meas.result, ar_ref, match, forced_alpha=forced[i])
+        if twins and forced[i] is None:
+            row = row.with_in_sample(predicted(plan, i, engine="fast", in_sample=True).speedup_vs_ar)
+        rows.append(row)
+        vf.write_plan_timelines(out, plan, pred, meas.result, write_chrome_trace, forced_alpha=forced[i])
         if cores > 1:
-            plan_tp.append(measure_plan_in_budget(model, job(plan), cores, meas.result.tokens_per_s, measure))
+            plan_tp.append(measure_plan_in_budget(model, job(plan, traces(i)), cores, meas.result.tokens_per_s,
+                                                  measure))
             # AR on every core, bracketing the plan like AR on one (the machine drifts over minutes)
             ar_tp_runs.append(measure_ar_in_budget(model, replace(job(ar_plan), warmup=0, repeats=1), cores, measure))
             ar_tp_ref.append((ar_tp_runs[-2] + ar_tp_runs[-1]) / 2)
     if cores > 1:
-        same = [predicted(p, budget=cores, engine="fast").speedup_vs_ar_tp if cores in predict.parallel_units()
-                else None for p in [ar_plan, *plans]]
+        same = [predicted(p, i - 1 if i else None, budget=cores, engine="fast").speedup_vs_ar_tp
+                if cores in predict.parallel_units() else None for i, p in enumerate([ar_plan, *plans])]
         rows = [r.with_same_budget(pr, 1.0 if i == 0 else plan_tp[i] / ar_tp_ref[i])
                 for i, (r, pr) in enumerate(zip(rows, same))]
-    ivs = [interval(p) for p in [ar_plan, *plans]]
     # each interval is carried to the row's own point (the in-sample point replays each prompt's trace)
-    rows = [r.with_interval(*_around(r.predicted_speedup, i)) for r, i in zip(rows, ivs)]
-    sources = vf.prompt_sources(predicted_from=str(Path(predict.path).resolve()),
+    rows = [rows[0].with_interval(1.0, 1.0)] + \
+        [r.with_interval(*interval(p, i, r.predicted_speedup)) for i, (r, p) in enumerate(zip(rows[1:], plans))]
+    sources = vf.prompt_sources(predicted_from=display_path(predict.path),
                                 prediction_prompt_ids=sides.prediction_ids, measured_prompt_ids=[str(i) for i in ids],
                                 measured_prompts=sides.measured_prompts, split=sides.split, overlap=sides.overlap)
-    doc = vf.make_doc(rows, profile=str(Path(profile.path).resolve()), model=model.model_id if emulated
+    doc = vf.make_doc(rows, profile=display_path(profile.path), model=model.model_id if emulated
                       else profile.model_id, device_name=profile.device_name,
                       forced_trace=bool(args.force_trace or emulated), exit_head=head,
                       ar_reference="bracketed" if bracket else "once", ar_tokens_per_s_runs=ar_runs,
                       budget=f"{cores} cores" if cores > 1 else None, emulated=emulated, sources=sources,
                       interval={"level": iv.LEVEL, "prompts_n": len(gens), "draws": draws, "seed": seed,
                                 "method": "bootstrap over the prediction prompts (replayed) x the profile's "
-                                          "latency spread (sim/intervals.py)"})
+                                          "latency spread (sim/intervals.py); forced plans: the latency "
+                                          "spread alone"})
     vf.write_validation(out, doc)
     return doc
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from ppsd import validation_folder as vf
 from ppsd.errors import UserError
+from ppsd.paths import display_path
 from sim.modes import Mode
 from sim.plan import Plan
 
@@ -74,6 +75,7 @@ def predicted_run(profile, plan: Plan, ids: list[str], temperature: float, seed:
     from sim.run import simulate_stream
 
     engine = "event" if timeline else "fast"
+    plan = plan.at_temperature(temperature)  # priced as sampled: every draw, the verifier's q
     if sides is None or sides.in_sample:
         return simulate(profile, plan, acceptance="trace", prompt_ids=ids, temperature=temperature, seed=seed,
                         engine=engine, timeline=timeline)
@@ -112,10 +114,19 @@ def measure_and_predict(args, profile, model, plans: list[Plan], head: str, out:
     seeds = list(range(int(getattr(args, "seeds", None) or DEFAULT_SEEDS)))
     ids = [str(g["prompt_id"]) for g in gens]
     prompts = [list(map(int, g["prompt_tokens"])) for g in gens]
+    # each prompt generates as many tokens as its trajectory sampled at T by the measured profile (what
+    # an in-sample prediction replays); prompts it never sampled, its greedy generation's length
+    twins = False
     if sides.in_sample:
         max_new = sampled_lengths(predict_profile, temperature, head, gens)
-    else:  # prompts the profile never sampled: the profile's generation length
+    else:
         max_new = [max(1, len(g["token_ids"])) for g in gens]
+        try:
+            have = set(profile.beta_rows(temperature, head)["prompt_id"].astype(str))
+        except UserError:
+            have = set()
+        if set(ids) <= have:  # the measured profile sampled these prompts: in-sample twins
+            max_new, twins = sampled_lengths(profile, temperature, head, gens), True
     targets = iv.Targets(tuple(float(len(p)) for p in prompts), tuple(max_new))
     where = {"sides": sides, "targets": targets, "head": head}
 
@@ -178,12 +189,17 @@ def measure_and_predict(args, profile, model, plans: list[Plan], head: str, out:
                           measured_speedup_seeds=[round(x, 4) for x in speedups[i]],
                           measured_acceptance_rate_seeds=[round(x, 4) for x in accept[i]] or None,
                           predicted_speedup_seed_range=[round(pred["speedup_min"], 4), round(pred["speedup_max"], 4)])
+        if twins and i > 0:  # what the in-sample prediction (the measured prompts' own β) says, beside it
+            inside = predict(profile, resolve_plan(plan, profile), ids, temperature)
+            row = row.with_in_sample(inside["speedup"])
+            if inside["acceptance_rate"] is not None:
+                row = replace(row, predicted_acceptance_rate_in_sample=round(inside["acceptance_rate"], 4))
         rows.append(row)
         vf.write_plan_timelines(out, plan, shown, meas, write_chrome_trace)
-    sources = vf.prompt_sources(predicted_from=str(Path(predict_profile.path).resolve()),
+    sources = vf.prompt_sources(predicted_from=display_path(predict_profile.path),
                                 prediction_prompt_ids=sides.prediction_ids, measured_prompt_ids=ids,
                                 measured_prompts=sides.measured_prompts, split=sides.split, overlap=sides.overlap)
-    doc = vf.make_doc(rows, profile=str(Path(profile.path).resolve()), model=profile.model_id,
+    doc = vf.make_doc(rows, profile=display_path(profile.path), model=profile.model_id,
                       device_name=profile.device_name, forced_trace=False, exit_head=head,
                       ar_reference="bracketed", ar_tokens_per_s_runs=ar_runs, sources=sources)
     doc = with_sampling(doc, rows, temperature, seeds, predict_profile)
@@ -194,11 +210,18 @@ def measure_and_predict(args, profile, model, plans: list[Plan], head: str, out:
 def with_sampling(doc: dict, rows: list, temperature: float, seeds: list[int], profile) -> dict:
     """The document with the sampled run's summary before its rows: temperature, seeds, where the
     profile's β was measured, and the acceptance-rate errors (predicted − measured) of the plans."""
-    errs = [r.predicted_acceptance_rate - r.measured_acceptance_rate for r in rows
-            if r.speculative and r.predicted_acceptance_rate is not None and r.measured_acceptance_rate is not None]
+    def errors(key: str) -> list[float]:
+        return [getattr(r, key) - r.measured_acceptance_rate for r in rows
+                if r.speculative and getattr(r, key) is not None and r.measured_acceptance_rate is not None]
+
+    errs = errors("predicted_acceptance_rate")
     summary = {"temperature": float(temperature), "seeds": list(seeds), "beta_trajectory": profile.beta_trajectory,
                "acceptance_error_mean_abs": round(float(np.mean(np.abs(errs))), 4) if errs else None,
                "acceptance_error_max_abs": round(float(np.max(np.abs(errs))), 4) if errs else None}
+    twin = errors("predicted_acceptance_rate_in_sample")
+    if twin:  # the same runs, predicted from the measured prompts' own β
+        summary["acceptance_error_in_sample_mean_abs"] = round(float(np.mean(np.abs(twin))), 4)
+        summary["acceptance_error_in_sample_max_abs"] = round(float(np.max(np.abs(twin))), 4)
     body = {k: v for k, v in doc.items() if k != "rows"}
     return {**body, **summary, "rows": doc["rows"]}
 
@@ -215,6 +238,9 @@ def format_sampled(doc: dict) -> str:
     if doc.get("acceptance_error_max_abs") is not None:
         lines.append(f"acceptance-rate error: mean {doc['acceptance_error_mean_abs']:.3f}, "
                      f"max {doc['acceptance_error_max_abs']:.3f}")
+    if doc.get("acceptance_error_in_sample_max_abs") is not None:
+        lines.append(f"  the same runs predicted in sample: mean {doc['acceptance_error_in_sample_mean_abs']:.3f}, "
+                     f"max {doc['acceptance_error_in_sample_max_abs']:.3f}")
     return "\n".join(lines)
 
 

@@ -62,7 +62,7 @@ def in_budget(profile, plan: Plan, stream, budget: Budget, base_ms: float, run_p
 
     available = profile.parallel_units()
     ar_view = profile.at_parallel(units_for(Plan(Mode.AR), budget, available))
-    ar_ms = float(np.sum(step_ms(ar_view, stream.context, plan.exit_head)))
+    ar_ms = float(np.sum(step_ms(ar_view, stream.context, plan.exit_head, plan.sampled)))
     u = units_for(plan, budget, available)
     if u == profile.parallel_base:
         return base_ms, ar_ms

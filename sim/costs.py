@@ -83,6 +83,10 @@ class CostModel:
         self._cum = np.concatenate([np.zeros((1, *table.shape[1:])), np.cumsum(table, axis=0)], axis=0)
         self.exit_head_name = exit_head
         self._exit_head_1 = float(profile.exit_head_ms(exit_head, 1))
+        vocab = getattr(profile, "head_vocab", None)
+        self.full_vocab = vocab(SHARED) if vocab is not None else None
+        self.draft_vocab = vocab(exit_head) if vocab is not None else None
+        self._sample: dict = {}
         self._head: dict[float, float] = {}
         self._embed: dict[float, float] = {}
         self._per_c: dict = {}  # (lo, hi, n) -> (per-context table, its steps)
@@ -106,6 +110,24 @@ class CostModel:
 
     def exit_head(self) -> float:
         return self._exit_head_1
+
+    def sample(self, vocab: int | None) -> float:
+        """Drawing one token at T > 0 from `vocab` logits (softmax + multinomial; the profile's
+        `latency.sampling`); 0 when the profile never measured it (`sampled_costs_missing` says so)."""
+        v = self._sample.get(vocab)
+        if v is None:
+            fn = getattr(self.profile, "sample_ms", None)
+            got = fn(vocab) if fn is not None else None
+            v = self._sample[vocab] = float(got) if got is not None else 0.0
+        return v
+
+    def sample_full(self) -> float:
+        """One draw over the model's whole vocabulary (the verifier's or AR's token)."""
+        return self.sample(self.full_vocab)
+
+    def sample_draft(self) -> float:
+        """One draw over the exit head's vocabulary (a draft)."""
+        return self.sample(self.draft_vocab)
 
     def pass_overhead(self, stages: int) -> float:
         """The fixed cost of one stage pass in a `stages`-stage pipeline (the profile's control
@@ -184,3 +206,9 @@ def cost_model(profile, exit_head: str = SHARED) -> CostModel:
 def corun_factors(profile, devices: int) -> list[float]:
     """factor[b] = slowdown of each stage while b devices compute at once (index 0 unused)."""
     return [1.0] + [float(profile.corun_slowdown(b)) for b in range(1, devices + 1)]
+
+
+def sampled_costs_missing(profile) -> bool:
+    """True when sampled plans on `profile` are priced without the cost of a draw (never measured)."""
+    fn = getattr(profile, "sample_ms", None)
+    return fn is None or fn(getattr(profile, "head_vocab", lambda h: None)(SHARED)) is None

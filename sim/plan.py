@@ -6,7 +6,7 @@ the same Result type, so they can be laid side by side without translation.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
 from ppsd import exit_heads
 from ppsd.errors import UserError
@@ -36,6 +36,9 @@ class Plan:
                  shared-memory epoch board lets stage 1 abandon a stale pass between layers) or
                  "torchrun" (stage 1 finishes stale passes and learns of a rejection only when its
                  in-flight cap makes it read the verdict); ignored by AR and EESD
+    temperature  0 = greedy; T > 0 = sampled decoding, where every drawn token costs a softmax and a
+                 multinomial over its vocabulary and the PPSD verifier recomputes the draft's
+                 distribution with the exit head (the runtime's work; `sim/costs.py`)
     """
 
     mode: Mode
@@ -47,16 +50,31 @@ class Plan:
     hop_ms: float | None = None
     exit_head: str = SHARED_HEAD
     launch: str = "local"
+    temperature: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "mode", Mode.parse(self.mode))
         if self.launch not in LAUNCHES:
             raise UserError(f"unknown launch mode {self.launch!r}", f"use one of: {', '.join(LAUNCHES)}")
+        t = float(self.temperature or 0.0)
+        if not t >= 0.0:
+            raise UserError(f"temperature {self.temperature} is negative", "give a temperature >= 0")
+        object.__setattr__(self, "temperature", t)
         if self.stage_bounds is not None:
             object.__setattr__(self, "stage_bounds", tuple(int(b) for b in self.stage_bounds))
             object.__setattr__(self, "stages", len(self.stage_bounds) - 1)
         if self.placement is not None:
             object.__setattr__(self, "placement", tuple(int(d) for d in self.placement))
+
+    @property
+    def sampled(self) -> bool:
+        return self.temperature > 0.0
+
+    def at_temperature(self, temperature: float | None) -> Plan:
+        """This plan decoded at `temperature` (None or 0: as it is)."""
+        if not temperature or float(temperature) == self.temperature:
+            return self
+        return replace(self, temperature=float(temperature))
 
     @property
     def num_stages(self) -> int:
@@ -121,6 +139,8 @@ class Plan:
         for key in ("stage_bounds", "placement"):
             if d[key] is not None:
                 d[key] = list(d[key])
+        if not self.sampled:
+            del d["temperature"]  # greedy plans read as they always have
         return d
 
     @classmethod

@@ -67,24 +67,26 @@ def closed_form_result(profile, plan: Plan, alpha: float) -> Result:
 
 def closed_form_sweep(profile, alpha_by_exit: Mapping[int, float], gammas: Iterable[int],
                       stage_counts: Iterable[int], hop_ms: float | None = None,
-                      exit_head: str = SHARED) -> list[Result]:
+                      exit_head: str = SHARED, temperature: float = 0.0) -> list[Result]:
     """AR, EESD at every exit of `alpha_by_exit` × γ and PPSD at every exit × k (balanced stages,
     k up to what fits after the exit), each priced by `closed_form_result` at that exit's
-    acceptance. Sorted by speedup, best first (ties keep that order), like `sim.api.sweep`."""
+    acceptance; at `temperature` > 0 priced as sampled decoding (`Plan.temperature`). Sorted by
+    speedup, best first (ties keep that order), like `sim.api.sweep`."""
     n = profile.num_layers
+    t = float(temperature or 0.0)
     gammas, stage_counts = [int(g) for g in gammas], [int(k) for k in stage_counts]
-    results = [closed_form_result(profile, Plan(Mode.AR, hop_ms=hop_ms), 0.0)]
+    results = [closed_form_result(profile, Plan(Mode.AR, hop_ms=hop_ms, temperature=t), 0.0)]
     for e, a in sorted(alpha_by_exit.items()):
         if not 1 <= e < n:
             continue
         for g in gammas:
             results.append(closed_form_result(
-                profile, Plan(Mode.EESD, exit_layer=e, draft_len=g, hop_ms=hop_ms, exit_head=exit_head), a))
+                profile, Plan(Mode.EESD, exit_layer=e, draft_len=g, hop_ms=hop_ms, exit_head=exit_head, temperature=t), a))
         for k in stage_counts:
             if k > n - e + 1:
                 continue
             results.append(closed_form_result(
-                profile, Plan(Mode.PPSD, exit_layer=e, stages=k, hop_ms=hop_ms, exit_head=exit_head), a))
+                profile, Plan(Mode.PPSD, exit_layer=e, stages=k, hop_ms=hop_ms, exit_head=exit_head, temperature=t), a))
     results.sort(key=lambda r: -(r.speedup_vs_ar or 0.0))
     return results
 

@@ -6,6 +6,7 @@ Nothing here knows how any scheme decodes: each plan's scheme comes from the reg
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -15,6 +16,7 @@ from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from ppsd.progress import report
 from sim.budget import Budget, default_budget, in_budget
+from sim.costs import sampled_costs_missing
 from sim.modes import Mode
 from sim.plan import Plan, Result, SimulatedDetails
 from sim.prefill import check_prompt_len, prompt_lengths, whole_prefill_ms
@@ -56,7 +58,7 @@ def run_plan(profile, plan: Plan, stream: Stream, engine: str, record: bool) -> 
     """Run a resolved plan on a stream with its scheme's event model (engine "event", or whenever a
     timeline is recorded or the replay does not cover the plan) or its exact replay ("fast");
     returns (stats, AR time in ms on the same contexts)."""
-    ar_total = float(np.sum(ar_step_ms(profile, stream.context, plan.exit_head)))
+    ar_total = float(np.sum(ar_step_ms(profile, stream.context, plan.exit_head, plan.sampled)))
     sch = scheme(plan.mode)
     costs = sch.unit_costs(profile, plan, stream.context)
     if engine == "event" or record or not sch.can_replay(costs):
@@ -116,10 +118,24 @@ def _budget_fields(tokens: int, budget: Budget | None, in_budget_ms) -> dict:
             "ar_tp_tokens_per_s": tokens / (ar_ms / 1e3) if ar_ms > 0 else None}
 
 
+_WARNED_UNPRICED: set = set()
+
+
+def warn_unpriced_draws(profile, plan: Plan) -> None:
+    """Once per profile: a sampled plan on a profile that never timed a draw is priced without it."""
+    key = str(getattr(profile, "path", id(profile)))
+    if not plan.sampled or key in _WARNED_UNPRICED or not sampled_costs_missing(profile):
+        return
+    _WARNED_UNPRICED.add(key)
+    print(f"warning: profile {key} has no latency.sampling: sampled plans are priced without the cost of "
+          f"drawing a token (run `ppsd profile add-sampling {key}` on the profiled machine)", file=sys.stderr)
+
+
 def _run(profile, plan: Plan, stream: Stream, engine: str, record: bool, seed: int, budget: Budget | None,
          prompt_len: int | None = None) -> Result:
     """Run one resolved plan and, with a budget, the same plan and AR within it; price every
     generation's prefill (the prompt lengths of the stream, or `prompt_len`)."""
+    warn_unpriced_draws(profile, plan)
     stats, ar_ms = run_plan(profile, plan, stream, engine, record)
     timed = in_budget(profile, plan, stream, budget, stats.time_ms, run_plan) if budget else None
     whole = whole_prefill_ms(profile, prompt_lengths(stream, prompt_len))
@@ -133,9 +149,9 @@ def simulate(profile, plan: Plan, *, tokens=None, acceptance="trace", alpha=None
              prompt_len: int | None = None) -> Result:
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}", "use engine event or fast")
-    plan = resolve_plan(plan, profile)
+    plan = resolve_plan(plan.at_temperature(temperature), profile)
     stream = make_stream(profile, plan, tokens=tokens, acceptance=acceptance, alpha=alpha, category=category,
-                         prompt_ids=prompt_ids, seed=seed, temperature=temperature)
+                         prompt_ids=prompt_ids, seed=seed, temperature=plan.temperature)
     return _run(profile, plan, stream, engine, timeline, seed, default_budget(profile, budget),
                 check_prompt_len(prompt_len))
 
@@ -171,7 +187,7 @@ def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=Non
         raise UserError(f"profile {profile.path} has no acceptance traces for exit layers 1..{n - 1}",
                         "re-run `ppsd profile` with acceptance measurement")
     results: list[Result] = []
-    ar_plan = resolve_plan(Plan(Mode.AR, hop_ms=hop_ms), profile)
+    ar_plan = resolve_plan(Plan(Mode.AR, hop_ms=hop_ms, temperature=temperature or 0.0), profile)
 
     def stream_at(e, scale=1.0):  # a given α per exit replaces the recorded traces: seeded Bernoulli(α)
         if alpha_by_exit is not None:
@@ -192,7 +208,8 @@ def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=Non
         for sch in speculative:
             for plan in sch.sweep_plans(e, num_layers=n, gammas=gammas, devices=int(devices), hop_ms=hop_ms,
                                         exit_head=exit_head):
-                results.append(_run(profile, resolve_plan(plan, profile), stream, "fast", False, seed, within,
+                results.append(_run(profile, resolve_plan(plan.at_temperature(temperature), profile), stream,
+                                    "fast", False, seed, within,
                                     prompt_len))
     report("sweep", len(exits), len(exits))
     results.sort(key=lambda r: -(r.speedup_vs_ar or 0.0))

@@ -6,7 +6,13 @@ EESD figures are still those). Re-recorded once on purpose when the PPSD engines
 follow the runtime's protocol (issue 13: stage 1's in-flight cap, the epoch board read between
 layers, the per-pass control-plane cost): PPSD figures moved by −2.3% … +12% (mean +0.1 … +1.3%
 per sweep), the largest where the epoch board tells stage 1 of a rejection at the commit, a hop
-before the verdict arrives, so it skips an exit head it used to run.
+before the verdict arrives, so it skips an exit head it used to run. Re-recorded a second time
+for two intended changes: the PPSD decode clock (a generation's time runs from its first commit to
+its last, scaled by L/(L-1), as the runtime's clock does, instead of including the pipeline fill),
+and the committed example profile, which was re-measured with trained and reduced-vocabulary heads
+on held-out prompts (issue 12). And a third time for sampled decoding's own work (issue 14: at T > 0
+every drawn token pays a measured draw, `latency.sampling`, and the PPSD verifier runs the exit head
+again for the draft's distribution, as the runtime does): only the two sampled cases moved.
 
 `python tests/golden_cases.py --write` re-records them (only when a model change is intended and
 reviewed)."""

@@ -34,3 +34,81 @@ def test_cost_arrays_are_read_only_and_shared(example):
     assert a is cm.layers(c.copy(), 0, 10)  # same values, same cached array
     with pytest.raises(ValueError):
         a[0] = 1.0
+
+
+# --- sampled decoding: the draw, and the PPSD verifier's q ---------------------------------------------
+
+@pytest.fixture()
+def sampled_profile(tmp_path):
+    from profiler.synthetic import write_synthetic_profile
+
+    return write_synthetic_profile(tmp_path / "s", num_layers=4, layer_ms=1.0, head_ms=2.0, embed_ms=0.1,
+                                   vocab_size=1000, sample_ms={100: 0.1, 1000: 0.5})
+
+
+def test_sample_ms_interpolates_in_the_vocabulary(sampled_profile, tmp_path):
+    from profiler.synthetic import write_synthetic_profile
+
+    p = sampled_profile
+    assert p.sample_ms(1000) == pytest.approx(0.5) and p.sample_ms(550) == pytest.approx(0.3)
+    assert p.sample_ms(50) == pytest.approx(0.05) and p.sample_ms(4000) == pytest.approx(2.0)  # proportional beyond
+    assert p.head_vocab("shared") == 1000 and p.head_vocab("trained") == 1000 and p.head_vocab("vocab100") == 100
+    bare = write_synthetic_profile(tmp_path / "bare", num_layers=4, vocab_size=1000)
+    assert bare.sample_ms(1000) is None and cost_model(bare).sample_full() == 0.0
+
+
+def test_sampled_plans_pay_the_runtimes_extra_work(sampled_profile):
+    """At T > 0: AR and every verifier draw over the whole vocabulary, each draft over the exit
+    head's, and the PPSD verifier runs the exit head again for q (runtime/pipeline.py)."""
+    from sim.plan import Plan
+    from sim.schemes.ar import step_ms
+    from sim.schemes.eesd import EESDCosts
+    from sim.schemes.ppsd.costs import ppsd_costs
+
+    p, c = sampled_profile, np.array([64.0, 64.0])
+    assert step_ms(p, c, sampled=True) - step_ms(p, c) == pytest.approx([0.5, 0.5])
+    greedy = ppsd_costs(p, Plan("ppsd", exit_layer=2, stage_bounds=(0, 2, 4)), c)
+    sampled = ppsd_costs(p, Plan("ppsd", exit_layer=2, stage_bounds=(0, 2, 4), temperature=0.7), c)
+    # stage 1: embed 0.1 + 2 layers + exit head 2 (+ the draft's draw); the verifier: 2 layers + head 2
+    assert greedy.stage[0] == pytest.approx([4.1, 4.1]) and greedy.stage[1] == pytest.approx([4.0, 4.0])
+    assert sampled.stage[0] == pytest.approx([4.6, 4.6]) and sampled.exit_array() == pytest.approx([2.5, 2.5])
+    assert sampled.stage[1] == pytest.approx([4.0 + 2.0 + 0.5] * 2)
+    cm = cost_model(p)
+    g, s = EESDCosts(cm, 2, 3), EESDCosts(cm, 2, 3, sampled=True)
+    assert s.draft(c) - g.draft(c) == pytest.approx([0.5, 0.5])
+    assert s.verify(c, 3) - g.verify(c, 3) == pytest.approx([0.5, 0.5])
+
+
+def test_simulate_at_a_temperature_prices_the_plan_sampled(sampled_profile, capsys, tmp_path):
+    from profiler.synthetic import write_synthetic_profile
+    from sim import api
+    from sim.plan import Plan
+
+    p = sampled_profile
+    kw = dict(acceptance="bernoulli", alpha=1.0, tokens=200, engine="fast")
+    greedy = api.simulate(p, Plan("ppsd", exit_layer=2, stage_bounds=(0, 2, 4)), **kw)
+    sampled = api.simulate(p, Plan("ppsd", exit_layer=2, stage_bounds=(0, 2, 4)), temperature=1.0, **kw)
+    assert sampled.plan.temperature == 1.0 and greedy.plan.temperature == 0.0
+    # all accepted: one token per pass of the slowest stage, 4.1 ms greedy, the verifier's 6.5 sampled
+    assert 1e3 / greedy.tokens_per_s == pytest.approx(4.1, rel=1e-6)
+    assert 1e3 / sampled.tokens_per_s == pytest.approx(6.5, rel=1e-6)
+    # the AR baseline is sampled too: 0.1 + 4 + 2 + 0.5 ms a token
+    assert sampled.details.ar_tokens_per_s == pytest.approx(1e3 / 6.6)
+    assert "latency.sampling" not in capsys.readouterr().err
+    bare = write_synthetic_profile(tmp_path / "bare", num_layers=4, vocab_size=1000)
+    api.simulate(bare, Plan("ar"), temperature=1.0, **kw)
+    api.simulate(bare, Plan("ar"), temperature=1.0, **kw)
+    err = capsys.readouterr().err
+    assert err.count("has no latency.sampling") == 1 and "ppsd profile add-sampling" in err
+
+
+def test_plan_temperature_round_trips():
+    from ppsd.errors import UserError
+    from sim.plan import Plan
+
+    greedy, sampled = Plan("eesd", exit_layer=3), Plan("eesd", exit_layer=3, temperature=0.7)
+    assert "temperature" not in greedy.to_dict() and sampled.to_dict()["temperature"] == 0.7
+    assert Plan.from_dict(sampled.to_dict()).to_dict() == sampled.to_dict() and greedy.at_temperature(0.7) == sampled
+    assert greedy.at_temperature(0) is greedy and not greedy.sampled and sampled.sampled
+    with pytest.raises(UserError):
+        Plan("ar", temperature=-1.0)

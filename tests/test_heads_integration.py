@@ -186,3 +186,23 @@ def test_ppsd_stages_load_only_what_they_need(work, tiny):
     stages = [Stage(r, 3, job, tiny, EpochBoard()) for r in range(3)]
     assert stages[0].drafter.heads.exits == [2]  # exit 2's adapter only, not exit 4's
     assert stages[1].drafter is None and stages[2].drafter is None  # greedy: the verifier needs no q
+
+
+def test_heldout_profile_drops_the_heads_training_prompts(work, tmp_path, capsys):
+    """`ppsd profile --heads DIR --heldout`: no profiled prompt is one the heads were trained on, and
+    the profile says so; --heldout without --heads is one line, exit 2."""
+    trained_on = set(json.loads((work["heads"] / "heads.json").read_text())["training"]["train_prompt_ids"])
+    out = tmp_path / "heldout"
+    assert main(["profile", "--model", "tiny-llama", "--max-new-tokens", "6", "--n-values", "1,2",
+                 "--context-values", "8,16", "--repeats", "2", "--warmup", "1", "--corun-max", "1", "--no-hop",
+                 "--skip-latency", "--heads", str(work["heads"]), "--heldout", "--out", str(out)]) == 0
+    prof = load_profile(out)
+    ids = {g["prompt_id"] for g in prof.generations()}
+    assert ids and not ids & trained_on
+    assert prof.meta["acceptance"]["heldout_from_heads"] is True
+    assert prof.meta["acceptance"]["excluded_training_prompts"] == len(trained_on)
+    assert prof.meta["exit_heads"]["trained_on_profile_prompts"] == 0
+    capsys.readouterr()
+    assert main(["profile", "--model", "tiny-llama", "--heldout", "--out", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--heldout" in err[0]

@@ -73,6 +73,8 @@ def test_profile_round_trip(tiny_profile):
     for g in gens:
         assert g["prompt_len"] == len(g["prompt_tokens"]) > 0 and g["prompt"]
     assert prof.meta["acceptance"]["teacher_forced_agree"] == tokens
+    # what a draw at T > 0 costs, over the model's vocabulary (latency.sampling)
+    assert prof.sampling["vocab"] == [prof.meta["model"]["vocab_size"]] and prof.sample_ms(prof.head_vocab()) > 0
     # no temp leftovers beside or inside the folder
     assert sorted(p.name for p in tiny_profile.iterdir()) == ["acceptance.csv.gz", "generations.jsonl",
                                                               "profile.json"]
@@ -308,3 +310,49 @@ def test_profile_reads_the_pipeline_probe(tmp_path):
     assert prof.hop_ms() == pytest.approx(0.3) and prof.idle_hop_ms() == pytest.approx(0.05)
     assert prof.corun_slowdown(1) == 1.0 and prof.corun_slowdown(2) == pytest.approx(1.5)
     assert prof.pass_jitter_cv() == pytest.approx(0.02)
+
+
+def test_profile_measures_the_control_plane_at_the_stage_counts_asked(tmp_path):
+    """--control-plane-stages: the real stage processes with zero-time layers give a fixed cost per
+    pass and a message transit at each stage count, which the simulator then adds (Profile
+    accessors interpolate between counts and hold the ends)."""
+    out = tmp_path / "cp"
+    assert main(["profile", "--model", "tiny-llama", "--skip-acceptance", "--n-values", "1,2", "--context-values",
+                 "8,16", "--repeats", "2", "--warmup", "1", "--corun-max", "1", "--no-hop", "--thread-counts", "1",
+                 "--control-plane-stages", "2,4", "--out", str(out)]) == 0
+    prof = load_profile(out)
+    stages = prof.meta["latency"]["control_plane"]["stages"]
+    assert set(stages) == {"2", "4"} and prof.meta["latency"]["control_plane"]["hidden_size"] == prof.meta["model"]["hidden_size"]
+    for v in stages.values():
+        assert 0.0 < v["pass_overhead_ms"] < 20.0 and 0.0 < v["transit_ms"] < 20.0
+    assert prof.pass_overhead_ms(2) == stages["2"]["pass_overhead_ms"]
+    assert prof.pass_overhead_ms(3) == pytest.approx((stages["2"]["pass_overhead_ms"] + stages["4"]["pass_overhead_ms"]) / 2)
+    assert prof.pass_overhead_ms(8) == stages["4"]["pass_overhead_ms"]
+    assert "control_plane" in prof.meta["profiling"]["phases_s"]
+
+
+def test_add_sampling_measures_into_an_existing_profile(tiny_profile, tmp_path, capsys):
+    """`ppsd profile add-sampling DIR` times a draw per vocabulary the profile's plans draw from and
+    rewrites profile.json with it (marked added_later); a second time needs --force."""
+    import shutil
+
+    folder = tmp_path / "p"
+    shutil.copytree(tiny_profile, folder)
+    meta = json.loads((folder / "profile.json").read_text())
+    del meta["latency"]["sampling"]
+    (folder / "profile.json").write_text(json.dumps(meta))
+    assert load_profile(folder).sample_ms(320) is None
+    assert main(["profile", "add-sampling", str(folder)]) == 0
+    prof = load_profile(folder)
+    table = prof.sampling
+    assert table["vocab"] == [320] and table["median_ms"][0] > 0 and table["added_later"]
+    assert table["threads"] == 1 and "one draw at T > 0" in capsys.readouterr().err
+    assert main(["profile", "add-sampling", str(folder)]) == 2
+    assert "--force" in _error_line(capsys)
+    assert main(["profile", "add-sampling", str(folder), "--force"]) == 0
+    estimated = tmp_path / "est"
+    from profiler.synthetic import write_synthetic_profile
+
+    write_synthetic_profile(estimated, num_layers=4, vocab_size=100)
+    assert main(["profile", "add-sampling", str(estimated)]) == 2
+    assert "not measured" in _error_line(capsys)

@@ -134,3 +134,52 @@ def test_validate_refuses_mixed_prompt_sources(tiny_profile, tmp_path, capsys):
         assert main(["validate", "--profile", str(tiny_profile), *args, "--out", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0]
+
+
+def test_plan_items_carry_a_head_and_a_forced_alpha():
+    from runtime.validate import parse_plan_items
+    from sim.modes import Mode
+
+    items = parse_plan_items("eesd:10:3; ppsd:24:2:head=vocab4096 ;ppsd:15:3:alpha=0.9:head=trained;ppsd:8", 30, [])
+    assert [(i.plan.mode, i.plan.exit_layer, i.head, i.forced_alpha) for i in items] == [
+        (Mode.EESD, 10, None, None), (Mode.PPSD, 24, "vocab4096", None), (Mode.PPSD, 15, "trained", 0.9),
+        (Mode.PPSD, 8, None, None)]
+    assert items[0].plan.draft_len == 3 and items[2].plan.stages == 3 and items[3].plan.stages == 2
+    from ppsd.errors import UserError
+
+    for bad, words in (("ppsd:15:2:alpha=1.5", "not a probability"), ("ppsd:15:2:speed=3", "unknown option"),
+                       ("ppsd:15:2:3", "is not mode:exit"), ("ppsd:x", "is not mode:exit")):
+        with pytest.raises(UserError, match=words):
+            parse_plan_items(bad, 30, [])
+
+
+def test_validate_forced_alpha_and_in_sample_twins(tiny_profile, tmp_path, capfd):
+    """A forced plan replays the same seeded Bernoulli(α) bits in the run and in its prediction (its
+    output is not AR's, so it is not judged lossless); an out-of-sample run also carries what the
+    in-sample prediction said for the same runs; the breakdown sums both up."""
+    out = tmp_path / "forced"
+    doc, err = _validate_json(["--profile", str(tiny_profile), "--split", "0.5",
+                               "--plans", "ppsd:3:2;ppsd:3:2:alpha=1;ppsd:3:2:alpha=0", "--out", str(out)], capfd)
+    rows = doc["rows"]
+    assert "forced α=1" in err
+    real, always, never = rows[1:]
+    assert real.get("forced_alpha") is None and real["outputs_match_ar"] is True
+    assert always["forced_alpha"] == 1.0 and always["plan"].endswith("forced α=1") and always["outputs_match_ar"] is None
+    # every draft accepted / rejected: the prediction knows it exactly
+    assert always["predicted_acceptance_rate"] == pytest.approx(1.0) and never["predicted_acceptance_rate"] == 0.0
+    assert always["measured_acceptance_rate"] == pytest.approx(1.0) and never["measured_acceptance_rate"] == 0.0
+    assert always["predicted_speedup"] > never["predicted_speedup"]
+    for r in (always, never):  # the latency spread alone around the point
+        assert r["predicted_speedup_lo"] < r["predicted_speedup"] < r["predicted_speedup_hi"]
+        assert "predicted_speedup_in_sample" not in r
+    assert real["predicted_speedup_in_sample"] > 0
+    assert real["speedup_error_in_sample_pct"] == pytest.approx(
+        100 * (real["predicted_speedup_in_sample"] - real["measured_speedup"]) / real["measured_speedup"], abs=0.01)
+    b = doc["breakdown"]
+    assert b["forced"]["plans"] == 2 and b["real_acceptance"]["plans"] == 1 and b["in_sample"]["plans"] == 1
+    assert b["in_sample"]["mape_speedup_pct"] == pytest.approx(abs(real["speedup_error_in_sample_pct"]), abs=1e-3)
+    files = {p.name for p in (out / "timelines").iterdir()}
+    assert {"ppsd-e3-k2.measured.json", "ppsd-e3-k2-forced1.measured.json", "ppsd-e3-k2-forced0.simulated.json"} <= files
+    with open(out / "validation.csv") as fh:
+        header = next(csv.reader(fh))
+    assert {"forced_alpha", "predicted_speedup_in_sample"} <= set(header)

@@ -27,7 +27,9 @@ def test_a_schema_1_profile_still_loads_with_its_legacy_beta(tmp_path):
     shutil.copytree(EXAMPLE, old)
     meta = json.loads((old / "profile.json").read_text())
     meta["schema_version"] = 1
+    meta["acceptance"].pop("sampled", None)  # schema 1 had no sampled trajectories
     (old / "profile.json").write_text(json.dumps(meta))
+    (old / "acceptance_sampled.csv.gz").unlink(missing_ok=True)
     prof = load_profile(old)
     t = float(meta["acceptance"]["temperature"])
     assert prof.temperatures() == [0.0, t] and prof.beta_trajectory == "greedy"

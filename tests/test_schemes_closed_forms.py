@@ -154,8 +154,8 @@ def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, ho
     a = np.append(starts[1:], t) - 1 - starts
     lengths = ppsd_cf.cycle_lengths(stage, hop, t + 1, factors, k, exit_ms)
     want = sum(lengths[x] for x in a[:-1]) + d[a[-1]]
-    assert ppsd_replay.replay(s, costs).time_ms == pytest.approx(want, rel=1e-12)
-    assert ppsd_event.run(s, costs).time_ms == pytest.approx(want, rel=1e-12)
+    assert ppsd_replay.replay(s, costs).span_ms == pytest.approx(want, rel=1e-12)
+    assert ppsd_event.run(s, costs).span_ms == pytest.approx(want, rel=1e-12)
     # and the cut-at-the-flush model would be faster whenever a flush lands in an exit head
     cut = sum(d[x] + hop for x in a[:-1]) + d[a[-1]]
     assert want >= cut
@@ -163,8 +163,8 @@ def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, ho
     costs.jitter_cv = 0.03
     soft_len = ppsd_cf.cycle_lengths(stage, hop, t + 1, factors, k, exit_ms, 0.03)
     soft = sum(soft_len[x] for x in a[:-1]) + d[a[-1]]
-    assert ppsd_replay.replay(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
-    assert ppsd_event.run(s, costs).time_ms == pytest.approx(soft, rel=1e-12)
+    assert ppsd_replay.replay(s, costs).span_ms == pytest.approx(soft, rel=1e-12)
+    assert ppsd_event.run(s, costs).span_ms == pytest.approx(soft, rel=1e-12)
     assert soft >= cut
 
 
@@ -196,8 +196,8 @@ def test_closed_form_cycles_exact_with_cap_checkpoints_and_launch(stage, hop, ex
                           checkpoints=np.repeat(np.asarray(cps)[:, None], t, axis=1), launch=launch)
         lengths = ppsd_cf.cycle_lengths(stage, hop, t + 1, None, k, exit_ms, cv, checkpoints=cps, launch=launch)
         want = sum(lengths[x] for x in a[:-1]) + d[a[-1]]
-        assert ppsd_replay.replay(s, costs).time_ms == pytest.approx(want, rel=1e-12)
-        assert ppsd_event.run(s, costs).time_ms == pytest.approx(want, rel=1e-12)
+        assert ppsd_replay.replay(s, costs).span_ms == pytest.approx(want, rel=1e-12)
+        assert ppsd_event.run(s, costs).span_ms == pytest.approx(want, rel=1e-12)
     # the cap holds stage 1 back: without it the accepted stretches would run faster
     free = ppsd_cf.time_per_token(stage, hop, 1.0, None, k, exit_ms, cap=0)
     capped = ppsd_cf.time_per_token(stage, hop, 1.0, None, k, exit_ms)

@@ -63,6 +63,7 @@ def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None, exit=0.0
     b = ppsd_replay.replay(s, costs)
     assert a.rounds_a == b.rounds_a and a.rounds_rejected == b.rounds_rejected
     assert a.time_ms == pytest.approx(b.time_ms, rel=1e-12, abs=1e-9)
+    assert a.span_ms == pytest.approx(b.span_ms, rel=1e-12, abs=1e-9)
     assert a.stage_busy_ms == pytest.approx(b.stage_busy_ms, rel=1e-9, abs=1e-9)
     return a
 
@@ -99,38 +100,56 @@ def test_ppsd_hand_counts(bits, rounds_a):
 def test_ppsd_hand_timing():
     # stages 1 ms and 2 ms, hop 0.5 ms. Every token rejected: each costs 1 + 0.5 + 2 and a hop back.
     st = ppsd_both([0, 0, 0], hop=0.5)
-    assert st.time_ms == pytest.approx(3 * 3.5 + 2 * 0.5)
+    assert st.span_ms == pytest.approx(3 * 3.5 + 2 * 0.5)
     # all accepted: the first token's latency, then one every 2 ms (the slower stage)
     st = ppsd_both([1, 1, 1], hop=0.5)
-    assert st.time_ms == pytest.approx(3.5 + 2 * 2.0)
+    assert st.span_ms == pytest.approx(3.5 + 2 * 2.0)
     # co-run slowdown 1.5 with both stages busy: first stage-1 pass alone, the rest slowed
     st = ppsd_both([1, 1, 1], hop=0.0, factors=[1.0, 1.0, 1.5])
-    assert st.time_ms == pytest.approx(1.0 + 3.0 * 3)
+    assert st.span_ms == pytest.approx(1.0 + 3.0 * 3)
     # a new generation restarts the pipeline without counting a rejection
     st = ppsd_both([1, 1, 1, 1], gens=[2], hop=0.5)
     assert st.rounds_a == [1, 1] and st.rounds_rejected == [False, False]
-    assert st.time_ms == pytest.approx((3.5 + 2.0 + 0.5) + (3.5 + 2.0))
+    assert st.span_ms == pytest.approx((3.5 + 2.0 + 0.5) + (3.5 + 2.0))
+
+
+def test_ppsd_decode_clock_is_the_runtimes():
+    """time_ms is the runtime's decode clock (sim/schemes/ppsd/clock.py): per generation, from its
+    first commit to its last, over L − 1 tokens, scaled to its L tokens; the pipeline's fill and the
+    restarts between generations are not in it (span_ms keeps the whole axis)."""
+    # all accepted, stages 1 and 2 ms, hop 0.5: first commit 3.5, then one every 2 ms
+    st = ppsd_both([1, 1, 1], hop=0.5)
+    assert st.span_ms == pytest.approx(3.5 + 2 * 2.0) and st.time_ms == pytest.approx(2 * 2.0 * 3 / 2)
+    # two generations of 2: each from its first commit to its last (2 ms), over 1 token, times 2
+    st = ppsd_both([1, 1, 1, 1], gens=[2], hop=0.5)
+    assert st.time_ms == pytest.approx(2 * (2.0 * 2 / 1))
+    # a one-token generation counts its single pass, from stage 1's start to the commit
+    st = ppsd_both([1, 1, 1], gens=[2], hop=0.5)
+    assert st.time_ms == pytest.approx(2.0 * 2 / 1 + 3.5)
+    # every token rejected: cycles of 3.5 + 0.5 after the first commit (3.5)
+    st = ppsd_both([0, 0, 0], hop=0.5)
+    assert st.time_ms == pytest.approx((3 * 3.5 + 2 * 0.5 - 3.5) * 3 / 2)
 
 
 def test_ppsd_hand_timing_exit_head_overlaps():
     # stage 1 = 0.6 ms embed + layers, then a 0.4 ms exit head; the hidden state leaves at 0.6, so a
     # rejected token costs 0.6 + 0.5 + 2 (the draft, at 1.0 + 0.5, is there in time) and a hop back
     st = ppsd_both([0, 0, 0], hop=0.5, exit=0.4)
-    assert st.time_ms == pytest.approx(3 * 3.1 + 2 * 0.5)
+    assert st.span_ms == pytest.approx(3 * 3.1 + 2 * 0.5)
     # accepted tokens still pay the slower stage's whole occupancy
     st = ppsd_both([1, 1, 1], hop=0.5, exit=0.4)
-    assert st.time_ms == pytest.approx(3.1 + 2 * 2.0)
+    assert st.span_ms == pytest.approx(3.1 + 2 * 2.0)
     # a slow exit head binds: stage 2 is done at 0.5 + 0.5 + 1 but the draft arrives at 3 + 0.5; the
     # board announces the rejection at 3.5, just as stage 1's speculative pass ends its layers (before
     # its exit head [3.5, 6.0)): it drops the pass, and the verdict lets the corrected token in at 4.0
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.5)
-    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
+    assert st.span_ms == pytest.approx(2 * 4.0 + 3.5)
     # exit head 2.8: the rejection (3.5) finds stage 1 in its exit head [3.2, 6.0), which it finishes
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.8)
-    assert st.time_ms == pytest.approx(2 * 6.0 + 3.5)
+    assert st.span_ms == pytest.approx(2 * 6.0 + 3.5)
     # k = 3: the hidden state goes on at 0.6, the draft skips stage 2 and reaches stage 3 at 1.5
     st = ppsd_both([0, 0], stage=(1.0, 2.0, 0.5), hop=0.5, exit=0.4)
-    assert st.time_ms == pytest.approx(2 * (0.6 + 0.5 + 2.0 + 0.5 + 0.5) + 0.5)
+    assert st.span_ms == pytest.approx(2 * (0.6 + 0.5 + 2.0 + 0.5 + 0.5) + 0.5)
 
 
 def test_ppsd_hand_timing_rejection_during_layers():
@@ -138,7 +157,7 @@ def test_ppsd_hand_timing_rejection_during_layers():
     # stage 2 [2.5, 3.5); draft at 3 + 0.5 = 3.5; rejected at 3.5, the flush reaches stage 1 at 4.0,
     # inside the layers [3, 5) of its speculative pass: dropped at once, the cycle lasts 4.0
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=1.0)
-    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
+    assert st.span_ms == pytest.approx(2 * 4.0 + 3.5)
 
 
 def test_ppsd_hand_timing_rejection_during_exit_head():
@@ -147,29 +166,29 @@ def test_ppsd_hand_timing_rejection_during_exit_head():
     # pass has layers [3, 4) and exit head [4, 6): 4.0 is the end of its last layer, so the pass is
     # dropped right there (nothing sent, no head): the cycle lasts 4.0
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.0)
-    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
+    assert st.span_ms == pytest.approx(2 * 4.0 + 3.5)
     # exit head 2.2: layers [3, 3.8), exit head [3.8, 6.0); the board's rejection at 3.5 lands in the
     # layers: the pass is dropped, the verdict arrives at 4.0 (a flush waiting a hop would find the head)
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.2)
-    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
+    assert st.span_ms == pytest.approx(2 * 4.0 + 3.5)
     # ... but with stage 1 looking at the board only at layer ends (a checkpoint at 0.5 and 0.8 of
     # its pass: [3, 3.5), [3.5, 3.8) cannot be cut) a rejection at 3.5 + ε would wait for 3.8 < 4.0
     st = ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.2, checkpoints=[0.4, 0.8])
-    assert st.time_ms == pytest.approx(2 * 4.0 + 3.5)
+    assert st.span_ms == pytest.approx(2 * 4.0 + 3.5)
     # accepted tokens are untouched; a rejection after two accepts: token 2 commits at 3 * 3 + 0.5,
     # inside the layers [9, 9.8) of token 3's pass: next cycle at 10
     st = ppsd_both([1, 1, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.2)
-    assert st.time_ms == pytest.approx(10.0 + 3.5)
+    assert st.span_ms == pytest.approx(10.0 + 3.5)
     # k = 3, stages (1.0, 2.2, 0.5), hop 0.5, head 0.4: token 0 leaves stage 3 at 0.6 + 0.5 + 2.2 +
     # 0.5 + 0.5 = 4.3; stage 1 has run 3 passes and waits at its in-flight cap: cycle 4.3 + 0.5
     st = ppsd_both([0, 0], stage=(1.0, 2.2, 0.5), hop=0.5, exit=0.4)
-    assert st.time_ms == pytest.approx(4.8 + 4.3)
+    assert st.span_ms == pytest.approx(4.8 + 4.3)
     # without the cap stage 1 would be in the layers [4, 4.6) of its fifth pass at 4.3: cycle 4.8 too
     st = ppsd_both([0, 0], stage=(1.0, 2.2, 0.5), hop=0.5, exit=0.4, cap=0)
-    assert st.time_ms == pytest.approx(4.8 + 4.3)
+    assert st.span_ms == pytest.approx(4.8 + 4.3)
     # head 0.1: token 0 leaves stage 3 at 4.6, the flush at 5.1 is inside pass 6's layers [5, 5.9)
     st = ppsd_both([0, 0], stage=(1.0, 2.2, 0.5), hop=0.5, exit=0.1)
-    assert st.time_ms == pytest.approx(5.1 + 4.6)
+    assert st.span_ms == pytest.approx(5.1 + 4.6)
 
 
 @pytest.mark.parametrize("stage, hop, factors", [
@@ -220,14 +239,14 @@ def test_torchrun_rejection_waits_for_the_cap():
     # stages (1, 1), hop 0.5, every token rejected. Local: token 0 commits at 1 + 0.5 + 1 = 2.5 and the
     # verdict lets the next token in at 3.0. Torchrun: stage 1 keeps drafting (pass 1 [1, 2]); its
     # cap (2) makes it read the verdict on token 0 before pass 2, at 3.0: the same here ...
-    assert ppsd_both([0, 0, 0], stage=(1.0, 1.0), hop=0.5).time_ms == pytest.approx(2 * 3.0 + 2.5)
-    assert ppsd_both([0, 0, 0], stage=(1.0, 1.0), hop=0.5, launch="torchrun").time_ms == pytest.approx(2 * 3.0 + 2.5)
+    assert ppsd_both([0, 0, 0], stage=(1.0, 1.0), hop=0.5).span_ms == pytest.approx(2 * 3.0 + 2.5)
+    assert ppsd_both([0, 0, 0], stage=(1.0, 1.0), hop=0.5, launch="torchrun").span_ms == pytest.approx(2 * 3.0 + 2.5)
     # ... but with a slow stage 1 (3, 1) and exit head 2 it finishes pass 1 [3, 6] before reading the
     # verdict (due at 4.0 + 0.5 = 4.5... token 0 commits at max(1 + 0.5 + 1, 3 + 0.5) = 3.5, verdict 4.0):
     # torchrun's cycle is 6.0, local drops pass 1 at its next checkpoint (here: in the layers, at once)
-    assert ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.0).time_ms == pytest.approx(2 * 4.0 + 3.5)
+    assert ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.0).span_ms == pytest.approx(2 * 4.0 + 3.5)
     assert ppsd_both([0, 0, 0], stage=(3.0, 1.0), hop=0.5, exit=2.0,
-                     launch="torchrun").time_ms == pytest.approx(2 * 6.0 + 3.5)
+                     launch="torchrun").span_ms == pytest.approx(2 * 6.0 + 3.5)
 
 
 def test_jitter_expected_restart_matches_monte_carlo():
@@ -260,7 +279,7 @@ def test_jitter_smooths_the_knife_edge():
     # pass's layers end when the exit head is 2.5: the knife edge sits there)
     def cycle(exit, jitter):
         st = ppsd_both([0] * 41, stage=(3.0, 1.0), hop=0.5, exit=exit, jitter=jitter)
-        return (st.time_ms - 3.5) / 40
+        return (st.span_ms - 3.5) / 40
 
     assert cycle(2.4, 0.0) == pytest.approx(4.0) and cycle(2.6, 0.0) == pytest.approx(6.0)
     soft = [cycle(e, 0.02) for e in (2.4, 2.45, 2.5, 2.55, 2.6, 2.7)]

@@ -69,8 +69,17 @@ def test_the_cli_refuses_in_one_line_with_exit_2(prof, capsys):
     assert json.loads(capsys.readouterr().out)["acceptance_source"] == "beta-sampled"
 
 
-def test_a_legacy_profile_keeps_its_one_temperature_and_nothing_else():
-    ex = load_profile(EXAMPLE)
+def test_a_legacy_profile_keeps_its_one_temperature_and_nothing_else(tmp_path):
+    import json
+    import shutil
+
+    legacy = tmp_path / "legacy"  # the example without its sampled trajectories: beta along the greedy path
+    shutil.copytree(EXAMPLE, legacy)
+    meta = json.loads((legacy / "profile.json").read_text())
+    meta["acceptance"].pop("sampled", None)
+    (legacy / "profile.json").write_text(json.dumps(meta))
+    (legacy / "acceptance_sampled.csv.gz").unlink(missing_ok=True)
+    ex = load_profile(legacy)
     t = ex.beta_temperatures()
     assert ex.beta_trajectory == "greedy" and len(t) == 1
     assert trace_stream(ex, 20, temperature=t[0]).source == "beta"

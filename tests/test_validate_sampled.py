@@ -75,3 +75,21 @@ def test_emulated_validation_refuses_a_temperature(tiny_profile, tmp_path, capsy
     rc = main(["validate", "--emulate", str(tiny_profile), "--temperature", "0.8", "--out", str(tmp_path / "v")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "--emulate" in err and len(err.splitlines()) == 1
+
+
+def test_sampled_split_reports_out_of_sample_and_in_sample_apart(tiny_profile, tmp_path, capsys):
+    """--split with --temperature: the prediction uses only the prediction prompts' β, the rows also
+    carry what the measured prompts' own β predicts, and the acceptance errors are reported apart."""
+    out = tmp_path / "split"
+    rc = main(["validate", "--profile", str(tiny_profile), "--split", "0.5", "--plans", "ppsd:3:2",
+               "--temperature", "0.8", "--seeds", "1", "--repeats", "1", "--warmup", "0", "--cores", "1",
+               "--draws", "20", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["out_of_sample"] is True and doc["temperature"] == 0.8
+    r = doc["rows"][1]
+    assert 0 <= r["predicted_acceptance_rate_in_sample"] <= 1 and r["predicted_speedup_in_sample"] > 0
+    assert doc["acceptance_error_in_sample_max_abs"] == pytest.approx(
+        abs(r["predicted_acceptance_rate_in_sample"] - r["measured_acceptance_rate"]), abs=1e-3)
+    assert doc["breakdown"]["in_sample"]["plans"] == 1
+    assert "predicted in sample" in capsys.readouterr().out

@@ -24,6 +24,8 @@ def _rewrite(src, out):
     new = vf.make_doc(rows, profile=doc["profile"], model=doc["model"], device_name=doc["device_name"],
                       forced_trace=doc["forced_trace"], exit_head=doc["exit_head"], ar_reference=doc["ar_reference"],
                       ar_tokens_per_s_runs=doc["ar_tokens_per_s_runs"], created=doc["created"])
+    # summaries derived from the rows that this module learnt to add after the folder was written
+    new = {k: v for k, v in new.items() if k in doc or k not in ("machine_drift", "breakdown")}
     vf.write_validation(out, new)
     return doc, new
 
@@ -77,7 +79,7 @@ def test_a_row_from_results():
     assert list(d) == [f for f in vf.ROW_FIELDS if f not in vf.OPTIONAL_FIELDS]
     assert vf.ValidationRow.from_dict(d) == row
     both = row.with_same_budget(0.74, 0.7)
-    assert list(both.to_dict()) == [f for f in vf.ROW_FIELDS if f not in vf.INTERVAL_COLUMNS + vf.SAMPLED_FIELDS]
+    assert list(both.to_dict()) == [f for f in vf.ROW_FIELDS if f not in vf.OPTIONAL_FIELDS or f in vf.SAME_BUDGET_COLUMNS]
     assert both.speedup_vs_ar_tp_error_pct == pytest.approx(100 * (0.74 - 0.7) / 0.7, abs=1e-3)
     assert "measured_speedup_vs_ar_tp" in vf.csv_text([row, both]).splitlines()[0]
     assert "measured_speedup_vs_ar_tp" not in vf.csv_text([row]).splitlines()[0]
@@ -144,7 +146,8 @@ def test_intervals_and_coverage_in_the_document(tmp_path):
     assert list(doc)[-1] == "rows" and list(doc)[:12] == ["schema_version", "created", "profile", "model",
                                                            "device_name", "mape_speedup_pct", "mape_tokens_per_s_pct",
                                                            "forced_trace", "exit_head", "ar_reference",
-                                                           "ar_tokens_per_s_runs", "predicted_from"]
+                                                           "ar_tokens_per_s_runs", "machine_drift"]
+    assert list(doc)[12] == "predicted_from"
     vf.write_validation(tmp_path, doc)
     with open(tmp_path / vf.CSV_FILE, newline="") as fh:
         header = next(csv.reader(fh))
@@ -162,3 +165,43 @@ def test_out_of_sample_only_when_the_prompt_sets_are_disjoint():
     assert oos(["a", "b"], ["b", "c"]) is False  # one shared prompt is enough to make it in sample
     assert oos(["a", "b"], ["a", "b"]) is False
     assert oos(["a"], ["z"], overlap=["z"]) is False  # the same prompt text under another id
+
+
+def test_breakdown_separates_forced_paying_and_in_sample_rows():
+    from dataclasses import replace
+
+    def row(e, pred, meas, forced=None):
+        r = _row(Plan(Mode.PPSD, exit_layer=e), pred, meas)
+        return replace(r, speedup_error_pct=round(100 * (pred - meas) / meas, 3), forced_alpha=forced)
+
+    ar = _row(Plan(Mode.AR), 1.0, 1.0)
+    slow = row(4, 0.9, 1.0).with_in_sample(0.95)        # real acceptance, not paying
+    pays = row(6, 1.1, 1.2).with_in_sample(1.2)         # real acceptance, paying
+    forced = row(8, 1.5, 1.5, forced=0.9)               # forced, paying
+    assert pays.paying and forced.paying and not slow.paying and not ar.paying
+    assert pays.speedup_error_in_sample_pct == 0.0 and slow.speedup_error_in_sample_pct == pytest.approx(-5.0)
+    doc = vf.make_doc([ar, slow, pays, forced], profile="/m", model="m", device_name="cpu", forced_trace=False,
+                      exit_head="shared", ar_reference="once", ar_tokens_per_s_runs=[10.0])
+    b = doc["breakdown"]
+    assert b["real_acceptance"] == {"plans": 2, "mape_speedup_pct": pytest.approx(9.1665, abs=1e-3),
+                                    "worst_error_pct": 10.0}
+    assert b["forced"]["plans"] == 1 and b["forced"]["mape_speedup_pct"] == 0.0
+    assert b["paying"]["plans"] == 2 and b["paying"]["threshold"] == vf.PAYING_SPEEDUP
+    assert b["paying_real_acceptance"]["plans"] == 1
+    assert b["in_sample"] == {"plans": 2, "mape_speedup_pct": 2.5, "worst_error_pct": 5.0}
+    assert forced.plan == Plan(Mode.PPSD, exit_layer=8).label()  # the row label is the caller's (from_results adds α)
+    assert "breakdown" not in vf.make_doc([ar, row(4, 0.9, 1.0)], profile="/m", model="m", device_name="cpu", forced_trace=False,
+                                          exit_head="shared", ar_reference="once", ar_tokens_per_s_runs=[10.0])
+
+
+def test_machine_drift_flags_an_ar_far_from_the_profiles_price():
+    ar = _row(Plan(Mode.AR), 1.0, 1.0)  # predicted 10 tokens/s
+    calm = vf.make_doc([ar], profile="/m", model="m", device_name="cpu", forced_trace=False, exit_head="shared",
+                       ar_reference="once", ar_tokens_per_s_runs=[10.2, 10.1, 10.3])["machine_drift"]
+    assert calm["drift_pct"] == 2.0 and calm["flagged"] is False and calm["ar_measured_tokens_per_s"] == 10.2
+    fast = vf.make_doc([ar], profile="/m", model="m", device_name="cpu", forced_trace=False, exit_head="shared",
+                       ar_reference="once", ar_tokens_per_s_runs=[10.8, 11.0])["machine_drift"]
+    assert fast["drift_pct"] == pytest.approx(9.0) and fast["flagged"] and "faster" in fast["note"]
+    emulated = vf.make_doc([ar], profile="/m", model="m", device_name="cpu", forced_trace=False, exit_head="shared",
+                           ar_reference="once", ar_tokens_per_s_runs=[11.0], emulated=True)["machine_drift"]
+    assert emulated["flagged"] is False  # waits do not drift with the machine

@@ -74,11 +74,18 @@ with meas_col:
         choice = st.selectbox("measured run", names, index=data.default_recording(names, plan), key="tl_measured",
                               help="Timelines the runtime recorded while decoding for real.")
         measured = data.read_chrome_trace(recorded[choice])
-        st.plotly_chart(charts.gantt(measured, f"Measured: {choice.split(': ', 1)[-1]}"), key="chart_gantt_meas")
-        sim_file = recorded[choice].with_name(recorded[choice].name.replace(f".{vf.MEASURED}.", f".{vf.SIMULATED}."))
         st.download_button("Download this measured trace", recorded[choice].read_bytes(),
                            file_name=recorded[choice].name, mime="application/json", key="dl_measured")
-        if sim_file.exists():
-            st.caption("The simulator's prediction of the same plan, recorded by `ppsd validate`:")
-            st.plotly_chart(charts.gantt(data.read_chrome_trace(sim_file), "Simulated (same plan, at validation)"),
-                            key="chart_gantt_meas_sim")
+        sim_file = recorded[choice].with_name(recorded[choice].name.replace(f".{vf.MEASURED}.", f".{vf.SIMULATED}."))
+        st.caption("Below: this recording and the simulator's prediction of the same plan (recorded by `ppsd "
+                   "validate` from the same prompts) on one time axis, each from its own start.")
+
+if recorded:
+    slug = choice.split(": ", 1)[-1]
+    simulated = data.read_chrome_trace(sim_file) if sim_file.exists() else []
+    st.subheader(f"Measured and simulated: {slug}")
+    window = charts.first_passes_window_ms(charts.aligned(measured, "measured"))  # a dozen measured passes
+    st.plotly_chart(charts.gantt_pair(measured, simulated, f"{slug}: measured (top) and simulated (bottom), one "
+                                      "time axis", window_ms=window), key="chart_gantt_pair")
+    st.caption(f"Zoomed to the first {window:.1f} ms (a dozen passes); drag to pan or zoom, double-click for the "
+               "whole run." + ("" if simulated else " This folder recorded no simulated timeline for the plan."))

@@ -36,9 +36,12 @@ m[1].metric("MAPE, tokens/s", theme.fmt_pct(meta.get("mape_tokens_per_s_pct")),
 m[2].metric("plans", len(rows))
 if "outputs_match_ar" in rows.columns:
     spec = rows[rows["mode"] != Mode.AR] if "mode" in rows.columns else rows  # AR is the reference itself
-    ok = int(spec["outputs_match_ar"].astype(bool).sum())
-    m[3].metric("outputs identical to AR", f"{ok} / {len(spec)}",
-                help="Greedy EESD and PPSD must produce exactly the AR tokens (lossless).")
+    judged = spec[spec["outputs_match_ar"].notna()]  # forced-acceptance and sampled runs are not judged
+    ok = int(judged["outputs_match_ar"].astype(bool).sum())
+    m[3].metric("outputs identical to AR", f"{ok} / {len(judged)}",
+                help="Greedy EESD and PPSD must produce exactly the AR tokens (lossless). Plans with forced "
+                     "acceptance commit the drafts they are told to, and sampled runs differ by construction: "
+                     "neither is counted.")
 st.caption(f"Model {meta.get('model', '?')} · device {meta.get('device_name', '?')} · "
            f"created {str(meta.get('created', '?'))[:19]} · profile `{meta.get('profile', '?')}`")
 if meta.get("predicted_from") is not None:
@@ -55,10 +58,22 @@ if meta.get("coverage") is not None:
                 f"spread) hold **{meta['coverage']:.0%}** of {meta.get('coverage_plans')} measured speedups; the "
                 "bands in the chart are those intervals.")
 
+breakdown = meta.get("breakdown") or {}
+if breakdown:
+    parts = {"real_acceptance": "real acceptance", "forced": "forced acceptance (timing only)",
+             "paying": "paying plans (measured ≥ 1.05× AR)", "in_sample": "the same runs predicted in sample"}
+    cols = st.columns(len(parts))
+    for col, (key, title) in zip(cols, parts.items()):
+        part = breakdown.get(key) or {}
+        col.metric(f"MAPE, {title}", theme.fmt_pct(part.get("mape_speedup_pct")) if part.get("plans") else "–",
+                   help=f"{part.get('plans', 0)} plans; worst {theme.fmt_pct(part.get('worst_error_pct'))}.")
+
 st.plotly_chart(charts.predicted_vs_measured(rows), key="chart_validation")
 
 st.subheader("Per-plan error")
-show = [c for c in vf.CSV_COLUMNS + ["predicted_speedup_lo", "predicted_speedup_hi"] if c in rows.columns]
+show = [c for c in vf.CSV_COLUMNS + ["predicted_speedup_lo", "predicted_speedup_hi", "forced_alpha",
+                                     "predicted_speedup_in_sample", "speedup_error_in_sample_pct"]
+        if c in rows.columns and (c in vf.CSV_COLUMNS or rows[c].notna().any())]
 st.dataframe(
     rows[show], hide_index=True, width="stretch",
     column_config={
@@ -72,6 +87,13 @@ st.dataframe(
         "predicted_speedup_hi": st.column_config.NumberColumn("predicted 95%", format="%.2f×",
                                                               help="Upper end of the prediction's 90% interval."),
         "measured_speedup": st.column_config.NumberColumn("measured ×", format="%.2f×"),
+        "forced_alpha": st.column_config.NumberColumn("forced α", format="%.2f",
+                                                      help="Acceptance forced to seeded Bernoulli(α) in the run and "
+                                                           "the prediction alike: a timing check."),
+        "predicted_speedup_in_sample": st.column_config.NumberColumn(
+            "predicted in sample ×", format="%.2f×", help="What the in-sample prediction (the measured prompts' own "
+            "acceptance traces) said for the same run, beside the out-of-sample prediction."),
+        "speedup_error_in_sample_pct": st.column_config.NumberColumn("in-sample error", format="%.1f%%"),
         "speedup_error_pct": st.column_config.NumberColumn("speedup error", format="%.1f%%"),
         "tokens_per_s_error_pct": st.column_config.NumberColumn("tokens/s error", format="%.1f%%"),
         "ar_reference_tokens_per_s": st.column_config.NumberColumn(

@@ -17,17 +17,19 @@ from sim.schemes.base import RunStats, Scheme
 from sim.streams import Stream
 
 
-def step_ms(profile, context: np.ndarray, exit_head: str = SHARED) -> np.ndarray:
-    """One full pass at each context: embed + every layer + final norm and LM head (ms)."""
+def step_ms(profile, context: np.ndarray, exit_head: str = SHARED, sampled: bool = False) -> np.ndarray:
+    """One full pass at each context: embed + every layer + final norm and LM head (ms); sampled
+    decoding adds the draw of the token over the whole vocabulary."""
     cm = cost_model(profile, exit_head)
-    return cm.embed(1) + cm.layers(context, 0, cm.num_layers) + cm.head(1)
+    t = cm.embed(1) + cm.layers(context, 0, cm.num_layers) + cm.head(1)
+    return t + cm.sample_full() if sampled else t
 
 
 class AR(Scheme):
     mode = Mode.AR
 
     def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> np.ndarray:
-        return step_ms(profile, context, plan.exit_head)
+        return step_ms(profile, context, plan.exit_head, plan.sampled)
 
     def event_model(self, stream: Stream, costs: np.ndarray, record: bool = False) -> RunStats:
         env = simpy.Environment()
@@ -50,4 +52,4 @@ class AR(Scheme):
         return RunStats(total, len(costs), stage_busy_ms=[total], device_busy_ms={0: total})
 
     def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
-        return float(step_ms(profile, np.array([float(context)]), plan.exit_head)[0])
+        return float(step_ms(profile, np.array([float(context)]), plan.exit_head, plan.sampled)[0])

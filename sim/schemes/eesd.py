@@ -52,13 +52,17 @@ class EESDCosts:
     cm: CostModel
     exit_layer: int
     draft_len: int
+    sampled: bool = False  # T > 0: each draft draws over the exit head's vocabulary, and every round
+    # draws one token over the whole vocabulary (the replacement at a rejection, else the bonus token)
 
     def draft(self, context: np.ndarray) -> np.ndarray:
-        return draft_ms(self.cm, context, self.exit_layer)
+        t = draft_ms(self.cm, context, self.exit_layer)
+        return t + self.cm.sample_draft() if self.sampled else t
 
     def verify(self, context: np.ndarray, gamma) -> np.ndarray:
         """Verification of a round at `context` whose last draft ran at context + γ."""
-        return verify_ms(self.cm, context, context + gamma, self.exit_layer, gamma)
+        t = verify_ms(self.cm, context, context + gamma, self.exit_layer, gamma)
+        return t + self.cm.sample_full() if self.sampled else t
 
 
 # --- ideal formulas (the papers') ------------------------------------------------------------------
@@ -116,7 +120,7 @@ class EESD(Scheme):
     mode = Mode.EESD
 
     def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> EESDCosts:
-        return EESDCosts(cost_model(profile, plan.exit_head), plan.exit_layer, plan.draft_len)
+        return EESDCosts(cost_model(profile, plan.exit_head), plan.exit_layer, plan.draft_len, plan.sampled)
 
     def event_model(self, stream: Stream, costs: EESDCosts, record: bool = False) -> RunStats:
         """One process on one device: γ' drafts, then a verification; the round keeps the leading

@@ -11,23 +11,37 @@ from sim.costs import CostModel, corun_factors, cost_model
 from sim.plan import Plan
 
 
-def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: float = 0.0) -> list[np.ndarray]:
+def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: float = 0.0,
+             sampled: bool = False) -> list[np.ndarray]:
     """Per-stage one-token times: stage 1 adds embed and the exit head (it drafts), the last stage
     adds the final norm + LM head (it verifies), and every stage the fixed cost of a pass
     (`overhead_ms`: host sync, sends and receives, the stage loop). Stage 1's time is its whole
-    occupancy per token; its hidden state leaves `exit_head()` earlier (see `PPSDCosts.exit_ms`)."""
+    occupancy per token; its hidden state leaves `draft_tail_ms()` earlier (`PPSDCosts.exit_ms`).
+
+    Sampled decoding (T > 0) adds what the runtime does then: stage 1 draws each draft over the exit
+    head's vocabulary; the verifier recomputes the draft's distribution q with the exit head from
+    the layer-E state (it needs all of q for the residual at a rejection) and draws one token over
+    the whole vocabulary. It draws only at a rejection, so this over-prices an accepted
+    verification by one draw (`CostModel.sample_full`, ~0.9 ms of a 20 ms pass on the example CPU)."""
     k = len(bounds) - 1
     out = []
     for m in range(k):
         t = cm.layers(context, bounds[m], bounds[m + 1])
         if m == 0:
-            t = t + cm.embed(1) + cm.exit_head()
+            t = t + cm.embed(1) + draft_tail_ms(cm, sampled)
         if m == k - 1:
             t = t + cm.head(1)
+            if sampled:
+                t = t + cm.exit_head() + cm.sample_full()
         if overhead_ms:
             t = t + overhead_ms
         out.append(np.asarray(t, dtype=float))
     return out
+
+
+def draft_tail_ms(cm: CostModel, sampled: bool = False) -> float:
+    """What stage 1 does after its hidden state has left: the exit head, and at T > 0 the draw."""
+    return cm.exit_head() + (cm.sample_draft() if sampled else 0.0)
 
 
 def stage1_checkpoints(cm: CostModel, context: np.ndarray, exit_layer: int) -> np.ndarray:
@@ -116,10 +130,10 @@ def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
     d = len(set(placement))
     k = len(plan.stage_bounds) - 1
     over, transit = cm.pass_overhead(k), cm.transit(k)
-    return PPSDCosts(stage=stage_ms(cm, context, plan.stage_bounds, over),
+    return PPSDCosts(stage=stage_ms(cm, context, plan.stage_bounds, over, plan.sampled),
                      hop_ms=max(float(plan.hop_ms or 0.0), transit),
                      placement=placement, factors=corun_factors(profile, d),
-                     exit_ms=np.full(np.shape(context), cm.exit_head(), dtype=float),
+                     exit_ms=np.full(np.shape(context), draft_tail_ms(cm, plan.sampled), dtype=float),
                      jitter_cv=float(profile.pass_jitter_cv()),
                      checkpoints=stage1_checkpoints(cm, context, plan.stage_bounds[1]),
                      launch=plan.launch, overhead_ms=over)

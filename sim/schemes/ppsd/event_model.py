@@ -35,6 +35,7 @@ import simpy
 from sim.plan import Event
 from sim.restart import TIE_MS, board_wait, jitter_sigma
 from sim.schemes.base import RunStats
+from sim.schemes.ppsd.clock import decode_time_ms
 from sim.schemes.ppsd.costs import PPSDCosts
 from sim.streams import Stream
 
@@ -49,7 +50,12 @@ class _Pipeline:
         self.t = stream.tokens
         self.match = stream.match.tolist()
         seg = stream.seg_start.tolist()
+        self.gen_start = seg  # gen_start[j]: token j is a generation's first
         self.new_gen = seg[1:] + [True]  # new_gen[j]: token j+1 starts a new generation
+        # the decode clock (clock.py): each generation's first and last commit, its first pass's start
+        self.first_commits: list[float] = []
+        self.last_commits: list[float] = []
+        self.first_passes: list[float] = []
         self.cost = [c.tolist() for c in costs.stage]
         self.exit = costs.exit_array().tolist()
         self.drafts: dict = {}  # (epoch, j) -> event: j's draft of j+1 reached the last stage
@@ -219,6 +225,11 @@ class _Pipeline:
     def _commit(self, j: int, i: int):
         self.committed += 1
         end_of_gen = self.new_gen[j]
+        if self.gen_start[j]:  # the generation's first token: the runtime's clock starts here
+            self.first_commits.append(self.env.now)
+            self.first_passes.append(self.env.now - self.cycle[0])
+        if end_of_gen:
+            self.last_commits.append(self.env.now)
         if j == self.t - 1:
             self.rounds_a.append(i)
             self.rounds_rejected.append(False)
@@ -288,8 +299,11 @@ class _Pipeline:
         dev: dict[int, float] = {}
         for m, d in enumerate(self.costs.placement):
             dev[d] = dev.get(d, 0.0) + self.busy[m]
-        return RunStats(end, self.committed, self.rounds_a, self.rounds_rejected, list(self.busy), dev,
-                        self.events)
+        starts = [j for j, g in enumerate(self.gen_start) if g]
+        lengths = np.diff(np.append(starts, self.t))
+        decode = decode_time_ms(self.first_commits, self.last_commits, lengths, self.first_passes)
+        return RunStats(decode, self.committed, self.rounds_a, self.rounds_rejected, list(self.busy), dev,
+                        self.events, span_ms=end)
 
 
 def run(stream: Stream, costs: PPSDCosts, record: bool = False) -> RunStats:

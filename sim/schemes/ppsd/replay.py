@@ -18,6 +18,7 @@ import numpy as np
 
 from sim.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
 from sim.schemes.base import RunStats
+from sim.schemes.ppsd.clock import decode_time_ms
 from sim.schemes.ppsd.costs import PPSDCosts
 from sim.streams import Stream
 
@@ -157,7 +158,13 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
         restart_rel = np.maximum(commit + h, dep[0][first + a + cap - 1])
     dur = restart_rel.copy()
     dur[-1] = commit[-1]  # the run ends at the last commit
-    total = float(np.sum(dur))
+    # the runtime's decode clock (clock.py): per generation, from its first commit to its last
+    cs = np.concatenate([[0.0], np.cumsum(dur)[:-1]])  # each cycle's start, on one time axis
+    g_first = np.flatnonzero(seg[starts])  # the cycle each generation starts with
+    g_last = np.append(g_first[1:] - 1, ncyc - 1)
+    first_commit = dep[-1][first[g_first]]  # the generation's first token, from its cycle's start
+    total = decode_time_ms(cs[g_first] + first_commit, cs[g_last] + commit[g_last],
+                           np.diff(np.append(starts[g_first], t)), first_commit)
     useful = i <= np.repeat(a, lens)
     # stage 1: its passes up to where it drops them (local: the commit; torchrun: they all run),
     # plus a stretch it could not cut beyond the verdict's arrival
@@ -177,4 +184,4 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
     dev: dict[int, float] = {}
     for m, d in enumerate(costs.placement):
         dev[d] = dev.get(d, 0.0) + busy[m]
-    return RunStats(total, t, a.tolist(), rejected.tolist(), busy, dev)
+    return RunStats(total, t, a.tolist(), rejected.tolist(), busy, dev, span_ms=float(np.sum(dur)))
