@@ -37,8 +37,13 @@ cpu=0
 env_only=0
 env_flags=()
 args=()
+out="${OUT:-}"
+prev=""
 for a in "$@"; do
+  [ "$prev" = --out ] && out="$a"
+  prev="$a"
   case "$a" in
+    --out=*) out="${a#--out=}" ;;
     --cpu-dry-run) cpu=1 ;;
     --allow-transformers-mismatch) env_flags+=(--allow-transformers-mismatch) ;;
     --env-only) env_only=1; continue ;;  # this script's own flag: not passed on
@@ -96,6 +101,8 @@ if compgen -G "$wheels/*.whl" >/dev/null; then
 fi
 
 # --- every import, the versions after installing, the transformers pin ------------------------------
+# a failure here still leaves a summary under the output folder (when one is named)
+[ -n "$out" ] && env_flags+=(--summary "$out/gpu_check-environment.json")
 "$PY" bench/gpu_check_env.py --wheels "$wheels" ${env_flags[@]+"${env_flags[@]}"} || exit 2
 [ "$env_only" = 1 ] && { echo "gpu_check: environment ready ($PY)"; exit 0; }
 exec "$PY" bench/gpu_check.py ${args[@]+"${args[@]}"}

@@ -79,8 +79,20 @@ def wheels_needed(folder: Path) -> list[Path]:
     return out
 
 
+SUMMARY: Path | None = None  # --summary: where a failed check leaves its one-line reason as JSON
+
+
 def fail(msg: str) -> int:
     print(f"gpu_check: error: {msg}", file=sys.stderr, flush=True)
+    if SUMMARY is not None:  # the check's summary exists even when the environment stops it
+        import json
+        import os
+
+        SUMMARY.parent.mkdir(parents=True, exist_ok=True)
+        tmp = SUMMARY.with_name(SUMMARY.name + ".partial")
+        tmp.write_text(json.dumps({"phase": "environment", "status": "failed", "error": msg,
+                                   "python": sys.executable}, indent=1) + "\n")
+        os.replace(tmp, SUMMARY)
     return 2
 
 
@@ -128,7 +140,11 @@ def check(cpu: bool, allow_transformers_mismatch: bool, wheel_dir: Path | None =
         return fail(f"no CUDA GPU visible to torch {torch.__version__} (CUDA build: {torch.version.cuda}); "
                     "run this on a GPU machine, or pass --cpu-dry-run")
     if not cpu:
-        print(f"  CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)}")
+        n = torch.cuda.device_count()
+        print(f"  CUDA {torch.version.cuda}, {n} GPU(s): {torch.cuda.get_device_name(0)}")
+        if n >= 2 and not torch.distributed.is_nccl_available():
+            print("  note: this torch has no NCCL: PPSD across GPUs cannot run (AR and EESD still will); "
+                  "use a CUDA build of torch with NCCL")
     return 0
 
 
@@ -138,7 +154,10 @@ def main(argv=None) -> int:
     ap.add_argument("--allow-transformers-mismatch", action="store_true")
     ap.add_argument("--wheels-needed", metavar="DIR", help="print the carried wheels this Python lacks, one a line")
     ap.add_argument("--wheels", metavar="DIR", help="the carried-wheel folder (default .whl)")
+    ap.add_argument("--summary", metavar="FILE", help="on failure, write the reason there as JSON")
     args = ap.parse_args(argv)
+    global SUMMARY
+    SUMMARY = Path(args.summary) if args.summary else None
     if args.wheels_needed:
         for whl in wheels_needed(Path(args.wheels_needed)):
             print(whl)

@@ -24,6 +24,8 @@ from pathlib import Path
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 
+MEASURED_N_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 16)  # = profiler.latency.DEFAULT_N_VALUES (why: there)
+
 DEFAULT_MODEL = "smollm2-135m"
 
 
@@ -76,8 +78,9 @@ def register(subparsers) -> None:
                         "(the acceptance probability of a sampled draft) along it at that temperature: what "
                         "`ppsd simulate/plan/validate --temperature T` need for T > 0 (greedy is always recorded)")
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the sampled continuations (0)")
-    p.add_argument("--n-values", type=_int_list, default=[1, 2, 4, 8, 16], metavar="1,2,4,8,16",
-                   help="new tokens per timed step")
+    p.add_argument("--n-values", type=_int_list, default=None, metavar="1,2,...,9,16",
+                   help="new tokens per timed step (default 1-9 and 16: every EESD verification up to γ = 8 is "
+                        "measured, since on a CPU the cost is not smooth in n)")
     p.add_argument("--context-values", type=_int_list, default=[64, 256, 1024], metavar="64,256,1024",
                    help="tokens already in the KV cache per timed step")
     p.add_argument("--repeats", type=int, default=10, help="timed repeats per latency cell (10)")
@@ -138,6 +141,8 @@ def _check_args(args) -> None:
         if value < minimum:
             raise UserError(f"--{name} must be at least {minimum} (got {value})", f"give --{name} {minimum} or more")
 
+    if args.n_values is None:  # torch-free default (profiler/latency.py imports torch)
+        args.n_values = list(MEASURED_N_VALUES)
     positive("max-new-tokens", args.max_new_tokens)
     positive("repeats", args.repeats)
     positive("warmup", args.warmup, 0)

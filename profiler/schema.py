@@ -18,7 +18,7 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
   versions: {ppsd, python, torch, transformers}
   timing: {method ("perf_counter"|"cuda_event"|"roofline"), warmup, repeats}
   latency:
-    n_values: [1, 2, 4, 8, 16]          new tokens per step
+    n_values: [1, 2, ..., 9, 16]        new tokens per step (measured profiles; every EESD verification γ ≤ 8)
     context_values: [64, 256, 1024]     tokens already in the KV cache
     layers:  {median_ms, p10_ms, p90_ms}: [num_layers][len(n_values)][len(context_values)]
     embedding: {median_ms, p10_ms, p90_ms}: [len(n_values)]

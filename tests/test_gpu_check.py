@@ -177,6 +177,18 @@ def test_env_check_names_the_fix_for_a_missing_package(tmp_path):
     assert "simpy" in r.stderr and "No module named" in r.stderr and "fetch_gpu_wheels.sh" in r.stderr
 
 
+def test_an_environment_failure_still_leaves_a_summary(tmp_path):
+    """gpu_check.sh --out DIR stopped by the environment check: DIR has the reason as JSON."""
+    shadow = _fake_package(tmp_path / "shadow", "simpy", 'raise ImportError("No module named \'simpy\'")\n')
+    out = tmp_path / "out"
+    env = _env(PYTHONPATH=str(shadow), PPSD_WHEELS=str(tmp_path / "none"))
+    r = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--cpu-dry-run", "--out", str(out)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    doc = json.loads((out / "gpu_check-environment.json").read_text())
+    assert doc["status"] == "failed" and doc["phase"] == "environment" and "simpy" in doc["error"]
+
+
 def _fake_wheel(folder: Path, name: str, version: str) -> Path:
     import zipfile
 

@@ -171,3 +171,12 @@ def test_profile_keeps_corun_and_hop_when_the_probe_fails(tmp_path, monkeypatch)
     warned = [w for w in prof.meta["warnings"] if w.startswith("pipeline probe failed")]
     assert len(warned) == 1 and "gloo timed out" in warned[0]
     assert warned[0] in json.loads((out / "profile.json").read_text())["warnings"]
+
+
+def test_the_default_grid_measures_every_eesd_verification():
+    """γ + 1 for γ = 1..8 is measured, not interpolated (the cost is not smooth in n on a CPU)."""
+    from profiler import cli
+    from profiler.latency import DEFAULT_N_VALUES, LatencyConfig
+
+    assert set(range(1, 10)) <= set(DEFAULT_N_VALUES) and LatencyConfig().n_values == DEFAULT_N_VALUES
+    assert cli.MEASURED_N_VALUES == DEFAULT_N_VALUES

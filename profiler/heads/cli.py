@@ -69,6 +69,9 @@ def register(subparsers) -> None:
     ev.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     ev.add_argument("--threads", type=int, default=1)
     ev.add_argument("--device", default="cpu", help="cpu (default), cuda (or its alias gpu) or cuda:N")
+    ev.add_argument("--dtype", default="float32",
+                    help="model and heads dtype: float32 (default), bfloat16, float16 (what `ppsd run --dtype` and "
+                         "`ppsd profile --dtype` draft in; --latency-out is then timed in it)")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=_eval)
 
@@ -127,9 +130,9 @@ def _eval(args) -> int:
 
     torch.set_num_threads(args.threads)
     meta = read_meta(args.heads)
-    adapter = load_model(args.model or meta.model_id, device=args.device)
+    adapter = load_model(args.model or meta.model_id, device=args.device, dtype=args.dtype)
     exits = parse_exits(args.exits, adapter.num_layers) if args.exits else None
-    heads = load_heads(args.heads, adapter, exits)
+    heads = load_heads(args.heads, adapter, exits, dtype=adapter.dtype)  # drafted as in the model's dtype
     prompts = heldout_prompts(heads, args.prompts, args.heldout_per_category, args.limit_per_category)
     if not prompts:
         raise UserError("the held-out split is empty", "give --heldout-per-category 1 or more, or another --prompts")
