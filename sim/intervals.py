@@ -349,7 +349,7 @@ def attach_sweep_intervals(profile, results: Sequence[Result], *, prompts_n: int
         try:
             grid = np.unique(np.clip(np.concatenate([np.linspace(a.min(), a.max(), GRID), [a_pool]]), 0.0, 1.0))
             t_ar = ar.closed_form(profile, plan, 0.0, ctx)
-            s = np.array([t_ar / sch.closed_form(profile, plan, float(x), ctx) for x in grid])
+            s = t_ar / np.array(sch.closed_forms(profile, plan, grid, ctx))
         except (ValueError, ZeroDivisionError):  # a shared placement has no closed form: latency only
             apply(r, _latency_only(profile, plan, n, draws, LEVEL, cv, z, point))
             continue

@@ -202,3 +202,14 @@ def test_closed_form_cycles_exact_with_cap_checkpoints_and_launch(stage, hop, ex
     free = ppsd_cf.time_per_token(stage, hop, 1.0, None, k, exit_ms, cap=0)
     capped = ppsd_cf.time_per_token(stage, hop, 1.0, None, k, exit_ms)
     assert capped >= free - 1e-12
+
+
+def test_ppsd_closed_forms_at_many_alphas_equal_one_at_a_time():
+    """The intervals price ~10 α per plan in one call (the cycle lengths shared): exactly the same."""
+    from sim.schemes.ppsd import closed_form as cf
+
+    alphas = [0.0, 0.1, 0.37, 0.8, 0.95, 1.0]
+    for kw in (dict(), dict(jitter_cv=0.05, exit_ms=0.4), dict(launch="torchrun", cap=3)):
+        stages, hop = [1.2, 2.0, 0.7], 0.3
+        many = cf.times_per_token(stages, hop, alphas, [1.0, 1.0, 1.1, 1.2], 3, **kw)
+        assert many == [cf.time_per_token(stages, hop, a, [1.0, 1.0, 1.1, 1.2], 3, **kw) for a in alphas]

@@ -76,6 +76,10 @@ class Scheme(ABC):
     def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
         """Expected ms per committed token, i.i.d. acceptance α, every cost at one context."""
 
+    def closed_forms(self, profile, plan: Plan, alphas, context: float) -> list[float]:
+        """`closed_form` at each α (a scheme may share the work between them)."""
+        return [self.closed_form(profile, plan, float(a), context) for a in alphas]
+
     def first_token_ms(self, plan: Plan, whole_prefill_ms: float) -> float:
         """Time to the first token given the whole model's prefill of the prompt (sim/prefill.py):
         one pass over the prompt, as AR does; schemes that split the model add their messages."""

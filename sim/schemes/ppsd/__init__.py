@@ -45,13 +45,16 @@ class PPSD(Scheme):
         return costs.num_devices == costs.k  # stages sharing a device serialise: only SimPy queues them
 
     def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+        return self.closed_forms(profile, plan, [alpha], context)[0]
+
+    def closed_forms(self, profile, plan: Plan, alphas, context: float) -> list[float]:
         costs = self.unit_costs(profile, plan, np.array([float(context)]))
         if not self.can_replay(costs):
             raise ValueError("the closed form needs one device per stage; simulate shared placements")
         cps = None if costs.checkpoints is None else [float(c[0]) for c in costs.checkpoints]
-        return _closed_form.time_per_token([float(s[0]) for s in costs.stage], costs.hop_ms, alpha,
-                                           corun_factors(profile, costs.k), costs.k, float(costs.exit_array()[0]),
-                                           costs.jitter_cv, checkpoints=cps, launch=costs.launch, cap=costs.cap)
+        return _closed_form.times_per_token([float(s[0]) for s in costs.stage], costs.hop_ms, [float(a) for a in alphas],
+                                            corun_factors(profile, costs.k), costs.k, float(costs.exit_array()[0]),
+                                            costs.jitter_cv, checkpoints=cps, launch=costs.launch, cap=costs.cap)
 
     def first_token_ms(self, plan: Plan, whole_prefill_ms: float) -> float:
         # the prompt's hidden states go through the stages one after another (one payload per hop);
