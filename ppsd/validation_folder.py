@@ -22,6 +22,7 @@ import csv
 import datetime as _dt
 import io
 import json
+import statistics
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -317,8 +318,7 @@ def _drift_summary(rows: list[ValidationRow], ar_runs: list[float], emulated: bo
     ar = next((r for r in rows if r.mode == Mode.AR), None)
     if ar is None or not ar_runs or not ar.predicted_tokens_per_s:
         return {}
-    measured = float(sorted(ar_runs)[len(ar_runs) // 2]) if len(ar_runs) % 2 else \
-        float(sum(sorted(ar_runs)[len(ar_runs) // 2 - 1:len(ar_runs) // 2 + 1]) / 2)
+    measured = float(statistics.median(ar_runs))
     drift = 100.0 * (measured - ar.predicted_tokens_per_s) / ar.predicted_tokens_per_s
     flagged = abs(drift) > DRIFT_FLAG_PCT and not emulated
     return {"machine_drift": {
@@ -335,6 +335,14 @@ def _mape_of(rows: list[ValidationRow], key: str = "speedup_error_pct") -> dict:
     errs = [abs(getattr(r, key)) for r in rows if getattr(r, key) is not None]
     return {"plans": len(errs), "mape_speedup_pct": round(sum(errs) / len(errs), 3) if errs else None,
             "worst_error_pct": round(max(errs), 3) if errs else None}
+
+
+# the parts `breakdown` may hold, with the words the CLI and the dashboard show them under
+BREAKDOWN_TITLES = {"real_acceptance": "real acceptance", "forced": "forced acceptance (timing only)",
+                    "paying": f"paying plans (measured ≥ {PAYING_SPEEDUP:g}× AR)",
+                    "paying_real_acceptance": "paying, real acceptance",
+                    "in_sample": "the same runs predicted in sample",
+                    "out_of_sample_same_plans": "  ... and out of sample"}
 
 
 def _breakdown(rows: list[ValidationRow]) -> dict:

@@ -23,8 +23,7 @@ from pathlib import Path
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
-
-MEASURED_N_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 16)  # = profiler.latency.DEFAULT_N_VALUES (why: there)
+from profiler.schema import MEASURED_N_VALUES  # torch-free; profiler.latency.DEFAULT_N_VALUES is this
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -556,7 +555,7 @@ def _sampling(adapter, latency: dict, threads: int, phases: dict[str, float]) ->
     from profiler import sampling
 
     t0 = time.perf_counter()
-    sizes = sampling.vocab_sizes({"model": {"vocab_size": adapter.vocab_size}, "latency": latency})
+    sizes = sampling.vocab_sizes(adapter.vocab_size, latency.get("exit_heads"))
     table = sampling.measure(sizes, device=adapter.device, threads=threads)
     phases["sampling"] = time.perf_counter() - t0
     return table
@@ -738,14 +737,16 @@ def run_add_sampling(args) -> int:
                         "add --force to measure it again")
     from profiler.sampling import vocab_sizes
 
-    sizes = vocab_sizes(profile.meta)
+    sizes = vocab_sizes(profile.meta["model"].get("vocab_size"), profile.latency.get("exit_heads"))
     if not sizes:
         raise UserError(f"profile {args.dir} names no vocabulary size (model.vocab_size)",
                         "re-create it with this ppsd's `ppsd profile`")
     threads = args.threads or int(profile.meta.get("timing", {}).get("threads") or 1)
     if threads < 1:
         raise UserError(f"--threads {threads} must be at least 1", "give --threads 1 or more")
-    device = args.device or str(profile.meta.get("hardware", {}).get("device") or "cpu")
+    from ppsd.devices import normalize_device
+
+    device = normalize_device(args.device or str(profile.meta.get("hardware", {}).get("device") or "cpu"))
     import torch
 
     from profiler import sampling

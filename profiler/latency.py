@@ -32,13 +32,9 @@ import torch
 
 from ppsd.net import free_port
 from profiler.model import KVCache, ModelAdapter, causal_mask
+from profiler.schema import MEASURED_N_VALUES
 
-
-# Every n an EESD verification uses (γ + 1 for γ = 1..8) is measured, not interpolated: on a CPU the
-# cost is far from smooth in n (SmolLM2, 1 thread: 30 layers take 88 ms at n = 2, 111 ms at n = 3 and
-# 76 ms at n = 4, the LM head 21, 33 and 17 ms; the matmul kernels change with the row count), and a
-# table over 1, 2, 4, 8 priced γ = 2 verifications 25-40% short. 16 bounds longer verifications.
-DEFAULT_N_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 16)
+DEFAULT_N_VALUES = MEASURED_N_VALUES  # why every n up to 9: profiler/schema.py
 
 
 @dataclass

@@ -16,11 +16,6 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-
-def device_sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
 DEFAULT_REPEATS = 200
 DEFAULT_WARMUP = 20
 
@@ -34,7 +29,8 @@ def time_draw(vocab: int, *, temperature: float = 1.0, repeats: int = DEFAULT_RE
     logits = torch.randn(int(vocab), generator=gen, device=dev) * 3.0
     out = []
     for i in range(warmup + repeats):
-        device_sync(dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
         t0 = time.perf_counter()
         p = torch.softmax(logits.float() / temperature, dim=-1)
         int(torch.multinomial(p, 1, generator=gen))  # .item() waits for the device
@@ -61,12 +57,10 @@ def measure(vocab_sizes: Iterable[int], *, temperature: float = 1.0, repeats: in
             "method": "softmax(logits / T) in fp32 + torch.multinomial, token read back (perf_counter)"}
 
 
-def vocab_sizes(meta: dict) -> list[int]:
-    """The distributions a profile's plans draw from: the model's vocabulary and each exit head's."""
-    sizes = [int(meta.get("model", {}).get("vocab_size") or 0)]
-    for head in (meta.get("latency", {}).get("exit_heads") or {}).values():
-        if head.get("vocab"):
-            sizes.append(int(head["vocab"]))
+def vocab_sizes(model_vocab: int | None, exit_heads: dict | None = None) -> list[int]:
+    """The distributions a profile's plans draw from: the model's vocabulary and each exit head's
+    (`latency.exit_heads`, whose reduced-vocabulary heads record their `vocab`)."""
+    sizes = [int(model_vocab or 0)] + [int(h["vocab"]) for h in (exit_heads or {}).values() if h.get("vocab")]
     return [v for v in sizes if v > 0]
 
 

@@ -95,7 +95,8 @@ def _pipeline_job(model, job: Job):
     from runtime.pipeline import PipelineJob
 
     return PipelineJob(
-        model_spec=getattr(model, "load_spec", None) or model.model_id, bounds=tuple(job.plan.stage_bounds), prompts=job.prompts, max_new=job.max_new,
+        model_spec=getattr(model, "load_spec", None) or model.model_id,  # emulated models have no load spec
+        bounds=tuple(job.plan.stage_bounds), prompts=job.prompts, max_new=job.max_new,
         temperature=job.temperature, seed=job.seed, forced=job.forced,
         eos=tuple(sorted(model.eos_token_ids)) if job.stop_at_eos else (), warmup=job.warmup, repeats=job.repeats,
         timeline_rep=0 if job.timeline else -(10 ** 9), timeout_s=job.timeout_s,

@@ -224,14 +224,11 @@ def validate_command(args) -> int:
 def breakdown_lines(doc: dict) -> list[str]:
     """The MAPE of parts of the plans (validation_folder._breakdown), one line each, when recorded."""
     b = doc.get("breakdown") or {}
-    names = {"real_acceptance": "real acceptance", "forced": "forced acceptance (timing only)",
-             "paying": "paying plans (measured ≥ {t:g}× AR)", "paying_real_acceptance": "paying, real acceptance",
-             "in_sample": "the same runs predicted in sample", "out_of_sample_same_plans": "  ... and out of sample"}
     out = []
-    for key, title in names.items():
+    for key, title in vf.BREAKDOWN_TITLES.items():
         part = b.get(key) or {}
         if part.get("plans"):
-            out.append(f"{title.format(t=part.get('threshold', 0))}: speedup MAPE {part['mape_speedup_pct']:.1f}% "
+            out.append(f"{title}: speedup MAPE {part['mape_speedup_pct']:.1f}% "
                        f"over {part['plans']} plans (worst {part['worst_error_pct']:.1f}%)")
     return out
 
@@ -416,10 +413,8 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
     def interval(p: Plan, i: int | None, point: float) -> tuple[float, float]:
         plan = resolve_plan(p, predict)
         if i is not None and forced[i] is not None:  # acceptance is fixed: the latency spread alone
-            z = np.random.default_rng([seed, int(plan.exit_layer), 3]).standard_normal(draws)
-            lat = iv.latency_cv(predict, plan)
-            lo, hi = np.quantile(point * np.exp(lat * z), [(1 - iv.LEVEL) / 2, (1 + iv.LEVEL) / 2])
-            return float(lo), float(hi)
+            lat = iv.replay_interval(predict, plan, None, targets=targets, draws=draws, seed=seed)
+            return point * lat.lo, point * lat.hi
         tr = traces_of(plan.exit_layer, plan.exit_head) if plan.exit_layer is not None else None
         return _around(point, iv.replay_interval(predict, plan, tr, targets=targets, draws=draws, seed=seed))
 

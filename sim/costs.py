@@ -210,5 +210,4 @@ def corun_factors(profile, devices: int) -> list[float]:
 
 def sampled_costs_missing(profile) -> bool:
     """True when sampled plans on `profile` are priced without the cost of a draw (never measured)."""
-    fn = getattr(profile, "sample_ms", None)
-    return fn is None or fn(getattr(profile, "head_vocab", lambda h: None)(SHARED)) is None
+    return not hasattr(profile, "sample_ms") or profile.sample_ms(profile.head_vocab(SHARED)) is None

@@ -84,7 +84,7 @@ if recorded:
     slug = choice.split(": ", 1)[-1]
     simulated = data.read_chrome_trace(sim_file) if sim_file.exists() else []
     st.subheader(f"Measured and simulated: {slug}")
-    window = charts.first_passes_window_ms(charts.aligned(measured, "measured"))  # a dozen measured passes
+    window = charts.first_passes_window_ms(measured)  # a dozen measured passes, from the run's start
     st.plotly_chart(charts.gantt_pair(measured, simulated, f"{slug}: measured (top) and simulated (bottom), one "
                                       "time axis", window_ms=window), key="chart_gantt_pair")
     st.caption(f"Zoomed to the first {window:.1f} ms (a dozen passes); drag to pan or zoom, double-click for the "

@@ -60,8 +60,7 @@ if meta.get("coverage") is not None:
 
 breakdown = meta.get("breakdown") or {}
 if breakdown:
-    parts = {"real_acceptance": "real acceptance", "forced": "forced acceptance (timing only)",
-             "paying": "paying plans (measured ≥ 1.05× AR)", "in_sample": "the same runs predicted in sample"}
+    parts = {k: vf.BREAKDOWN_TITLES[k] for k in ("real_acceptance", "forced", "paying", "in_sample")}
     cols = st.columns(len(parts))
     for col, (key, title) in zip(cols, parts.items()):
         part = breakdown.get(key) or {}

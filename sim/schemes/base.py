@@ -39,7 +39,7 @@ class RunStats:
     device_busy_ms: dict[int, float] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     # PPSD: the run on the model's own time axis, from stage 1's first pass to the last commit with
-    # every restart between generations (time_ms is the runtime's decode clock: ppsd/clock.py)
+    # every restart between generations (time_ms is the runtime's decode clock: sim/schemes/ppsd/clock.py)
     span_ms: float | None = None
 
 

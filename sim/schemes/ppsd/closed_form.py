@@ -99,12 +99,22 @@ def time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
     if alpha >= 1.0 - 1e-12:  # never flushes: the slowest (slowed-down) stage or the cap sets the pace
         d = pipeline_departures(stage_ms, hop_ms, 4 * k + 8 + 4 * cap, factors, num_devices, exit_ms, cap)
         return d[-1] - d[-2]
-    # P(a) = (1-α) α^a; stop where the remaining mass is below 1e-17
-    count = k + 2 if alpha <= 0.0 else min(200_000, int(math.log(1e-17) / math.log(alpha)) + k + 2)
+    count = _cycles_needed(alpha, k)
     lengths = cycle_lengths(stage_ms, hop_ms, count, factors, num_devices, exit_ms, jitter_cv,
                             checkpoints=checkpoints, launch=launch, cap=cap)
+    return _expected_time(alpha, lengths, count)
+
+
+def _cycles_needed(alpha: float, k: int) -> int:
+    """How many cycle lengths L(a) the expectation needs at α < 1: P(a) = (1-α) α^a, cut where the
+    remaining mass is below 1e-17."""
+    return k + 2 if alpha <= 0.0 else min(200_000, int(math.log(1e-17) / math.log(alpha)) + k + 2)
+
+
+def _expected_time(alpha: float, lengths: np.ndarray, count: int) -> float:
+    """Expected ms per committed token from the first `count` cycle lengths: E[L] / E[a + 1]."""
     p = (1.0 - alpha) * alpha ** np.arange(count, dtype=float)
-    return float(np.sum(p * lengths)) * (1.0 - alpha)
+    return float(np.sum(p * lengths[:count])) * (1.0 - alpha)
 
 
 def times_per_token(stage_ms: Sequence[float], hop_ms: float, alphas: Sequence[float],
@@ -115,24 +125,12 @@ def times_per_token(stage_ms: Sequence[float], hop_ms: float, alphas: Sequence[f
     depend on α, so the cycle lengths are computed once, as far as the largest α needs, and each α
     sums its own prefix of them (the planner's intervals price ~10 α per plan)."""
     kw = dict(checkpoints=checkpoints, launch=launch, cap=cap)
-    k = len(stage_ms)
-    counts = {}
-    for a in alphas:
-        if not 0.0 <= a <= 1.0:
-            raise ValueError(f"alpha {a} outside [0, 1]")
-        if a < 1.0 - 1e-12:
-            counts[a] = k + 2 if a <= 0.0 else min(200_000, int(math.log(1e-17) / math.log(a)) + k + 2)
+    counts = {a: _cycles_needed(a, len(stage_ms)) for a in alphas if 0.0 <= a < 1.0 - 1e-12}
     lengths = (cycle_lengths(stage_ms, hop_ms, max(counts.values()), factors, num_devices, exit_ms, jitter_cv, **kw)
                if counts else None)
-    out = []
-    for a in alphas:
-        if a not in counts:
-            out.append(time_per_token(stage_ms, hop_ms, a, factors, num_devices, exit_ms, jitter_cv, **kw))
-            continue
-        n = counts[a]
-        p = (1.0 - a) * a ** np.arange(n, dtype=float)
-        out.append(float(np.sum(p * lengths[:n])) * (1.0 - a))
-    return out
+    # α = 1 (and anything out of range, which it refuses) goes through the one-α form
+    return [_expected_time(a, lengths, counts[a]) if a in counts else
+            time_per_token(stage_ms, hop_ms, a, factors, num_devices, exit_ms, jitter_cv, **kw) for a in alphas]
 
 
 def cycle_lengths(stage_ms: Sequence[float], hop_ms: float, count: int,
