@@ -19,6 +19,7 @@ import ctypes
 import multiprocessing as mp
 import os
 import pickle
+import re
 import signal
 import socket
 import sys
@@ -202,6 +203,12 @@ def _watch(procs, heartbeat, world: int, timeout_s: float, load_timeout_s: float
                 # the first stage to fail is the cause; the others fail because their peer went away
                 err = Path(out_dir, f"rank{r}.err")
                 why = err.read_text().splitlines()[0] if err.exists() else _describe_exit(p.exitcode)
+                if _is_transport_timeout(why):
+                    # gloo's own receive timeout can fire before the watchdog: a hang, not a crash
+                    raise UserError(f"the PPSD pipeline made no progress: stage {r + 1} of {world} gave up "
+                                    f"waiting for a peer ({why}); the run was stopped and every stage process "
+                                    "ended", "a stage hung or is starved of CPU: use fewer --stages or raise "
+                                    "--stage-timeout")
                 raise UserError(f"PPSD stage {r + 1} of {world} died ({why}); the run was stopped and every "
                                 "stage process ended", "check memory and the stage's layers, then rerun")
         beat = heartbeat.value
@@ -215,6 +222,15 @@ def _watch(procs, heartbeat, world: int, timeout_s: float, load_timeout_s: float
             raise UserError(f"the PPSD pipeline made no progress for {limit:.0f} s (stages still running: {stuck}); "
                             "the run was stopped and every stage process ended",
                             "a stage hung or is starved of CPU: use fewer --stages or raise --stage-timeout")
+
+
+_TRANSPORT_TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+def _is_transport_timeout(why: str) -> bool:
+    """Whether a stage's error is a collective's timeout (gloo: "Timed out waiting ...", "Application
+    timeout caused pair closure"; NCCL's watchdog: "... Timeout(...)")."""
+    return bool(_TRANSPORT_TIMEOUT.search(why))
 
 
 def under_torchrun() -> bool:

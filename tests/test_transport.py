@@ -135,8 +135,21 @@ def test_strict_transport_finishes_when_sampling(tiny, tiny_ar, bounds):
 def test_the_single_channel_design_deadlocks_under_nccl_semantics(tiny, tiny_ar):
     # what every multi-GPU PPSD plan would have hit: receives posted ahead on one NCCL pair
     prompts, _ = tiny_ar
-    with pytest.raises(UserError, match="no progress|Timed out"):  # the watchdog or gloo, whichever first
+    with pytest.raises(UserError, match="no progress"):  # the watchdog or gloo's timeout, whichever first
         _run(tiny, prompts[:1], (0, 3, 6), "strict-fused", timeout_s=5.0)
+
+
+@pytest.mark.parametrize("why, is_hang", [
+    ("RuntimeError: [../gloo/transport/tcp/pair.cc:534] Timed out waiting 5000ms for recv operation", True),
+    ("RuntimeError: Application timeout caused pair closure", True),
+    ("RuntimeError: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=RECV)", True),
+    ("RuntimeError: CUDA out of memory", False),
+    ("killed by signal 9 (SIGKILL: out of memory?)", False),
+])
+def test_a_stage_that_gave_up_on_its_peer_is_reported_as_a_hang(why, is_hang):
+    from runtime.launch import _is_transport_timeout
+
+    assert _is_transport_timeout(why) is is_hang
 
 
 def test_fused_transport_is_refused_over_nccl():
