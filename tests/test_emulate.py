@@ -73,15 +73,43 @@ def test_the_emulated_model_keeps_the_adapter_contract(tmp_path):
     assert [cache.length(i) for i in range(8)] == [4, 4, 4, 3, 3, 3, 3, 3]
 
 
-def test_emulated_ar_runs_at_the_profiles_step_time(tmp_path):
-    # the loop's own Python (sampling, bookkeeping) costs ~0.1 ms a token here: ~1% of this step
+class _VirtualClock:
+    """perf_counter that moves only when the emulator waits: what the emulator charges, with none of
+    the loop's own Python and none of this shared VM's stalls."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def wait_until(self, deadline: float) -> None:
+        self.now = max(self.now, deadline)
+
+
+def test_emulated_ar_is_charged_the_profiles_step_time(tmp_path, monkeypatch):
+    clock = _VirtualClock()
+    monkeypatch.setattr(time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr("runtime.emulate.wait_until", clock.wait_until)
+    monkeypatch.setattr("runtime.emulate.sleep_until", clock.wait_until)
     model = EmulatedModel(_profile(tmp_path, layer_ms=1.0, head_ms=0.5))
     prompts = [synthetic_prompt(20, i) for i in range(2)]
     m = measure(model, Job(plan=Plan(Mode.AR), prompts=prompts, max_new=[40, 40], warmup=0, repeats=2))
     ideal = 1000 / (0.1 + 8 * 1.0 + 0.5)  # embed + N layers + head, ms
-    assert m.result.tokens_per_s == pytest.approx(ideal, rel=0.04)
-    assert m.result.tokens_per_s < ideal * 1.005  # a wait never comes early
+    assert m.result.tokens_per_s == pytest.approx(ideal, rel=1e-9)
     assert m.result.details.emulated is True
+
+
+def test_emulated_ar_runs_near_the_profiles_step_time(tmp_path):
+    # on the wall clock: the loop's own Python (sampling, bookkeeping) costs ~0.1 ms a token here, and
+    # this shared VM has stretches ~5% slower than that; a stall only ever slows a repetition, so the
+    # fastest one is the emulator's pace (bench/bench_conformance.py prints emulated AR against its prediction).
+    model = EmulatedModel(_profile(tmp_path, layer_ms=1.0, head_ms=0.5))
+    prompts = [synthetic_prompt(20, i) for i in range(2)]
+    m = measure(model, Job(plan=Plan(Mode.AR), prompts=prompts, max_new=[40, 40], warmup=0, repeats=4))
+    ideal = 1000 / (0.1 + 8 * 1.0 + 0.5)
+    assert m.result.details.tokens_per_s_max < ideal * 1.005  # a wait never comes early
+    assert m.result.details.tokens_per_s_max > ideal * 0.85  # a piece charged twice or a lost wait would show
 
 
 def _stage_ms(prof, bounds):
