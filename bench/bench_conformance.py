@@ -1,11 +1,11 @@
 """Conformance of the PPSD timing model to the real runtime on emulated devices (issue 13 item 4).
 
   .venv/bin/python bench/bench_conformance.py --out examples/ppsd-conformance-emulated
-      [--profiles analytic,cpu] [--stages 2,3,4,6,8] [--alphas 0.3,0.6,0.9,1.0] [--hop-scales 1,10]
+      [--profiles analytic,analytic-l4,cpu] [--stages 2,3,4,6,8] [--alphas 0.3,0.6,0.9,1.0] [--hop-scales 1,10]
       [--tokens 32] [--prompts 2] [--repeats 2] [--launch local]
 
-For each base profile (an analytic Llama-2-7B on an H100, `ppsd profile --analytic`; the committed
-SmolLM2-135M CPU profile):
+For each base profile (analytic Llama-2-7B on an H100, "analytic", and on an L4, "analytic-l4",
+`ppsd profile --analytic`; the committed SmolLM2-135M CPU profile, "cpu"):
   1. measures this machine's control plane at every stage count (runtime/control_plane.py: zero-time
      layers; the per-pass overhead and the message transit) and writes it into a copy of the profile
      (`latency.control_plane`), which is what predicts;
@@ -40,10 +40,13 @@ def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x]
 
 
-def analytic_profile(out: Path) -> Path:
+ANALYTIC = {"analytic": "h100-sxm", "analytic-l4": "l4"}  # profile name -> --hardware
+
+
+def analytic_profile(out: Path, hardware: str = "h100-sxm") -> Path:
     curve = out.parent / "alpha-curve.csv"
     curve.write_text("relative_depth,alpha\n0.1,0.3\n0.9,0.9\n")
-    cmd = [sys.executable, "-m", "ppsd", "profile", "--analytic", "--arch", "llama-2-7b", "--hardware", "h100-sxm",
+    cmd = [sys.executable, "-m", "ppsd", "profile", "--analytic", "--arch", "llama-2-7b", "--hardware", hardware,
            "--alpha-curve", str(curve), "--out", str(out)]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if res.returncode:
@@ -88,7 +91,7 @@ def with_traces(src: Path, dst: Path, alpha: float, exits: list[int], prompt_ids
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="validation folder to write")
-    ap.add_argument("--profiles", default="analytic,cpu")
+    ap.add_argument("--profiles", default="analytic,analytic-l4,cpu")
     ap.add_argument("--stages", default="2,3,4,6,8")
     ap.add_argument("--alphas", default="0.3,0.6,0.9,1.0")
     ap.add_argument("--hop-scales", default="1,10")
@@ -116,11 +119,11 @@ def main() -> int:
     rows, ar_runs, cps = [], [], {}
     t_start = time.perf_counter()
     for name in args.profiles.split(","):
-        base = analytic_profile(work / "analytic") if name == "analytic" else ROOT / "examples" / "smollm2-135m-cpu"
+        base = analytic_profile(work / name, ANALYTIC[name]) if name in ANALYTIC else ROOT / "examples" / "smollm2-135m-cpu"
         bprof = load_profile(base)
         n = bprof.num_layers
         hidden = int(bprof.meta["model"].get("hidden_size") or 4096)
-        exits = [max(1, n // 8), n // 4] if name == "analytic" else [8, 15]
+        exits = [max(1, n // 8), n // 4] if name in ANALYTIC else [8, 15]
         exits = [e for e in exits if n - e >= max(ks) - 1]
         cp = reuse.get(name) or measure_control_plane(ks, hidden_size=hidden, tokens=96, repeats=3,
                                                       workdir=work / f"cp-{name}",

@@ -12,6 +12,7 @@ One rule for every decoder, so AR, EESD and PPSD cannot drift apart:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,9 +58,12 @@ class Sampler:
         return int(torch.multinomial(p, 1, generator=self.generator)), p
 
     def verify(self, draft: int, q: torch.Tensor | None, target_logits: torch.Tensor,
-               forced: bool | None = None) -> tuple[bool, int]:
+               forced: bool | None = None, *, q_draft: float | None = None,
+               q_full: Callable[[], torch.Tensor] | None = None) -> tuple[bool, int]:
         """Does `draft` (drawn from q) stand against the full model's logits? -> (accepted, token).
-        The token is the draft when accepted, else the verifier's replacement."""
+        The token is the draft when accepted, else the verifier's replacement. Without `q`, the test
+        uses `q_draft` (= q(draft), computed where the draft was drawn) and calls `q_full()` for the
+        whole of q only when the residual needs it (a rejection): the same decisions and draws."""
         if self.greedy:
             target = int(torch.argmax(target_logits))
             accepted = (draft == target) if forced is None else forced
@@ -69,10 +73,13 @@ class Sampler:
             if forced:
                 return True, draft
             return False, int(torch.multinomial(p, 1, generator=self.generator))
-        ratio = float(p[draft]) / max(float(q[draft]), 1e-30)
+        q_d = float(q[draft]) if q is not None else float(q_draft)
+        ratio = float(p[draft]) / max(q_d, 1e-30)
         u = float(torch.rand((), generator=self.generator, device=p.device))
-        if u < min(1.0, ratio):
+        if u < min(1.0, ratio):  # accepted with probability min(1, p(d)/q(d))
             return True, draft
+        if q is None:
+            q = q_full()
         residual = torch.clamp(p - q, min=0.0)
         total = float(residual.sum())
         if total <= 0.0:  # p == q up to rounding: any draw from p is exact

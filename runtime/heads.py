@@ -65,7 +65,8 @@ class Drafter:
         return int(subset[i]), self._spread(p)
 
     def probs(self, sampler, h: torch.Tensor) -> torch.Tensor:
-        """The draft distribution q over the full vocabulary (the PPSD verifier recomputes it)."""
+        """The draft distribution q over the full vocabulary (the PPSD verifier recomputes it at a
+        rejection, for the residual)."""
         p = sampler.probs(self.logits(h)[0, -1])
         return p if self.vocab is None else self._spread(p)
 

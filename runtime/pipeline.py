@@ -6,9 +6,11 @@ embedding and the exit head (it drafts), the last stage the final norm + LM head
 Channels (torch.distributed point-to-point, isend/irecv, preallocated buffers; runtime/transport.py
 carries them so that NCCL's per-pair ordering cannot deadlock them):
   H  stage i -> i+1   header [kind, pos, epoch, length, seq] + hidden state (+ the layer-E state
-                      when sampling with k >= 3, so the verifier can recompute the draft's q)
+                      when sampling with k >= 3, so the verifier can recompute the draft's q at a
+                      rejection)
   P  stage i -> i+1   prefill payload (the prompt's hidden states; variable size, once a sequence)
-  D  stage 1 -> last  the draft proposed for pos + 1 [kind, pos, epoch, token]
+  D  stage 1 -> last  the draft proposed for pos + 1 [kind, pos, epoch, token, q(token)] (q(token): its
+                      probability under the exit head, float64 bits; 0 when greedy)
   V  last -> stage 1  the verdict on that draft [kind, pos, epoch, accepted, token, done]
 Headers, drafts and verdicts are control messages (gloo, host memory); hidden states and payloads
 are data (one message with the header on CPU runs; over per-pair NCCL groups on GPUs).
@@ -35,6 +37,20 @@ from runtime.transport import TAG_D, TAG_V, Header, Links, RecvRing, SendRing, T
 from sim.plan import Event
 
 TOKEN, PREFILL, END, SHUTDOWN = 1, 2, 3, 4
+DRAFT_WIDTH = 6  # kind, pos, epoch, token, q(token) as float64 bits, send stamp (last: `_arrive`)
+
+
+def _float_bits(x: float) -> int:
+    return int(torch.tensor([float(x)], dtype=torch.float64).view(torch.int64)[0])
+
+
+def _bits_float(bits: int) -> float:
+    return float(torch.tensor([int(bits)], dtype=torch.int64).view(torch.float64)[0])
+
+
+def _q_of(q: torch.Tensor | None, token: int) -> float:
+    """q(token) for the draft message (greedy drafts carry no distribution: 0)."""
+    return 0.0 if q is None else float(q[token])
 
 
 def _stamp() -> int:
@@ -141,7 +157,8 @@ class Stage:
         self.carry = job.temperature > 0 and world > 2
         self.width = self.H * (2 if self.carry else 1)
         self.log = StageLog(rank)
-        # the exit head: stage 1 drafts with it; the verifier recomputes q with it only when sampling.
+        # the exit head: stage 1 drafts with it; the verifier recomputes q with it only when sampling,
+        # and then only to reject a draft.
         # Only exit E's adapter is loaded, and no other stage loads anything.
         self.drafter = None
         if self.first or (self.last and job.temperature > 0):
@@ -170,10 +187,10 @@ class Stage:
             self.h_out = TokenOut(links, self.width, mdt, carried)
         # drafts and verdicts are a few integers: control messages, host memory
         if self.first:
-            self.d_out = SendRing(5, i64, "cpu", self.world - 1, TAG_D, links.control)
+            self.d_out = SendRing(DRAFT_WIDTH, i64, "cpu", self.world - 1, TAG_D, links.control)
             self.v_in = RecvRing(7, i64, "cpu", self.world - 1, TAG_V, links.control)
         if self.last:
-            self.d_in = RecvRing(5, i64, "cpu", 0, TAG_D, links.control)
+            self.d_in = RecvRing(DRAFT_WIDTH, i64, "cpu", 0, TAG_D, links.control)
             self.v_out = SendRing(7, i64, "cpu", 0, TAG_V, links.control)
 
     # --- helpers ----------------------------------------------------------------------------------
@@ -208,9 +225,9 @@ class Stage:
         n = length * self.H + (self.H if self.carry else 0)
         return self.h_in.recv_payload(n, self.model.dtype, self.dev)
 
-    def _send_draft(self, kind: int, pos: int = 0, epoch: int = 0, token: int = 0) -> None:
+    def _send_draft(self, kind: int, pos: int = 0, epoch: int = 0, token: int = 0, q_token: float = 0.0) -> None:
         buf = self.d_out.next()
-        buf.copy_(torch.tensor((kind, pos, epoch, token, _stamp())))
+        buf.copy_(torch.tensor((kind, pos, epoch, token, _float_bits(q_token), _stamp())))
         self.d_out.send(buf)
 
     def _arrive(self, msg: list) -> list:
@@ -237,8 +254,8 @@ class Stage:
             last_exit = h_exit[:, -1:]
             self._send_header(PREFILL, L - 1, 0, L, seq)
             self._send_payload(h_exit, last_exit if self.carry else None)
-            d, _ = self.drafter.choose(sampler, last_exit)
-            self._send_draft(TOKEN, L - 1, 0, d)
+            d, q = self.drafter.choose(sampler, last_exit)
+            self._send_draft(TOKEN, L - 1, 0, d, _q_of(q, d))
             t1 = time.perf_counter()
             self._event("prefill", t0, t1, d, length=L)
             epoch, inflight, x, s, busy = 0, 1, d, L, 0.0
@@ -284,8 +301,8 @@ class Stage:
                     continue
                 sent = self._clock()
                 self._send_header(TOKEN, s, epoch, 1, seq, h_exit, h_exit if self.carry else None)
-                d, _ = self.drafter.choose(sampler, h_exit)
-                self._send_draft(TOKEN, s, epoch, d)
+                d, q = self.drafter.choose(sampler, h_exit)
+                self._send_draft(TOKEN, s, epoch, d, _q_of(q, d))
                 b = time.perf_counter()
                 busy += b - a
                 # where the pass handed its hidden state on: splits layers from the exit head
@@ -362,12 +379,13 @@ class Stage:
         return rep == self.job.timeline_rep
 
     # --- last stage: layers [b_{k-1}, N), final norm + LM head (verifies) ---------------------------
-    def _draft_for(self, pos: int, epoch: int) -> int:
-        """The draft stage 1 proposed after token `pos` in `epoch` (older, stale drafts are skipped)."""
+    def _draft_for(self, pos: int, epoch: int) -> tuple[int, float]:
+        """The draft stage 1 proposed after token `pos` in `epoch` and its q(draft) (older, stale
+        drafts are skipped)."""
         while True:
             d = self._arrive(self.d_in.take().tolist())
             if d[0] == TOKEN and d[1] == pos and d[2] == epoch:
-                return int(d[3])
+                return int(d[3]), _bits_float(int(d[4]))
             if d[0] != TOKEN:
                 raise RuntimeError(f"stage {self.rank + 1}: draft channel out of step (got kind {d[0]})")
 
@@ -437,12 +455,18 @@ class Stage:
         st, job, model = self.state, self.job, self.model
         logits = model.head(out)[0, -1]
         sampler: Sampler = st["sampler"]
-        q = self.drafter.probs(sampler, exit_state) if exit_state is not None and not sampler.greedy else None
-        d = self._draft_for(pos, epoch)
+        d, q_d = self._draft_for(pos, epoch)
+        # sampling: the acceptance test needs only q(d), which came with the draft; all of q (the
+        # exit head again, on the layer-E state) only for the residual of a rejection
+        q_full = None
+        if exit_state is not None and not sampler.greedy:
+            def q_full():
+                return self.drafter.probs(sampler, exit_state)
         gen = pos + 1 - st["L"]  # generated index of the token being decided
         seq = st["seq"]
         forced = job.forced[job.schedule[seq][1]] if job.forced else None
-        ok, tok = sampler.verify(d, q, logits, None if forced is None else forced.accept(gen))
+        ok, tok = sampler.verify(d, None, logits, None if forced is None else forced.accept(gen), q_draft=q_d,
+                                 q_full=q_full)
         st["tokens"].append(tok)
         st["verified"] += 1
         if ok:

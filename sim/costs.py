@@ -150,6 +150,12 @@ class CostModel:
             out = self._layer_costs[ctx] = [float(self.layers(c, lo, lo + 1)[0]) for lo in range(self.num_layers)]
         return list(out)
 
+    def prefill_layers(self, prompt_len: float, lo: int, hi: int) -> float:
+        """Σ layers [lo, hi) over a whole prompt of `prompt_len` tokens, empty cache (ms): the tables
+        at n = L and the smallest context, extrapolated linearly in n past the grid, as
+        `Profile.prefill_ms` does without a measured prefill and as emulated devices wait."""
+        return float(self.layers(self.c_grid[:1], lo, hi, n=float(prompt_len))[0])
+
     # --- layer ranges over context ----------------------------------------------------------
     def _table(self, lo: int, hi: int, n: float):
         key = (lo, hi, float(n))

@@ -37,8 +37,9 @@ class Plan:
                  "torchrun" (stage 1 finishes stale passes and learns of a rejection only when its
                  in-flight cap makes it read the verdict); ignored by AR and EESD
     temperature  0 = greedy; T > 0 = sampled decoding, where every drawn token costs a softmax and a
-                 multinomial over its vocabulary and the PPSD verifier recomputes the draft's
-                 distribution with the exit head (the runtime's work; `sim/costs.py`)
+                 multinomial over its vocabulary and the PPSD verifier, where it rejects a draft,
+                 recomputes the draft's distribution with the exit head (the runtime's work;
+                 `sim/schemes/ppsd/costs.py`)
     """
 
     mode: Mode

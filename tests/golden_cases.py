@@ -12,7 +12,11 @@ its last, scaled by L/(L-1), as the runtime's clock does, instead of including t
 and the committed example profile, which was re-measured with trained and reduced-vocabulary heads
 on held-out prompts (issue 12). And a third time for sampled decoding's own work (issue 14: at T > 0
 every drawn token pays a measured draw, `latency.sampling`, and the PPSD verifier runs the exit head
-again for the draft's distribution, as the runtime does): only the two sampled cases moved.
+again for the draft's distribution, as the runtime does): only the two sampled cases moved. And a
+fourth time for two PPSD changes that follow the runtime (issue 13): a generation's first pass is its
+prefill (stage 1 drafts on while later stages are still in the prompt), and at T > 0 the verifier
+recomputes the draft's distribution only to reject (q(draft) now comes with the draft): PPSD sweep
+figures moved by −0.4% … +2.3% (mean +0.2%), AR and EESD not at all.
 
 `python tests/golden_cases.py --write` re-records them (only when a model change is intended and
 reviewed)."""

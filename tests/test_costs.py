@@ -59,7 +59,8 @@ def test_sample_ms_interpolates_in_the_vocabulary(sampled_profile, tmp_path):
 
 def test_sampled_plans_pay_the_runtimes_extra_work(sampled_profile):
     """At T > 0: AR and every verifier draw over the whole vocabulary, each draft over the exit
-    head's, and the PPSD verifier runs the exit head again for q (runtime/pipeline.py)."""
+    head's, and the PPSD verifier runs the exit head again for all of q only where it rejects the
+    draft (runtime/pipeline.py: q(draft) comes with the draft)."""
     from sim.plan import Plan
     from sim.schemes.ar import step_ms
     from sim.schemes.eesd import EESDCosts
@@ -72,7 +73,12 @@ def test_sampled_plans_pay_the_runtimes_extra_work(sampled_profile):
     # stage 1: embed 0.1 + 2 layers + exit head 2 (+ the draft's draw); the verifier: 2 layers + head 2
     assert greedy.stage[0] == pytest.approx([4.1, 4.1]) and greedy.stage[1] == pytest.approx([4.0, 4.0])
     assert sampled.stage[0] == pytest.approx([4.6, 4.6]) and sampled.exit_array() == pytest.approx([2.5, 2.5])
-    assert sampled.stage[1] == pytest.approx([4.0 + 2.0 + 0.5] * 2)
+    assert sampled.stage[1] == pytest.approx([4.0 + 0.5] * 2) and sampled.reject_ms == pytest.approx(2.0)
+    assert greedy.reject_ms == 0.0
+    from sim.streams import Stream
+
+    s = Stream(np.array([True, False]), c, np.array([False, False]), "t")  # no generation starts here
+    assert sampled.stage_for(s)[1] == pytest.approx([4.5, 6.5])  # the rejected draft pays for all of q
     cm = cost_model(p)
     g, s = EESDCosts(cm, 2, 3), EESDCosts(cm, 2, 3, sampled=True)
     assert s.draft(c) - g.draft(c) == pytest.approx([0.5, 0.5])
@@ -89,9 +95,10 @@ def test_simulate_at_a_temperature_prices_the_plan_sampled(sampled_profile, caps
     greedy = api.simulate(p, Plan("ppsd", exit_layer=2, stage_bounds=(0, 2, 4)), **kw)
     sampled = api.simulate(p, Plan("ppsd", exit_layer=2, stage_bounds=(0, 2, 4)), temperature=1.0, **kw)
     assert sampled.plan.temperature == 1.0 and greedy.plan.temperature == 0.0
-    # all accepted: one token per pass of the slowest stage, 4.1 ms greedy, the verifier's 6.5 sampled
+    # all accepted: one token per pass of the slowest stage, 4.1 ms greedy; sampled, stage 1's 4.6
+    # (its draft's draw), as the verifier (4.5) never needs all of q when it accepts every draft
     assert 1e3 / greedy.tokens_per_s == pytest.approx(4.1, rel=1e-6)
-    assert 1e3 / sampled.tokens_per_s == pytest.approx(6.5, rel=1e-6)
+    assert 1e3 / sampled.tokens_per_s == pytest.approx(4.6, rel=1e-6)
     # the AR baseline is sampled too: 0.1 + 4 + 2 + 0.5 ms a token
     assert sampled.details.ar_tokens_per_s == pytest.approx(1e3 / 6.6)
     assert "latency.sampling" not in capsys.readouterr().err

@@ -65,6 +65,45 @@ def test_sampling_without_residual_would_be_caught(tiny):
     assert p < 0.001
 
 
+@pytest.mark.parametrize("bounds", [(0, 2, 6), (0, 2, 4, 6)])
+def test_ppsd_sampling_distribution_equals_ar(tiny, bounds):
+    """The pipeline's verifier tests a draft with the q(d) stage 1 sent along and recomputes all of q
+    only for a rejection's residual: still AR's distribution (k = 2, and k = 3 with the layer-E
+    state carried through the middle stage)."""
+    prompt = tiny.encode_prompt("The quick brown fox")
+    n, temp = 400, TEMPERATURE
+    ar = [generate_ar(tiny, prompt, 3, Sampler.make(temp, 10_000 + i)).tokens for i in range(n)]
+    job = PipelineJob("tiny-llama", bounds, [prompt] * n, [3] * n, temperature=temp, seed=7, warmup=0, repeats=1,
+                      timeout_s=60)
+    pp = [r.tokens for r in records_from_logs(job, run_local(job, model=tiny))[0]]
+    assert len(pp) == n and all(len(t) == 3 for t in pp)
+    for pos in (1, 2):
+        chi2, p, dof, _ = chi2_contingency(_table([s[pos] for s in ar], [s[pos] for s in pp]))
+        assert dof >= 3, "the test needs several likely tokens to have power"
+        assert p > 0.001, f"position {pos}: PPSD sampling differs from AR (chi2={chi2:.1f}, p={p:.2g})"
+
+
+def test_verifying_with_q_of_the_draft_decides_as_with_all_of_q():
+    """Sampler.verify given q(d) (and all of q only on demand) makes the same decisions and draws as
+    given all of q, and asks for all of q only to reject."""
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        p_logits, q_logits = torch.randn(50, generator=g) * 2, torch.randn(50, generator=g) * 2
+        a, b = Sampler.make(0.8, trial), Sampler.make(0.8, trial)
+        q = a.probs(q_logits)
+        d = int(torch.multinomial(q, 1, generator=g))
+        asked = []
+
+        def q_full():
+            asked.append(1)
+            return b.probs(q_logits)
+
+        full = a.verify(d, q, p_logits)
+        lazy = b.verify(d, None, p_logits, q_draft=float(q[d]), q_full=q_full)
+        assert full == lazy
+        assert bool(asked) == (not full[0])
+
+
 def _expected_eesd_rounds(pattern, max_new, gamma):
     rounds, g = [], 1  # token 0 comes from prefill; the first draft proposes generated index 1
     while g < max_new:

@@ -52,9 +52,18 @@ class PPSD(Scheme):
         if not self.can_replay(costs):
             raise ValueError("the closed form needs one device per stage; simulate shared placements")
         cps = None if costs.checkpoints is None else [float(c[0]) for c in costs.checkpoints]
-        return _closed_form.times_per_token([float(s[0]) for s in costs.stage], costs.hop_ms, [float(a) for a in alphas],
-                                            corun_factors(profile, costs.k), costs.k, float(costs.exit_array()[0]),
-                                            costs.jitter_cv, checkpoints=cps, launch=costs.launch, cap=costs.cap)
+        alphas = [float(a) for a in alphas]
+
+        def at(stage, alphas):
+            return _closed_form.times_per_token(stage, costs.hop_ms, alphas, corun_factors(profile, costs.k), costs.k,
+                                                float(costs.exit_array()[0]), costs.jitter_cv, checkpoints=cps,
+                                                launch=costs.launch, cap=costs.cap)
+
+        stage = [float(s[0]) for s in costs.stage]
+        if not costs.reject_ms:  # one stage list for every α: the closed form shares its work between them
+            return at(stage, alphas)
+        # sampled: the verifier's pass depends on α (it recomputes q at a rejection)
+        return [at(stage[:-1] + [float(costs.expected_last(a)[0])], [a])[0] for a in alphas]
 
     def first_token_ms(self, plan: Plan, whole_prefill_ms: float) -> float:
         # the prompt's hidden states go through the stages one after another (one payload per hop);

@@ -8,6 +8,10 @@ that starts the clock when stage 1 starts the first token pays the pipeline's fi
 every stage, about k passes long) once per generation, which the runtime never shows: on 32-token
 generations at k = 8 that alone under-predicted the emulated runtime by 10-20%.
 
+Stage 1 gets further ahead because a generation's first pass is its prefill (costs.py:
+`stage_prefill_ms`): later stages spend a whole prompt's time on it, while stage 1 drafts on up to
+its in-flight cap.
+
 So the PPSD engines stop their clock per generation as the runtime does: from the generation's
 first commit to its last, for L − 1 tokens, and report the generation's time scaled to all L of its
 tokens (time × L / (L − 1)), so that tokens over time is the runtime's decode rate while the token
@@ -29,3 +33,12 @@ def decode_time_ms(first_commit, last_commit, lengths, single_ms) -> float:
     many = n > 1
     scaled = np.where(many, (last - first) * n / np.where(many, n - 1, 1.0), single)
     return float(np.sum(scaled))
+
+
+def decode_busy_scale(lengths) -> float:
+    """The factor that puts the stages' decode-phase busy time (prefill passes left out, as the
+    runtime does) on the scaled decode clock: Σ L / Σ (L − 1) over generations of more than one
+    token, so that busy / time is the runtime's busy over its decode interval."""
+    n = np.asarray(lengths, dtype=float)
+    n = n[n > 1]
+    return float(n.sum() / (n - 1).sum()) if n.size else 1.0

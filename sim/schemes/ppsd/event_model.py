@@ -35,7 +35,7 @@ import simpy
 from sim.plan import Event
 from sim.restart import TIE_MS, board_wait, jitter_sigma
 from sim.schemes.base import RunStats
-from sim.schemes.ppsd.clock import decode_time_ms
+from sim.schemes.ppsd.clock import decode_busy_scale, decode_time_ms
 from sim.schemes.ppsd.costs import PPSDCosts
 from sim.streams import Stream
 
@@ -56,7 +56,7 @@ class _Pipeline:
         self.first_commits: list[float] = []
         self.last_commits: list[float] = []
         self.first_passes: list[float] = []
-        self.cost = [c.tolist() for c in costs.stage]
+        self.cost = [c.tolist() for c in costs.stage_for(stream)]
         self.exit = costs.exit_array().tolist()
         self.drafts: dict = {}  # (epoch, j) -> event: j's draft of j+1 reached the last stage
         self.hop = costs.hop_ms
@@ -131,9 +131,14 @@ class _Pipeline:
         self.computing[m] = None
         if req is not None:
             self.device[m].release(req)
-        self.busy[m] += dur
+        # a generation's first pass is its prefill (costs.py: stage_prefill_ms), which the runtime
+        # keeps out of the stages' busy time
+        prefill = i == 0 and j < self.t and self.gen_start[j]
+        if not prefill:
+            self.busy[m] += dur
         if self.record:
-            self.events.append(Event("draft" if m == 0 else "verify", self.rows[m], start / 1e3, dur / 1e3,
+            name = "prefill" if prefill else "draft" if m == 0 else "verify"
+            self.events.append(Event(name, self.rows[m], start / 1e3, dur / 1e3,
                                      token=j, args={"epoch": epoch, "index_in_cycle": i}))
         return True
 
@@ -296,13 +301,15 @@ class _Pipeline:
         for m, cur in enumerate(self.computing):  # passes still running at the last commit
             if cur is not None and cur[1] is not None:
                 self.busy[m] += end - cur[1]
-        dev: dict[int, float] = {}
-        for m, d in enumerate(self.costs.placement):
-            dev[d] = dev.get(d, 0.0) + self.busy[m]
         starts = [j for j, g in enumerate(self.gen_start) if g]
         lengths = np.diff(np.append(starts, self.t))
         decode = decode_time_ms(self.first_commits, self.last_commits, lengths, self.first_passes)
-        return RunStats(decode, self.committed, self.rounds_a, self.rounds_rejected, list(self.busy), dev,
+        scale = decode_busy_scale(lengths)
+        busy = [b * scale for b in self.busy]
+        dev: dict[int, float] = {}
+        for m, d in enumerate(self.costs.placement):
+            dev[d] = dev.get(d, 0.0) + busy[m]
+        return RunStats(decode, self.committed, self.rounds_a, self.rounds_rejected, busy, dev,
                         self.events, span_ms=end)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from sim.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
 from sim.schemes.base import RunStats
-from sim.schemes.ppsd.clock import decode_time_ms
+from sim.schemes.ppsd.clock import decode_busy_scale, decode_time_ms
 from sim.schemes.ppsd.costs import PPSDCosts
 from sim.streams import Stream
 
@@ -101,7 +101,7 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
     # factor table per stage over the index in cycle (constant from i = k on); PPSDCosts.factor, tabulated
     busy_n = np.minimum(costs.num_devices, np.arange(k)[:, None] + 1 + np.arange(k + 1)[None, :])
     ftab = np.asarray(costs.factors, dtype=float)[np.minimum(busy_n, len(costs.factors) - 1)]
-    stage_cost = [np.asarray(c, dtype=float) for c in costs.stage]
+    stage_cost = [np.asarray(c, dtype=float) for c in costs.stage_for(stream)]
     exit_cost = costs.exit_array()
 
     # Stale tokens to replay per cycle: with the in-flight cap, stage 1 starts at most cap − 1
@@ -172,6 +172,10 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
     cut[-1] = commit[-1]
     cutr = np.repeat(cut, lens)
     s1_busy = np.where(s1 < cutr, np.minimum(dep[0], cutr) - s1, 0.0)
+    # a generation's first pass is its prefill: the runtime keeps it out of the stages' busy time
+    prefill = np.zeros(len(s1), dtype=bool)
+    prefill[first[g_first]] = True
+    s1_busy[prefill] = 0.0
     stale1 = np.maximum(restart_rel - commit - h, 0.0) if local else np.zeros(ncyc)
     stale1[-1] = 0.0
     busy = [float(np.sum(s1_busy) + np.sum(stale1))]
@@ -180,7 +184,8 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
         f[-lens[-1]:] = commit[-1]
         start = dep[m] - w[m]  # (the last stage never starts stale work: it drops it at the commit)
         stale = np.clip(np.minimum(dep[m], f) - start, 0.0, None) if m < k - 1 else 0.0
-        busy.append(float(np.sum(np.where(useful, w[m], stale))))
+        busy.append(float(np.sum(np.where(prefill, 0.0, np.where(useful, w[m], stale)))))
+    busy = [b * decode_busy_scale(np.diff(np.append(starts[g_first], t))) for b in busy]
     dev: dict[int, float] = {}
     for m, d in enumerate(costs.placement):
         dev[d] = dev.get(d, 0.0) + busy[m]
