@@ -224,7 +224,7 @@ def _watch(procs, heartbeat, world: int, timeout_s: float, load_timeout_s: float
                             "a stage hung or is starved of CPU: use fewer --stages or raise --stage-timeout")
 
 
-_TRANSPORT_TIMEOUT = re.compile(r"timed out|timeout", re.IGNORECASE)
+_TRANSPORT_TIMEOUT = re.compile(r"timed out|timeout caused|operation timeout|watchdog", re.IGNORECASE)
 
 
 def _is_transport_timeout(why: str) -> bool:

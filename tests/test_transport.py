@@ -145,6 +145,7 @@ def test_the_single_channel_design_deadlocks_under_nccl_semantics(tiny, tiny_ar)
     ("RuntimeError: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=RECV)", True),
     ("RuntimeError: CUDA out of memory", False),
     ("killed by signal 9 (SIGKILL: out of memory?)", False),
+    ("ValueError: timeout_s must be positive", False),
 ])
 def test_a_stage_that_gave_up_on_its_peer_is_reported_as_a_hang(why, is_hang):
     from runtime.launch import _is_transport_timeout
