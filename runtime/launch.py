@@ -207,8 +207,7 @@ def _watch(procs, heartbeat, world: int, timeout_s: float, load_timeout_s: float
                     # gloo's own receive timeout can fire before the watchdog: a hang, not a crash
                     raise UserError(f"the PPSD pipeline made no progress: stage {r + 1} of {world} gave up "
                                     f"waiting for a peer ({why}); the run was stopped and every stage process "
-                                    "ended", "a stage hung or is starved of CPU: use fewer --stages or raise "
-                                    "--stage-timeout")
+                                    "ended", HANG_FIX)
                 raise UserError(f"PPSD stage {r + 1} of {world} died ({why}); the run was stopped and every "
                                 "stage process ended", "check memory and the stage's layers, then rerun")
         beat = heartbeat.value
@@ -220,16 +219,16 @@ def _watch(procs, heartbeat, world: int, timeout_s: float, load_timeout_s: float
         if pending and now - last_change > limit:
             stuck = ", ".join(str(r + 1) for r, _ in pending.values())
             raise UserError(f"the PPSD pipeline made no progress for {limit:.0f} s (stages still running: {stuck}); "
-                            "the run was stopped and every stage process ended",
-                            "a stage hung or is starved of CPU: use fewer --stages or raise --stage-timeout")
+                            "the run was stopped and every stage process ended", HANG_FIX)
 
 
+HANG_FIX = "a stage hung or is starved of CPU: use fewer --stages or raise --stage-timeout"
 _TRANSPORT_TIMEOUT = re.compile(r"timed out|timeout caused|operation timeout|watchdog", re.IGNORECASE)
 
 
 def _is_transport_timeout(why: str) -> bool:
     """Whether a stage's error is a collective's timeout (gloo: "Timed out waiting ...", "Application
-    timeout caused pair closure"; NCCL's watchdog: "... Timeout(...)")."""
+    timeout caused pair closure"; NCCL: "Watchdog caught collective operation timeout ...")."""
     return bool(_TRANSPORT_TIMEOUT.search(why))
 
 

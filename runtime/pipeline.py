@@ -26,6 +26,7 @@ while the stage computes; a data receive is posted once its header is in (runtim
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, field
 
@@ -41,11 +42,13 @@ DRAFT_WIDTH = 6  # kind, pos, epoch, token, q(token) as float64 bits, send stamp
 
 
 def _float_bits(x: float) -> int:
-    return int(torch.tensor([float(x)], dtype=torch.float64).view(torch.int64)[0])
+    """A float64 as the int64 with its bits (the draft message is int64); plain struct, no tensor on
+    the per-token path."""
+    return struct.unpack("<q", struct.pack("<d", float(x)))[0]
 
 
 def _bits_float(bits: int) -> float:
-    return float(torch.tensor([int(bits)], dtype=torch.int64).view(torch.float64)[0])
+    return struct.unpack("<d", struct.pack("<q", int(bits)))[0]
 
 
 def _q_of(q: torch.Tensor | None, token: int) -> float:

@@ -27,20 +27,8 @@ def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhe
     accepted verification by one draw, `CostModel.sample_full`, ~0.9 ms of a 20 ms pass on the
     example CPU). At a rejection it also recomputes all of q with the exit head from the layer-E
     state, for the residual: `reject_ms`, which the engines add where the draft is rejected."""
-    k = len(bounds) - 1
-    out = []
-    for m in range(k):
-        t = cm.layers(context, bounds[m], bounds[m + 1])
-        if m == 0:
-            t = t + cm.embed(1) + draft_tail_ms(cm, sampled)
-        if m == k - 1:
-            t = t + cm.head(1)
-            if sampled:
-                t = t + cm.sample_full()
-        if overhead_ms:
-            t = t + overhead_ms
-        out.append(np.asarray(t, dtype=float))
-    return out
+    return [np.asarray(t, dtype=float) for t in
+            _stages(cm, bounds, lambda lo, hi: cm.layers(context, lo, hi), 1, overhead_ms, sampled)]
 
 
 def stage_prefill_ms(cm: CostModel, prompt_len: float, bounds: tuple[int, ...], overhead_ms: float = 0.0,
@@ -54,17 +42,25 @@ def stage_prefill_ms(cm: CostModel, prompt_len: float, bounds: tuple[int, ...], 
     pipeline already holds up to k drafted tokens, which a one-token first pass never shows (found
     on the emulated runtime, CPU profile, E = 8, k = 8, every draft accepted, 32-token generations:
     speedup under-predicted by 17.7% with one-token first passes, over-predicted by 1.4% with this)."""
+    return [float(t) for t in _stages(cm, bounds, lambda lo, hi: cm.prefill_layers(prompt_len, lo, hi), prompt_len,
+                                      overhead_ms, sampled)]
+
+
+def _stages(cm: CostModel, bounds: tuple[int, ...], layers_of, embed_n: float, overhead_ms: float, sampled: bool):
+    """One pass per stage: its layers (`layers_of(lo, hi)`), stage 1 also the embedding of `embed_n`
+    tokens and the draft from the last one, the last stage the head on one position (and at T > 0
+    the verifier's draw), every stage the fixed cost of a pass."""
     k = len(bounds) - 1
     out = []
     for m in range(k):
-        t = cm.prefill_layers(prompt_len, bounds[m], bounds[m + 1])
+        t = layers_of(bounds[m], bounds[m + 1])
         if m == 0:
-            t += cm.embed(prompt_len) + draft_tail_ms(cm, sampled)
+            t = t + cm.embed(embed_n) + draft_tail_ms(cm, sampled)
         if m == k - 1:
-            t += cm.head(1)
+            t = t + cm.head(1)
             if sampled:
-                t += cm.sample_full()
-        out.append(float(t + overhead_ms))
+                t = t + cm.sample_full()
+        out.append(t + overhead_ms)
     return out
 
 
