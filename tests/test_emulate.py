@@ -29,17 +29,16 @@ def _profile(tmp_path, name="p", **kw):
 
 def test_a_wait_is_precise_and_leaves_the_core_free():
     errs = []
-    for _ in range(20):
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for _ in range(100):
         t = time.perf_counter()
         wait_ms(2.0)
         errs.append((time.perf_counter() - t) * 1e3 - 2.0)
-    assert statistics.median(abs(e) for e in errs) < 0.05, errs
-    assert sum(abs(e) <= 0.3 for e in errs) >= 18, errs  # a rare scheduling hiccup on a shared machine
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    for _ in range(100):
-        wait_ms(2.0)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    assert wall == pytest.approx(0.2, rel=0.1)  # a rare multi-ms wake-up stall of this VM stays inside
+    assert min(errs) >= 0.0, min(errs)  # a wait never returns early
+    assert statistics.median(errs) < 0.05, sorted(errs)[-10:]
+    # a rare scheduling hiccup or multi-ms wake-up stall on a shared VM is one wait of the hundred
+    assert sum(e <= 0.3 for e in errs) >= 90, sorted(errs)[-15:]
     assert cpu / wall < 0.25, (cpu, wall)  # the last 100 µs of each 2 ms spins; the rest sleeps
 
 
@@ -51,26 +50,6 @@ def test_layer_prices_are_the_profiles(tmp_path):
         assert [s * 1e3 for s in secs] == [prof.layer_ms(layer, n, ctx) for layer in range(8)]
     assert model.piece_seconds("head", 4) * 1e3 == prof.head_ms(4)
     assert model.hidden_size == 4096  # a synthetic profile records no hidden size
-
-
-def test_the_emulated_model_keeps_the_adapter_contract(tmp_path):
-    import torch
-
-    model = load_emulated(str(_profile(tmp_path).path))
-    assert model.model_id.startswith("emulate:") and model.model_id.endswith("/p")
-    cache = model.new_cache()
-    ids = torch.tensor([synthetic_prompt(5)])
-    h = model.forward_layers(model.embed(ids), 0, 8, cache, 0)
-    assert h.shape == (1, 5, model.hidden_size) and cache.length(7) == 5
-    logits = model.head(h)
-    assert logits.shape == (1, 5, EMULATED_VOCAB)
-    with pytest.raises(RuntimeError, match="out of step"):
-        model.forward_layers(h[:, -1:], 0, 8, cache, 7)  # the cache holds 5, not 7
-    cache.crop(3)
-    t = time.perf_counter()
-    assert model.forward_layers(h[:, -1:], 0, 8, cache, 3, should_stop=lambda: cache.length(2) > 3) is None
-    assert (time.perf_counter() - t) * 1e3 < 2.5  # abandoned after 3 of 8 layers (1.5 of 4 ms)
-    assert [cache.length(i) for i in range(8)] == [4, 4, 4, 3, 3, 3, 3, 3]
 
 
 class _VirtualClock:
@@ -85,6 +64,30 @@ class _VirtualClock:
 
     def wait_until(self, deadline: float) -> None:
         self.now = max(self.now, deadline)
+
+
+def test_the_emulated_model_keeps_the_adapter_contract(tmp_path, monkeypatch):
+    import torch
+
+    clock = _VirtualClock()  # what the emulator charges, exactly, whatever this shared VM's stalls
+    monkeypatch.setattr(time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr("runtime.emulate.wait_until", clock.wait_until)
+    monkeypatch.setattr("runtime.emulate.sleep_until", clock.wait_until)
+    model = load_emulated(str(_profile(tmp_path).path))
+    assert model.model_id.startswith("emulate:") and model.model_id.endswith("/p")
+    cache = model.new_cache()
+    ids = torch.tensor([synthetic_prompt(5)])
+    h = model.forward_layers(model.embed(ids), 0, 8, cache, 0)
+    assert h.shape == (1, 5, model.hidden_size) and cache.length(7) == 5
+    logits = model.head(h)
+    assert logits.shape == (1, 5, EMULATED_VOCAB)
+    with pytest.raises(RuntimeError, match="out of step"):
+        model.forward_layers(h[:, -1:], 0, 8, cache, 7)  # the cache holds 5, not 7
+    cache.crop(3)
+    t = time.perf_counter()
+    assert model.forward_layers(h[:, -1:], 0, 8, cache, 3, should_stop=lambda: cache.length(2) > 3) is None
+    assert (time.perf_counter() - t) * 1e3 == pytest.approx(1.5)  # abandoned after 3 of 8 layers (of 4 ms)
+    assert [cache.length(i) for i in range(8)] == [4, 4, 4, 3, 3, 3, 3, 3]
 
 
 def test_emulated_ar_is_charged_the_profiles_step_time(tmp_path, monkeypatch):
@@ -157,7 +160,9 @@ def test_run_emulate_four_stages_on_two_cores(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert res["emulated"] is True and res["stages"] == 4 and res["forced_trace"] == "accept-all"
     bound = 1000 / max(_stage_ms(prof, res["stage_bounds"]))
-    assert 0.75 * bound < res["tokens_per_s"] < 1.02 * bound, (res["tokens_per_s"], bound, res["stage_bounds"])
+    # the lower bound on the fastest repetition: a stall of this shared VM only slows one down
+    assert 0.75 * bound < res["tokens_per_s_max"], (res["tokens_per_s_reps"], bound, res["stage_bounds"])
+    assert res["tokens_per_s"] < 1.02 * bound, (res["tokens_per_s"], bound, res["stage_bounds"])
 
 
 def test_emulated_prompts_and_traces_come_from_the_profile(tmp_path):

@@ -262,8 +262,12 @@ def test_smoke_embedded_model(tmp_path, monkeypatch):
     assert prof.corun_slowdown(2) > 0.5
     pipe = lat["pipeline"]  # the two-stage probe, split in the middle
     assert pipe["stage_bounds"] == [0, 15, 30] and pipe["passes"] == 60 and pipe["slowdown_base"] == "tables"
-    assert 0.5 < pipe["slowdown"] < 3.0 and pipe["hop"]["median_ms"] > 0 and pipe["pass_cv"] >= 0
-    assert prof.hop_ms() == pytest.approx(pipe["hop"]["median_ms"])  # what a pipeline sees, not the ping-pong
+    assert 0.5 < pipe["slowdown"] < 3.0 and pipe["pass_cv"] >= 0
+    if pipe["hop"] is None:  # no stage waited on the other in 60 passes (a loaded VM): the idle hop stands in
+        assert prof.hop_ms() == pytest.approx(lat["hop"]["median_ms"])
+    else:  # what a pipeline sees, not the ping-pong
+        assert pipe["hop"]["median_ms"] > 0 and pipe["hop"]["samples"] >= 5
+        assert prof.hop_ms() == pytest.approx(pipe["hop"]["median_ms"])
     assert prof.corun_slowdown(2) == pytest.approx(pipe["slowdown"])
     df = prof.acceptance
     assert sorted(df["exit_layer"].unique()) == list(range(1, 30))
