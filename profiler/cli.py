@@ -692,8 +692,12 @@ def print_summary(profile) -> None:
         ph = pipe.get("hop") or {}
         hop_text = (f"hop into a waiting stage {ph['median_ms']:.3f} ms" if ph.get("median_ms") is not None else
                     f"no hop into a waiting stage seen (the simulator uses the idle hop, {profile.hop_ms():.3f} ms)")
-        console.print(f"pipeline probe (stages {pipe['stage_bounds']}): pass slowdown {pipe['slowdown']:.3f}x, "
-                      f"{hop_text}, pass spread {100 * pipe.get('pass_cv', 0.0):.1f}% (the simulator uses these)")
+        rounds = pipe.get("rounds") or []
+        each = " / ".join(f"{r['slowdown']:.3f}" for r in rounds)
+        round_text = f" (median of rounds {each})" if len(rounds) > 1 else ""
+        console.print(f"pipeline probe (stages {pipe['stage_bounds']}): pass slowdown {pipe['slowdown']:.3f}x"
+                      f"{round_text}, {hop_text}, pass spread {100 * pipe.get('pass_cv', 0.0):.1f}% "
+                      "(the simulator uses these)")
     acc = meta.get("acceptance")
     if acc:
         console.print(f"acceptance: {acc.get('num_prompts')} prompts ({acc.get('prompt_set')}), "

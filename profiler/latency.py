@@ -465,6 +465,67 @@ def table_pass_ms(grid: dict, exit_layer: int, num_layers: int, n_values) -> lis
     return [embed + sum(layer[:exit_layer]) + head, sum(layer[exit_layer:]) + head]
 
 
+def probe_hops_ms(piped: dict[int, list]) -> list[float]:
+    """One-way message times (ms) into a stage that was already waiting for them, from one pipeline
+    run's stamps: a hidden state into stage 2, a verdict into stage 1."""
+    sent = {x[0]: x[3] for x in piped[0]}  # rank 0: when each hidden state left
+    acked = {x[0]: x[3] for x in piped[1]}  # rank 1: when each verdict left
+    hops = []
+    for i, _, _, _, waited, recv_at in piped[1]:  # hidden state into a waiting stage 2
+        if i in sent and waited <= sent[i]:
+            hops.append((recv_at - sent[i]) * 1e3)
+    for i, _, _, _, waited, recv_at in piped[0]:  # verdict on i - 2 into a waiting stage 1
+        if waited is not None and (i - 2) in acked and waited <= acked[i - 2]:
+            hops.append((recv_at - acked[i - 2]) * 1e3)
+    return hops
+
+
+PROBE_ROUNDS = 3  # the probe's passes in interleaved rounds (alone, alone, pipeline), the median kept
+PROBE_ROUND_SPREAD = 0.15  # rounds further apart than this (relative): the machine was not steady
+PROBE_DRIFT = 0.10  # passes alone further than this from the tables' price: the machine drifted
+
+
+def summarise_probe_rounds(rounds: list[tuple[dict, dict]], exit_layer: int, num_layers: int, backend: str,
+                           table_ms: list[float] | None = None) -> dict:
+    """The probe's figures from interleaved rounds of (each stage alone, both as a pipeline): the
+    median round by slowdown gives the slowdown, the pieces' slowdowns and the pass spread (all
+    from one sitting); the hops into a waiting stage are pooled over every round. A burst of load
+    on a shared machine lands in one round, which the median leaves out; the rounds are recorded."""
+    per = [pipeline_summary(a, p, exit_layer, num_layers, backend, table_ms) for a, p in rounds]
+    mid = sorted(range(len(per)), key=lambda i: per[i]["slowdown"])[len(per) // 2]
+    out = dict(per[mid])
+    hops = [h for _, p in rounds for h in probe_hops_ms(p)]
+    out["hop"] = {**stats(hops), "samples": len(hops)} if len(hops) >= 5 else None
+    out["passes"] = sum(r["passes"] for r in per)
+    out["rounds"] = [{"slowdown": round(r["slowdown"], 4),
+                      "alone_vs_tables": ([round(a / t, 4) for a, t in zip(r["pass_ms_alone"], table_ms)]
+                                          if table_ms else None)} for r in per]
+    out["round_kept"] = mid
+    slow = [r["slowdown"] for r in per]
+    out["round_spread"] = float((max(slow) - min(slow)) / np.median(slow)) if len(slow) > 1 else 0.0
+    return out
+
+
+def probe_warnings(probe: dict) -> list[str]:
+    """What a user should know before trusting the probe's slowdown: rounds that disagree (the
+    machine's load changed while it ran), and passes alone that the tables price differently (the
+    machine drifted between the latency grid and the probe)."""
+    out = []
+    rounds = probe.get("rounds") or []
+    if len(rounds) > 1 and probe.get("round_spread", 0.0) > PROBE_ROUND_SPREAD:
+        got = ", ".join(f"{r['slowdown']:.2f}x" for r in rounds)
+        out.append(f"pipeline probe: its rounds disagree ({got}; the median round is kept): the machine's load "
+                   "changed while it ran, so PPSD's co-run slowdown is uncertain; re-profile on an idle machine")
+    kept = rounds[probe.get("round_kept", 0)] if rounds else {}
+    drift = [x for x in (kept.get("alone_vs_tables") or []) if abs(x - 1.0) > PROBE_DRIFT]
+    if drift:
+        got = ", ".join(f"{x:.2f}x" for x in kept["alone_vs_tables"])
+        out.append(f"pipeline probe: its stages' passes alone ran {got} the latency tables' price: the machine "
+                   "was not in the state the tables were measured in, and the pipeline slowdown carries that; "
+                   "re-profile on an idle machine")
+    return out
+
+
 def pipeline_summary(alone: dict[int, list], piped: dict[int, list], exit_layer: int, num_layers: int,
                      backend: str, table_ms: list[float] | None = None) -> dict:
     """The probe's figures: per-stage pass slowdown in the pipeline against the profile's tables
@@ -484,16 +545,8 @@ def pipeline_summary(alone: dict[int, list], piped: dict[int, list], exit_layer:
         layer_r.append(float(np.median([x[1] for x in piped[r]]) / np.median([x[0] for x in alone[r]])))
         head_r.append(float(np.median([x[2] for x in piped[r]]) / np.median([x[1] for x in alone[r]])))
         cvs.append(robust_cv(p))
-    sent = {x[0]: x[3] for x in piped[0]}  # rank 0: when each hidden state left
-    acked = {x[0]: x[3] for x in piped[1]}  # rank 1: when each verdict left
-    hops = []
-    for i, _, _, _, waited, recv_at in piped[1]:  # hidden state into a waiting stage 2
-        if i in sent and waited <= sent[i]:
-            hops.append(recv_at - sent[i])
-    for i, _, _, _, waited, recv_at in piped[0]:  # verdict on i - 2 into a waiting stage 1
-        if waited is not None and (i - 2) in acked and waited <= acked[i - 2]:
-            hops.append(recv_at - acked[i - 2])
-    hop = {**stats(np.asarray(hops) * 1e3), "samples": len(hops)} if len(hops) >= 5 else None
+    hops = probe_hops_ms(piped)
+    hop = {**stats(hops), "samples": len(hops)} if len(hops) >= 5 else None
     return {"exit_layer": exit_layer, "stage_bounds": [0, exit_layer, num_layers], "backend": backend,
             "passes": len(piped[0]), "slowdown": float(np.mean(ratios)), "slowdown_per_stage": ratios,
             "slowdown_base": "tables" if table_ms else "alone",
@@ -505,7 +558,8 @@ def pipeline_summary(alone: dict[int, list], piped: dict[int, list], exit_layer:
                       "time in the pipeline / the same pass priced from the latency tables (so it also "
                       "holds what a stage does besides its layers and head); layer_slowdown and "
                       "head_slowdown are against the same pieces alone; hop = one-way time into a "
-                      "waiting stage, message handling included"}
+                      "waiting stage, message handling included; in interleaved rounds (each stage alone, "
+                      "then both as a pipeline), the median round by slowdown kept, hops pooled"}
 
 
 class WorkerPool:
@@ -606,6 +660,8 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
             pipeline, _ = optional("pipeline probe", "kept the co-run slowdown and the idle hop (the simulator "
                                    "prices PPSD with them instead)",
                                    lambda: _measure_pipeline_probe(pool, cfg, adapter.num_layers, backend, grid))
+            if pipeline is not None and warnings is not None:
+                warnings.extend(probe_warnings(pipeline))
             tick()
     finally:
         pool.close()
@@ -654,16 +710,21 @@ def _measure_pipeline_probe(pool: WorkerPool, cfg: LatencyConfig, num_layers: in
     as a pipeline; summarised against the tables' price of the same passes (`grid`)."""
     # What a 2-stage pipeline really sees: both stages busy with layers *and* heads at once,
     # and messages that wake a waiting process; the idle ping-pong (`_measure_hop`) sees neither.
+    # In rounds, each stage alone then both as a pipeline, so that a round's slowdown compares
+    # passes of one moment and a burst of load on a shared machine spoils one round, not the probe.
     e = num_layers // 2
-    alone = {}
-    for r in (0, 1):
-        pool.send([r], ("stage_alone", e, cfg.pipeline_repeats))
-        alone.update(pool.collect("stage_alone", [r]))
-    pool.send([0, 1], ("pipeline", free_port(), e, cfg.pipeline_repeats, backend, transport))
-    piped = pool.collect("pipeline", [0, 1])
+    per_round = max(2, -(-cfg.pipeline_repeats // PROBE_ROUNDS))
+    rounds = []
+    for _ in range(PROBE_ROUNDS):
+        alone = {}
+        for r in (0, 1):
+            pool.send([r], ("stage_alone", e, per_round))
+            alone.update(pool.collect("stage_alone", [r]))
+        pool.send([0, 1], ("pipeline", free_port(), e, per_round, backend, transport))
+        rounds.append((alone, pool.collect("pipeline", [0, 1])))
     table = (table_pass_ms(grid, e, num_layers, cfg.n_values)
              if grid is not None and 1 in cfg.n_values else None)
-    return pipeline_summary(alone, piped, e, num_layers, backend, table)
+    return summarise_probe_rounds(rounds, e, num_layers, backend, table)
 
 
 def machine_info(adapter: ModelAdapter, threads: int) -> dict:

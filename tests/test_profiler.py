@@ -360,3 +360,41 @@ def test_add_sampling_measures_into_an_existing_profile(tiny_profile, tmp_path, 
     write_synthetic_profile(estimated, num_layers=4, vocab_size=100)
     assert main(["profile", "add-sampling", str(estimated)]) == 2
     assert "not measured" in _error_line(capsys)
+
+
+def _probe_round(slow: float, alone_ms=(10.0, 9.0)):
+    """One probe round: stages alone at `alone_ms`, in the pipeline `slow` times that."""
+    a0, a1 = alone_ms
+    alone = {0: [(a0 - 4.0, 4.0)] * 6, 1: [(a1 - 4.0, 4.0)] * 6}
+    sent = {i: 100.0 + 30.0 * i for i in range(9)}
+    piped = {
+        0: [(i, (a0 - 4.0) * slow, 4.0 * slow, sent[i] / 1e3, (sent[i - 2] + 9.0) / 1e3, (sent[i - 2] + 10.6) / 1e3)
+            for i in range(3, 9)],
+        1: [(i, (a1 - 4.0) * slow, 4.0 * slow, (sent[i] + 10.4) / 1e3, (sent[i] - 1.0) / 1e3, (sent[i] + 0.3) / 1e3)
+            for i in range(3, 9)],
+    }
+    return alone, piped
+
+
+def test_probe_rounds_keep_the_median_round_and_pool_the_hops():
+    from profiler.latency import probe_warnings, summarise_probe_rounds
+
+    # the second round ran during a burst of load: the median round's figures are kept
+    rounds = [_probe_round(1.10), _probe_round(1.55, alone_ms=(11.5, 10.8)), _probe_round(1.05)]
+    got = summarise_probe_rounds(rounds, 4, 8, "gloo", table_ms=[10.0, 9.0])
+    assert got["slowdown"] == pytest.approx(1.10) and got["round_kept"] == 0
+    # the burst round against the tables: (1.55 * 11.5 / 10 + 1.55 * 10.8 / 9) / 2
+    assert [r["slowdown"] for r in got["rounds"]] == pytest.approx([1.10, 1.82125, 1.05], abs=1e-4)
+    assert got["passes"] == 18 and got["hop"]["samples"] == 3 * (6 + 4)  # every round's waits pooled
+    assert got["rounds"][1]["alone_vs_tables"] == pytest.approx([1.15, 1.2])
+    assert got["round_spread"] > 0.15
+    warned = probe_warnings(got)
+    assert len(warned) == 1 and "rounds disagree" in warned[0] and "re-profile" in warned[0]
+    # steady rounds, but the stages alone ran 20% over the tables: the drift is named
+    drifted = summarise_probe_rounds([_probe_round(1.1, alone_ms=(12.0, 10.8))] * 3, 4, 8, "gloo",
+                                     table_ms=[10.0, 9.0])
+    assert drifted["round_spread"] == 0.0
+    warned = probe_warnings(drifted)
+    assert len(warned) == 1 and "1.20x, 1.20x the latency tables" in warned[0]
+    # a steady probe on the tables' machine: nothing to say
+    assert probe_warnings(summarise_probe_rounds([_probe_round(1.1)] * 3, 4, 8, "gloo", table_ms=[10.0, 9.0])) == []
