@@ -114,6 +114,24 @@ def per_profile(rows, meta: dict) -> dict:
     return out
 
 
+def run_note(argv: list[str], started, ended, by_profile: dict, ar_runs: list[float], extra: str = "") -> str:
+    """The folder's note: how it was made, on what machine, when, and what it found per profile, so
+    that a committed table says its own provenance."""
+    import torch
+
+    from profiler.model import device_name
+
+    fmt = "%Y-%m-%d %H:%M"
+    minutes = (time.mktime(ended) - time.mktime(started)) / 60
+    found = "; ".join(f"{name} {v['plans']} plans MAPE {v['mape_speedup_pct']:.2f}% (worst {v['worst_error_pct']:+.1f}%, "
+                      f"replicate disagreement {v['replicate_disagreement_pct']}%)" for name, v in by_profile.items())
+    ar = ", ".join(f"{x:.2f}" for x in ar_runs)
+    text = (f"bench/bench_conformance.py {' '.join(argv)}; {device_name(torch.device('cpu'))}; "
+            f"{time.strftime(fmt, started)}-{time.strftime('%H:%M', ended)} UTC ({minutes:.0f} min); "
+            f"emulated AR {ar} tok/s per profile; {found}")
+    return f"{text}. {extra}" if extra else text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="validation folder to write")
@@ -126,6 +144,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--launch", default="local", choices=("local", "torchrun"))
     ap.add_argument("--control-plane", help="JSON of {profile name: control_plane block} to reuse instead of measuring")
+    ap.add_argument("--note", default="", help="what to add to the folder's note (the machine's state, say)")
     args = ap.parse_args()
 
     import numpy as np
@@ -140,6 +159,7 @@ def main() -> int:
     from sim.plan import Plan
 
     work = Path(tempfile.mkdtemp(prefix="ppsd-conformance-"))
+    started = time.gmtime()
     ks = [int(k) for k in args.stages.split(",")]
     reuse = json.loads(Path(args.control_plane).read_text()) if args.control_plane else {}
     rows, ar_runs, cps, meta = [], [], {}, {}
@@ -202,6 +222,7 @@ def main() -> int:
                           "tokens": args.tokens, "prompts": args.prompts, "repeats": args.repeats,
                           "launch": args.launch, "wall_s": round(time.perf_counter() - t_start, 1),
                           "by_profile": by_profile}
+    doc["note"] = run_note(sys.argv[1:], started, time.gmtime(), by_profile, ar_runs, args.note)
     write_validation(args.out, doc)
     for name, v in by_profile.items():
         print(f"  {name}: {v['plans']} plans, MAPE {v['mape_speedup_pct']:.2f}% (by k {v['mape_by_k']}), worst "
