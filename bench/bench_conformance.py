@@ -22,6 +22,7 @@ Run it on an idle machine; it takes a few minutes per base profile.
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import os
 import subprocess
@@ -114,6 +115,11 @@ def per_profile(rows, meta: dict) -> dict:
     return out
 
 
+def _pct(x) -> str:
+    """A percentage, or "n/a" where there was nothing to measure it on."""
+    return "n/a" if x is None else f"{x}%"
+
+
 def run_note(argv: list[str], started, ended, by_profile: dict, ar_runs: list[float], extra: str = "") -> str:
     """The folder's note: how it was made, on what machine, when, and what it found per profile, so
     that a committed table says its own provenance."""
@@ -122,9 +128,9 @@ def run_note(argv: list[str], started, ended, by_profile: dict, ar_runs: list[fl
     from profiler.model import device_name
 
     fmt = "%Y-%m-%d %H:%M"
-    minutes = (time.mktime(ended) - time.mktime(started)) / 60
+    minutes = (calendar.timegm(ended) - calendar.timegm(started)) / 60
     found = "; ".join(f"{name} {v['plans']} plans MAPE {v['mape_speedup_pct']:.2f}% (worst {v['worst_error_pct']:+.1f}%, "
-                      f"replicate disagreement {v['replicate_disagreement_pct']}%)" for name, v in by_profile.items())
+                      f"replicate disagreement {_pct(v['replicate_disagreement_pct'])})" for name, v in by_profile.items())
     ar = ", ".join(f"{x:.2f}" for x in ar_runs)
     text = (f"bench/bench_conformance.py {' '.join(argv)}; {device_name(torch.device('cpu'))}; "
             f"{time.strftime(fmt, started)}-{time.strftime('%H:%M', ended)} UTC ({minutes:.0f} min); "
@@ -226,7 +232,7 @@ def main() -> int:
     write_validation(args.out, doc)
     for name, v in by_profile.items():
         print(f"  {name}: {v['plans']} plans, MAPE {v['mape_speedup_pct']:.2f}% (by k {v['mape_by_k']}), worst "
-              f"{v['worst_error_pct']:+.1f}%; replicate disagreement {v['replicate_disagreement_pct']}% "
+              f"{v['worst_error_pct']:+.1f}%; replicate disagreement {_pct(v['replicate_disagreement_pct'])} "
               f"over {v['replicate_pairs']} pairs")
     print(f"\n{len(rows)} PPSD plans: speedup MAPE {errs.mean():.2f}%, worst {worst.plan} "
           f"{worst.speedup_error_pct:+.2f}%; written to {args.out}")

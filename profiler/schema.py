@@ -37,8 +37,9 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
               pass_ms_alone, pass_ms_pipeline, layer_slowdown, head_slowdown (against the pieces
               alone), pass_cv (robust relative spread of a pass), hop: {median_ms, p10_ms, p90_ms,
               samples} (one-way, into a waiting stage), method; optional: rounds [{slowdown,
-              alone_vs_tables}], round_kept, round_spread (the probe runs in interleaved rounds and
-              keeps the median round's figures, hops pooled over rounds)}
+              alone_vs_tables}], round_kept, round_spread, passes_per_round (the probe runs in
+              interleaved rounds: slowdowns, pieces, pass times and pass_cv are the median round's,
+              hops are pooled over rounds, passes counts every round)}
               When present it sets the hop and the 2-process slowdown the simulator uses, and the
               timing jitter of its restart rule (sim/restart.py).
     control_plane: optional (absent: no fixed cost per pass, the hop alone) {method, stages:
