@@ -16,7 +16,9 @@ again for the draft's distribution, as the runtime does): only the two sampled c
 fourth time for two PPSD changes that follow the runtime (issue 13): a generation's first pass is its
 prefill (stage 1 drafts on while later stages are still in the prompt), and at T > 0 the verifier
 recomputes the draft's distribution only to reject (q(draft) now comes with the draft): PPSD sweep
-figures moved by −0.4% … +2.3% (mean +0.2%), AR and EESD not at all.
+figures moved by −0.4% … +2.3% (mean +0.2%), AR and EESD not at all. And a fifth time for the
+committed example profile alone, re-measured on 2026-12-02 with every n of an EESD verification
+(1–9, 16; the old one held 1, 2, 4, 8, 16) and the pipeline probe in rounds: no model code changed.
 
 `python tests/golden_cases.py --write` re-records them (only when a model change is intended and
 reviewed)."""

@@ -169,10 +169,11 @@ def test_pipeline_probe_finishes_under_nccl_semantics(transport):
     from profiler.latency import LatencyConfig, WorkerPool, _measure_pipeline_probe
 
     cfg = LatencyConfig(n_values=(1,), context_values=(16,), warmup=0, repeats=1, threads=1,
-                        pipeline_repeats=6)
+                        pipeline_repeats=9)  # 3 rounds of 3 passes (a verdict hop needs pass i - 2 recorded)
     pool = WorkerPool(2, "tiny-llama", "cpu", "float32", 1, 16, timeout_s=60)
     try:
         probe = _measure_pipeline_probe(pool, cfg, 6, "gloo", None, transport=transport)
     finally:
         pool.close()
-    assert probe["passes"] == 6 and all(ms > 0 for ms in probe["pass_ms_pipeline"])
+    assert probe["passes"] == 9 and probe["passes_per_round"] == 3 and len(probe["rounds"]) == 3
+    assert all(ms > 0 for ms in probe["pass_ms_pipeline"])
