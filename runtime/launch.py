@@ -200,16 +200,18 @@ def _watch(procs, heartbeat, world: int, timeout_s: float, load_timeout_s: float
             r, p = pending.pop(s)
             p.join()
             if p.exitcode != 0:
-                # the first stage to fail is the cause; the others fail because their peer went away
-                err = Path(out_dir, f"rank{r}.err")
-                why = err.read_text().splitlines()[0] if err.exists() else _describe_exit(p.exitcode)
-                if _is_transport_timeout(why):
-                    # gloo's own receive timeout can fire before the watchdog: a hang, not a crash
-                    raise UserError(f"the PPSD pipeline made no progress: stage {r + 1} of {world} gave up "
-                                    f"waiting for a peer ({why}); the run was stopped and every stage process "
-                                    "ended", HANG_FIX)
-                raise UserError(f"PPSD stage {r + 1} of {world} died ({why}); the run was stopped and every "
-                                "stage process ended", "check memory and the stage's layers, then rerun")
+                # The cause is among the first failures; a peer of a stage that timed out or crashed
+                # fails too ("connection closed by peer"), sometimes a moment before it: wait briefly
+                # for the others, then name the cause.
+                failures = [(r, _why(out_dir, r, p.exitcode))]
+                deadline = time.monotonic() + PEER_GRACE_S
+                while pending and time.monotonic() < deadline:
+                    for s2 in wait_sentinels(list(pending), timeout=0.1):
+                        r2, p2 = pending.pop(s2)
+                        p2.join()
+                        if p2.exitcode != 0:
+                            failures.append((r2, _why(out_dir, r2, p2.exitcode)))
+                raise _failure(failures, world)
         beat = heartbeat.value
         now = time.monotonic()
         if beat != last_beat:
@@ -224,6 +226,28 @@ def _watch(procs, heartbeat, world: int, timeout_s: float, load_timeout_s: float
 
 HANG_FIX = "a stage hung or is starved of CPU: use fewer --stages or raise --stage-timeout"
 _TRANSPORT_TIMEOUT = re.compile(r"timed out|timeout caused|operation timeout|watchdog", re.IGNORECASE)
+
+
+PEER_GRACE_S = 2.0  # how long the other stages get to report after the first one fails
+_PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe", re.IGNORECASE)
+
+
+def _why(out_dir: str, rank: int, exitcode: int | None) -> str:
+    err = Path(out_dir, f"rank{rank}.err")
+    return err.read_text().splitlines()[0] if err.exists() and err.read_text().strip() else _describe_exit(exitcode)
+
+
+def _failure(failures: list[tuple[int, str]], world: int) -> UserError:
+    """The error for stages that failed together: a hang when any of them gave up waiting on a peer
+    (gloo's own receive timeout can fire before the watchdog), else the first stage that did not
+    merely lose its peer."""
+    for r, why in failures:
+        if _is_transport_timeout(why):
+            return UserError(f"the PPSD pipeline made no progress: stage {r + 1} of {world} gave up waiting for a "
+                             f"peer ({why}); the run was stopped and every stage process ended", HANG_FIX)
+    r, why = next(((r, w) for r, w in failures if not _PEER_GONE.search(w)), failures[0])
+    return UserError(f"PPSD stage {r + 1} of {world} died ({why}); the run was stopped and every stage process "
+                     "ended", "check memory and the stage's layers, then rerun")
 
 
 def _is_transport_timeout(why: str) -> bool:

@@ -153,6 +153,19 @@ def test_a_stage_that_gave_up_on_its_peer_is_reported_as_a_hang(why, is_hang):
     assert _is_transport_timeout(why) is is_hang
 
 
+def test_stages_that_failed_together_are_named_by_their_cause():
+    from runtime.launch import _failure
+
+    gone = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:65200"
+    timed_out = "RuntimeError: Application timeout caused pair closure"
+    # the peer's "closed by peer" reached the launcher first; the stage that timed out is the cause
+    err = _failure([(0, gone), (1, timed_out)], 2)
+    assert "made no progress: stage 2 of 2 gave up" in err.problem and "fewer --stages" in err.fix
+    err = _failure([(1, gone), (2, "RuntimeError: CUDA out of memory")], 3)
+    assert "stage 3 of 3 died (RuntimeError: CUDA out of memory)" in err.problem
+    assert "stage 1 of 2 died" in _failure([(0, gone)], 2).problem  # nothing better known
+
+
 def test_fused_transport_is_refused_over_nccl():
     from runtime.transport import Links
 
