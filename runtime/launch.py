@@ -233,8 +233,10 @@ _PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe", re.IGNORECA
 
 
 def _why(out_dir: str, rank: int, exitcode: int | None) -> str:
+    """A failed stage's first error line (its rank<r>.err), else what its exit code says."""
     err = Path(out_dir, f"rank{rank}.err")
-    return err.read_text().splitlines()[0] if err.exists() and err.read_text().strip() else _describe_exit(exitcode)
+    lines = err.read_text().splitlines() if err.exists() else []
+    return lines[0] if lines else _describe_exit(exitcode)
 
 
 def _failure(failures: list[tuple[int, str]], world: int) -> UserError:
