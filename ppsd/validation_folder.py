@@ -7,6 +7,8 @@
                                   [predicted_from, measured_prompts, split, prediction_prompt_ids,
                                    measured_prompt_ids, overlapping_prompt_ids, out_of_sample,]
                                   [interval, coverage, coverage_plans,]
+                                  [rounds, measurement_noise: {plans, median_round_spread_pct,
+                                   noise_floor_mape_pct, note},]
                                   rows: [ValidationRow, ...]}
     <folder>/validation.csv      the same rows, columns CSV_COLUMNS (stage bounds space-separated)
     <folder>/timelines/<name>    Chrome traces of each plan, measured and simulated: `timeline_name`
@@ -22,6 +24,7 @@ import csv
 import datetime as _dt
 import io
 import json
+import math
 import statistics
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -143,6 +146,9 @@ class ValidationRow:
     predicted_speedup_in_sample: float | None = None
     speedup_error_in_sample_pct: float | None = None
     predicted_acceptance_rate_in_sample: float | None = None
+    # `ppsd validate --rounds R`: the measured speedup of each round (each against its own AR
+    # bracket); the row's figures are those of the median round
+    measured_speedup_rounds: list[float] | None = None
 
     @classmethod
     def from_results(cls, plan, predicted, measured, ar_tokens_per_s: float,
@@ -260,10 +266,11 @@ INTERVAL_COLUMNS: list[str] = ["predicted_speedup_lo", "predicted_speedup_hi", "
                                "predicted_speedup_vs_ar_tp_hi"]  # in the CSV when a row has an interval
 SAMPLED_FIELDS: list[str] = ["measured_speedup_seeds", "measured_acceptance_rate_seeds",
                              "predicted_speedup_seed_range"]  # lists: validation.json only, when sampled
+ROUND_FIELDS: list[str] = ["measured_speedup_rounds"]  # a list: validation.json only, with --rounds > 1
 EXTRA_COLUMNS: list[str] = ["forced_alpha", "predicted_speedup_in_sample", "speedup_error_in_sample_pct",
                              "predicted_acceptance_rate_in_sample"]  # in the CSV when a row has them
 OPTIONAL_FIELDS: list[str] = [*SAME_BUDGET_COLUMNS, *INTERVAL_COLUMNS, *SAMPLED_FIELDS,
-                              *EXTRA_COLUMNS]  # written only when set
+                              *EXTRA_COLUMNS, *ROUND_FIELDS]  # written only when set
 PAYING_SPEEDUP = 1.05  # a plan "pays" when measured at least this much faster than AR
 
 
@@ -285,12 +292,13 @@ def mape(rows: list[ValidationRow]) -> tuple[float, float]:
 def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name: str, forced_trace: bool,
              exit_head: str, ar_reference: str, ar_tokens_per_s_runs: list[float],
              created: str | None = None, budget: str | None = None, emulated: bool = False,
-             sources: dict | None = None, interval: dict | None = None) -> dict:
+             sources: dict | None = None, interval: dict | None = None, rounds: int = 1) -> dict:
     """validation.json's content, keys in their written order (rows as dicts). `emulated`: the
     devices were emulated from the profile (`ppsd validate --emulate`): adds "emulated": true.
     `sources` (`prompt_sources`): which profile predicted and which prompts each side used, and
     whether the two prompt sets are disjoint ("out_of_sample"); `interval`: how the rows' intervals
-    were made ({level, prompts_n, draws, seed, method}); with either, the coverage of the intervals."""
+    were made ({level, prompts_n, draws, seed, method}); with either, the coverage of the intervals.
+    `rounds` > 1 (`ppsd validate --rounds`): "rounds" and the "measurement_noise" the rounds show."""
     mape_s, mape_t = mape(rows)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return {"schema_version": SCHEMA_VERSION, "created": created, "profile": profile, "model": model,
@@ -302,6 +310,7 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
             **_drift_summary(rows, ar_tokens_per_s_runs, emulated),
             **(sources or {}),
             **_interval_summary(rows, interval),
+            **_rounds_summary(rows, rounds),
             **_breakdown(rows),
             "rows": [r.to_dict() for r in rows]}
 
@@ -329,6 +338,35 @@ def _drift_summary(rows: list[ValidationRow], ar_runs: list[float], emulated: bo
                  "machine is not in the state it was profiled in, and plans whose stages co-run are priced with a "
                  "stale slowdown; re-profile in the same sitting") if flagged else
                 f"AR within {DRIFT_FLAG_PCT:g}% of the profile's price"}}
+
+
+# SE of the median of R normal draws in units of one draw's SD (R = 2: their mean; large R: √(π/2R))
+_MEDIAN_SE = {1: 1.0, 2: 0.7071, 3: 0.6698}
+
+
+def _rounds_summary(rows: list[ValidationRow], rounds: int) -> dict:
+    """With R > 1 rounds, what the repeated measurements say about the measured speedups' own noise:
+    each plan's round-to-round spread, and `noise_floor_mape_pct`, the speedup MAPE that a perfect
+    prediction would still show against the median round (normal round-to-round noise assumed:
+    E|e| = √(2/π) · SE of the median). A MAPE near the floor is all the run can resolve."""
+    if rounds <= 1:
+        return {}
+    spreads, floors = [], []
+    for r in rows:
+        xs = r.measured_speedup_rounds or []
+        if not r.speculative or len(xs) < 2:
+            continue
+        mid = statistics.median(xs)
+        sd = statistics.stdev(xs) / statistics.mean(xs)
+        spreads.append(100.0 * (max(xs) - min(xs)) / mid)
+        se = _MEDIAN_SE.get(len(xs), (math.pi / (2 * len(xs))) ** 0.5)
+        floors.append(100.0 * (2 / math.pi) ** 0.5 * se * sd)
+    return {"rounds": int(rounds), "measurement_noise": {
+        "plans": len(spreads),
+        "median_round_spread_pct": round(statistics.median(spreads), 2) if spreads else None,
+        "noise_floor_mape_pct": round(sum(floors) / len(floors), 2) if floors else None,
+        "note": "each plan measured once a round, plans in alternating order, every run against the AR runs just "
+                "before and after it; a row keeps its median round"}}
 
 
 def _mape_of(rows: list[ValidationRow], key: str = "speedup_error_pct") -> dict:

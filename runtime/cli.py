@@ -93,6 +93,11 @@ def register(sub) -> None:
     v.add_argument("--ar-once", action="store_true",
                    help="measure AR once up front (faster) instead of again after every plan; by default each "
                         "speedup is against the mean of the AR runs just before and after its plan")
+    v.add_argument("--rounds", type=int, default=1, metavar="R",
+                   help="measure every plan R times, once a round, plans in alternating order, each run against "
+                        "the AR runs around it; a plan keeps its median round, and validation.json reports the "
+                        "rounds' spread and the MAPE their noise alone would give (default 1). On a shared "
+                        "machine whose speed wanders over minutes, R = 3 separates model error from noise")
     v.add_argument("--stage-timeout", type=float, default=60.0)
     v.add_argument("--cores", type=int, default=None, metavar="N",
                    help="same-budget baseline: AR (and EESD) on N threads, predicted from the profile's thread "

@@ -14,6 +14,7 @@ on stdout, progress on stderr).
 from __future__ import annotations
 
 import datetime as _dt
+import statistics
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -113,6 +114,13 @@ def validate_command(args) -> int:
     _check_sources(args.profile, emulate, predict_from, prompts_file, split)
     if int(getattr(args, "draws", 200)) < 20:
         raise UserError(f"--draws {args.draws} is too few for a 90% interval", "give --draws 20 or more (default 200)")
+    rounds = getattr(args, "rounds", None)
+    rounds = 1 if rounds is None else int(rounds)
+    if rounds < 1:
+        raise UserError(f"--rounds {rounds} measures nothing", "give --rounds 1 or more (e.g. 3)")
+    if rounds > 1 and float(getattr(args, "temperature", 0.0) or 0.0) > 0:
+        raise UserError("--rounds repeats greedy plans; a sampled validation repeats over its seeds",
+                        "drop --rounds, or give --seeds S")
     profile = load_profile(emulate or args.profile or predict_from)  # the model, and the measured prompts
     predict = load_profile(predict_from) if predict_from else profile  # what the simulator prices
     from runtime import validate_sampled
@@ -216,6 +224,10 @@ def validate_command(args) -> int:
                   f"{doc['coverage']:.0%} of {doc['coverage_plans']} measured speedups")
         if doc.get("temperature"):
             print(validate_sampled.format_sampled(doc))
+        noise = doc.get("measurement_noise") or {}
+        if noise.get("plans"):
+            print(f"measured in {doc['rounds']} rounds: speedups {noise['median_round_spread_pct']:.1f}% apart from round "
+                  f"to round (median); their noise alone would give a MAPE of {noise['noise_floor_mape_pct']:.1f}%")
         print(f"MAPE speedup {doc['mape_speedup_pct']:.1f}% over {len(doc['rows']) - 1} speculative plans; "
               f"tokens/s {doc['mape_tokens_per_s_pct']:.1f}%  -> {final}")
     return 0
@@ -452,8 +464,7 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
     ar_meas = measure(model, job(ar_plan))
     ar_pred = predicted(ar_plan, timeline=True)
     rows = [vf.ValidationRow.from_results(ar_plan, ar_pred, ar_meas.result, ar_meas.result.tokens_per_s, None)]
-    plan_tp: list[float | None] = [None]  # each plan's tokens/s within the budget (AR's is the reference)
-    ar_tp_ref: list[float | None] = [None]  # the AR-on-every-core speed each plan is compared with
+    budget_speedup: list[float | None] = [1.0]  # each plan within the budget against AR on every core
     vf.write_plan_timelines(out, ar_plan, ar_pred, ar_meas.result, write_chrome_trace)
     ar_runs = [ar_meas.result.tokens_per_s]  # every AR measurement, in time order
     bracket = not getattr(args, "ar_once", False)
@@ -461,36 +472,52 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
     # default, in-sample validation predicts for the same runs, reported beside the real prediction
     twins = not sides.in_sample and not emulated and acc is not None and \
         set(map(str, ids)) <= set(acc["prompt_id"].astype(str))
+    rounds = max(int(getattr(args, "rounds", None) or 1), 1)  # checked >= 1 by validate_command
+    runs: list[list[RoundRun]] = [[] for _ in plans]  # each plan's measurement in every round
+    for r in range(rounds):
+        # plans in alternating order: a machine that drifts steadily favours no plan over the rounds
+        order = list(range(len(plans))) if r % 2 == 0 else list(reversed(range(len(plans))))
+        for step, i in enumerate(order):
+            plan = plans[i]
+            tag = f" forced α={forced[i]:g}" if forced[i] is not None else ""
+            where = f"round {r + 1}/{rounds} " if rounds > 1 else ""
+            print(f"[{where}{step + 1}/{len(plans)}] {plan.label()}{tag} ..." + (" (then AR again)" if bracket else ""),
+                  flush=True, file=sys.stderr)  # progress: stdout stays the table, or JSON alone with --json
+            meas = measure(model, job(plan, traces(i)))
+            ar_ref = ar_runs[-1]
+            if bracket:
+                # A shared machine's speed drifts by a few % over minutes: each speedup is taken against
+                # the AR measured right before and right after its plan.
+                again = measure(model, replace(job(ar_plan), warmup=0, repeats=1, timeline=False))
+                ar_runs.append(again.result.tokens_per_s)
+                ar_ref = (ar_ref + ar_runs[-1]) / 2
+            tp = tp_ref = None
+            if cores > 1:
+                tp = measure_plan_in_budget(model, job(plan, traces(i)), cores, meas.result.tokens_per_s, measure)
+                # AR on every core, bracketing the plan like AR on one (the machine drifts over minutes)
+                ar_tp_runs.append(measure_ar_in_budget(model, replace(job(ar_plan), warmup=0, repeats=1), cores,
+                                                       measure))
+                tp_ref = (ar_tp_runs[-2] + ar_tp_runs[-1]) / 2
+            runs[i].append(RoundRun(meas, ar_ref, tp, tp_ref))
     for i, plan in enumerate(plans):
-        tag = f" forced α={forced[i]:g}" if forced[i] is not None else ""
-        print(f"[{i + 1}/{len(plans)}] {plan.label()}{tag} ..." + (" (then AR again)" if bracket else ""),
-              flush=True, file=sys.stderr)  # progress: stdout stays the table, or JSON alone with --json
+        kept = median_round(runs[i])
+        meas = kept.measurement
         pred = predicted(plan, i, timeline=True)
-        meas = measure(model, job(plan, traces(i)))
-        ar_ref = ar_runs[-1]
-        if bracket:
-            # A shared machine's speed drifts by a few % over minutes: each speedup is taken against
-            # the AR measured right before and right after its plan.
-            again = measure(model, replace(job(ar_plan), warmup=0, repeats=1, timeline=False))
-            ar_runs.append(again.result.tokens_per_s)
-            ar_ref = (ar_ref + ar_runs[-1]) / 2
         # a forced run commits the drafts it was told to accept: its output is not AR's by design
-        match = None if forced[i] is not None else meas.outputs == ar_meas.outputs
-        row = vf.ValidationRow.from_results(plan, pred, meas.result, ar_ref, match, forced_alpha=forced[i])
+        match = None if forced[i] is not None else all(x.measurement.outputs == ar_meas.outputs for x in runs[i])
+        row = vf.ValidationRow.from_results(plan, pred, meas.result, kept.ar_reference, match, forced_alpha=forced[i])
+        if rounds > 1:
+            row = replace(row, measured_speedup_rounds=[round(x.speedup, 4) for x in runs[i]])
         if twins and forced[i] is None:
             row = row.with_in_sample(predicted(plan, i, engine="fast", in_sample=True).speedup_vs_ar)
         rows.append(row)
         vf.write_plan_timelines(out, plan, pred, meas.result, write_chrome_trace, forced_alpha=forced[i])
-        if cores > 1:
-            plan_tp.append(measure_plan_in_budget(model, job(plan, traces(i)), cores, meas.result.tokens_per_s,
-                                                  measure))
-            # AR on every core, bracketing the plan like AR on one (the machine drifts over minutes)
-            ar_tp_runs.append(measure_ar_in_budget(model, replace(job(ar_plan), warmup=0, repeats=1), cores, measure))
-            ar_tp_ref.append((ar_tp_runs[-2] + ar_tp_runs[-1]) / 2)
+        if cores > 1:  # against AR on every core: the median of the rounds' own ratios
+            budget_speedup.append(statistics.median(x.budget_speedup for x in runs[i]))
     if cores > 1:
         same = [predicted(p, i - 1 if i else None, budget=cores, engine="fast").speedup_vs_ar_tp
                 if cores in predict.parallel_units() else None for i, p in enumerate([ar_plan, *plans])]
-        rows = [r.with_same_budget(pr, 1.0 if i == 0 else plan_tp[i] / ar_tp_ref[i])
+        rows = [r.with_same_budget(pr, budget_speedup[i])
                 for i, (r, pr) in enumerate(zip(rows, same))]
     # each interval is carried to the row's own point (the in-sample point replays each prompt's trace)
     rows = [rows[0].with_interval(1.0, 1.0)] + \
@@ -506,9 +533,38 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
                       interval={"level": iv.LEVEL, "prompts_n": len(gens), "draws": draws, "seed": seed,
                                 "method": "bootstrap over the prediction prompts (replayed) x the profile's "
                                           "latency spread (sim/intervals.py); forced plans: the latency "
-                                          "spread alone"})
+                                          "spread alone"},
+                      rounds=rounds)
     vf.write_validation(out, doc)
     return doc
+
+
+@dataclass(frozen=True)
+class RoundRun:
+    """One plan measured once (`ppsd validate --rounds`): its measurement, the AR speed around it, and
+    (with a budget of several cores) the plan's and AR's speed on all of them."""
+
+    measurement: object
+    ar_reference: float
+    budget_tokens_per_s: float | None = None
+    budget_ar_reference: float | None = None
+
+    @property
+    def speedup(self) -> float:
+        return self.measurement.result.tokens_per_s / self.ar_reference if self.ar_reference else float("nan")
+
+    @property
+    def budget_speedup(self) -> float | None:
+        if self.budget_tokens_per_s is None or not self.budget_ar_reference:
+            return None
+        return self.budget_tokens_per_s / self.budget_ar_reference
+
+
+def median_round(runs: list[RoundRun]) -> RoundRun:
+    """The round whose speedup is the median (the lower middle one of an even count): its
+    measurement stands for the plan, whole, so its tokens/s, timeline and AR reference agree."""
+    ranked = sorted(runs, key=lambda x: x.speedup)
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def _around(point: float, interval) -> tuple[float, float]:

@@ -183,3 +183,37 @@ def test_validate_forced_alpha_and_in_sample_twins(tiny_profile, tmp_path, capfd
     with open(out / "validation.csv") as fh:
         header = next(csv.reader(fh))
     assert {"forced_alpha", "predicted_speedup_in_sample"} <= set(header)
+
+
+def test_validate_in_rounds_keeps_each_plans_median_round(tiny_profile, tmp_path, capfd):
+    capfd.readouterr()
+    out = tmp_path / "rounds"
+    rc = main(["validate", "--profile", str(tiny_profile), "--plans", "eesd:2:3;ppsd:3:2", "--rounds", "3",
+               "--repeats", "1", "--warmup", "0", "--cores", "1", "--draws", "40", "--out", str(out), "--json"])
+    got, err = capfd.readouterr()
+    assert rc == 0, err
+    doc = json.loads(got)
+    # plans alternate their order from round to round: round 2 measures the last plan first
+    lines = [ln for ln in err.splitlines() if ln.startswith("[round ")]
+    assert len(lines) == 6 and "[round 2/3 1/2] PPSD" in lines[2] and "[round 2/3 2/2] EESD" in lines[3]
+    # AR once up front and once after every plan of every round; each round against its own bracket
+    runs = doc["ar_tokens_per_s_runs"]
+    assert doc["ar_reference"] == "bracketed" and len(runs) == 1 + 3 * 2
+    assert doc["rounds"] == 3
+    for r in doc["rows"][1:]:
+        xs = r["measured_speedup_rounds"]
+        assert len(xs) == 3 and all(x > 0 for x in xs)
+        assert r["measured_speedup"] == pytest.approx(sorted(xs)[1], abs=2e-4)  # the median round's
+        assert r["ar_reference_tokens_per_s"] in [pytest.approx((a + b) / 2, rel=1e-3) for a, b in zip(runs, runs[1:])]
+        assert r["outputs_match_ar"] is True  # every round's output equals AR's
+    noise = doc["measurement_noise"]
+    assert noise["plans"] == 2 and noise["median_round_spread_pct"] >= 0 and noise["noise_floor_mape_pct"] >= 0
+    assert "measured_speedup_rounds" not in doc["rows"][0]
+
+
+def test_validate_refuses_bad_rounds_in_one_line(tiny_profile, tmp_path, capsys):
+    for args, words in ((["--rounds", "0"], "--rounds 0"), (["--rounds", "2", "--temperature", "0.7"], "seeds")):
+        out = tmp_path / "never"
+        assert main(["validate", "--profile", str(tiny_profile), *args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0] and not out.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -205,3 +206,21 @@ def test_machine_drift_flags_an_ar_far_from_the_profiles_price():
     emulated = vf.make_doc([ar], profile="/m", model="m", device_name="cpu", forced_trace=False, exit_head="shared",
                            ar_reference="once", ar_tokens_per_s_runs=[11.0], emulated=True)["machine_drift"]
     assert emulated["flagged"] is False  # waits do not drift with the machine
+
+
+def test_rounds_report_their_spread_and_the_noise_floor():
+    ar = _row(Plan(Mode.AR), 1.0, 1.0)
+    a = replace(_row(Plan(Mode.PPSD, exit_layer=4), 1.1, 1.0), measured_speedup_rounds=[0.9, 1.0, 1.1])
+    b = replace(_row(Plan(Mode.PPSD, exit_layer=6), 1.2, 1.2), measured_speedup_rounds=[1.2, 1.2, 1.2])
+    kw = dict(profile="/m", model="m", device_name="cpu", forced_trace=False, exit_head="shared",
+              ar_reference="bracketed", ar_tokens_per_s_runs=[10.0])
+    doc = vf.make_doc([ar, a, b], rounds=3, **kw)
+    noise = doc["measurement_noise"]
+    assert doc["rounds"] == 3 and noise["plans"] == 2
+    assert noise["median_round_spread_pct"] == pytest.approx((20.0 + 0.0) / 2, abs=0.01)
+    # plan a: SD 0.1 of a mean of 1.0; the median of 3 draws has SE 0.6698 SD; E|e| = sqrt(2/pi) SE
+    assert noise["noise_floor_mape_pct"] == pytest.approx((100 * 0.7979 * 0.6698 * 0.1 + 0.0) / 2, abs=0.01)
+    assert "rounds" not in vf.make_doc([ar, a, b], **kw)  # one round: nothing to report
+    assert doc["rows"][1]["measured_speedup_rounds"] == [0.9, 1.0, 1.1] and "measured_speedup_rounds" not in \
+        doc["rows"][0]
+    assert "measured_speedup_rounds" not in vf.csv_text([vf.ValidationRow.from_dict(r) for r in doc["rows"]])
