@@ -481,3 +481,21 @@ def test_timeline_lays_measured_and_simulated_on_one_axis_zoomed_to_single_passe
 
     events = data.read_chrome_trace(data_root / "runs" / "validate-synth" / "timelines" / "ppsd-e6-k2.measured.json")
     assert hi == pytest.approx(charts.first_passes_window_ms(charts.aligned(events, "measured")))
+
+
+def test_validation_page_shows_the_rounds_and_their_noise_floor(monkeypatch, tmp_path):
+    folder = make_validation(tmp_path / "runs", "validate-rounds")
+    doc = json.loads((folder / "validation.json").read_text())
+    for r in doc["rows"][1:]:
+        r["measured_speedup_rounds"] = [r["measured_speedup"] - 0.05, r["measured_speedup"], r["measured_speedup"] + 0.1]
+    doc.update(rounds=3, measurement_noise={"plans": 3, "median_round_spread_pct": 11.5, "noise_floor_mape_pct": 2.7,
+                                            "note": "n"})
+    (folder / "validation.json").write_text(json.dumps(doc))
+    at = _app(monkeypatch, [tmp_path / "runs"])
+    at.switch_page("views/validation.py").run()
+    assert not _problems(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "**3 rounds**" in text and "11.5%" in text and "**2.7%**" in text
+    table = at.dataframe[0].value
+    cells = list(table["measured_speedup_rounds"])
+    assert cells[1] == "1.00 / 1.05 / 1.15" and not isinstance(cells[0], str)  # AR has no rounds of its own

@@ -58,6 +58,17 @@ if meta.get("coverage") is not None:
                 f"spread) hold **{meta['coverage']:.0%}** of {meta.get('coverage_plans')} measured speedups; the "
                 "bands in the chart are those intervals.")
 
+noise = meta.get("measurement_noise") or {}
+if noise.get("plans"):
+    st.markdown(f"Measured in **{meta.get('rounds')} rounds** (every plan once a round, in alternating order, each "
+                f"against the AR runs around it; a plan shows its median round): speedups moved "
+                f"{theme.fmt_pct(noise.get('median_round_spread_pct'))} from round to round (median), and that noise "
+                f"alone would give a MAPE of **{theme.fmt_pct(noise.get('noise_floor_mape_pct'))}**: errors near it "
+                "are all this run can resolve.")
+    if "measured_speedup_rounds" in rows.columns:
+        rows = rows.assign(measured_speedup_rounds=[
+            " / ".join(f"{x:.2f}" for x in v) if isinstance(v, list) else None for v in rows["measured_speedup_rounds"]])
+
 breakdown = meta.get("breakdown") or {}
 if breakdown:
     parts = {k: vf.BREAKDOWN_TITLES[k] for k in ("real_acceptance", "forced", "paying", "in_sample")}
@@ -71,7 +82,8 @@ st.plotly_chart(charts.predicted_vs_measured(rows), key="chart_validation")
 
 st.subheader("Per-plan error")
 show = [c for c in vf.CSV_COLUMNS + ["predicted_speedup_lo", "predicted_speedup_hi", "forced_alpha",
-                                     "predicted_speedup_in_sample", "speedup_error_in_sample_pct"]
+                                     "predicted_speedup_in_sample", "speedup_error_in_sample_pct",
+                                     "measured_speedup_rounds"]
         if c in rows.columns and (c in vf.CSV_COLUMNS or rows[c].notna().any())]
 st.dataframe(
     rows[show], hide_index=True, width="stretch",
@@ -93,6 +105,9 @@ st.dataframe(
             "predicted in sample ×", format="%.2f×", help="What the in-sample prediction (the measured prompts' own "
             "acceptance traces) said for the same run, beside the out-of-sample prediction."),
         "speedup_error_in_sample_pct": st.column_config.NumberColumn("in-sample error", format="%.1f%%"),
+        "measured_speedup_rounds": st.column_config.TextColumn(
+            "measured × per round", help="`ppsd validate --rounds`: the speedup of each round, each against "
+            "its own AR runs; the row shows the median round."),
         "speedup_error_pct": st.column_config.NumberColumn("speedup error", format="%.1f%%"),
         "tokens_per_s_error_pct": st.column_config.NumberColumn("tokens/s error", format="%.1f%%"),
         "ar_reference_tokens_per_s": st.column_config.NumberColumn(
