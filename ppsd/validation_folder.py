@@ -292,13 +292,15 @@ def mape(rows: list[ValidationRow]) -> tuple[float, float]:
 def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name: str, forced_trace: bool,
              exit_head: str, ar_reference: str, ar_tokens_per_s_runs: list[float],
              created: str | None = None, budget: str | None = None, emulated: bool = False,
-             sources: dict | None = None, interval: dict | None = None, rounds: int = 1) -> dict:
+             sources: dict | None = None, interval: dict | None = None, rounds: int = 1,
+             corun: dict | None = None) -> dict:
     """validation.json's content, keys in their written order (rows as dicts). `emulated`: the
     devices were emulated from the profile (`ppsd validate --emulate`): adds "emulated": true.
     `sources` (`prompt_sources`): which profile predicted and which prompts each side used, and
     whether the two prompt sets are disjoint ("out_of_sample"); `interval`: how the rows' intervals
     were made ({level, prompts_n, draws, seed, method}); with either, the coverage of the intervals.
-    `rounds` > 1 (`ppsd validate --rounds`): "rounds" and the "measurement_noise" the rounds show."""
+    `rounds` > 1 (`ppsd validate --rounds`): "rounds" and the "measurement_noise" the rounds show.
+    `corun` ({profile_slowdown, runs}: the co-run check, `corun_summary`): "corun_drift"."""
     mape_s, mape_t = mape(rows)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return {"schema_version": SCHEMA_VERSION, "created": created, "profile": profile, "model": model,
@@ -308,6 +310,7 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
             **({"emulated": True} if emulated else {}),
             **_same_budget_summary(rows, budget),
             **_drift_summary(rows, ar_tokens_per_s_runs, emulated),
+            **corun_summary(**(corun or {})),
             **(sources or {}),
             **_interval_summary(rows, interval),
             **_rounds_summary(rows, rounds),
@@ -338,6 +341,38 @@ def _drift_summary(rows: list[ValidationRow], ar_runs: list[float], emulated: bo
                  "machine is not in the state it was profiled in, and plans whose stages co-run are priced with a "
                  "stale slowdown; re-profile in the same sitting") if flagged else
                 f"AR within {DRIFT_FLAG_PCT:g}% of the profile's price"}}
+
+
+CORUN_FLAG_PCT = 5.0  # two co-running processes this much slower than the profile saw: PPSD priced stale
+
+
+def corun_summary(profile_slowdown: float | None = None, runs: list[float] | None = None) -> dict:
+    """`corun_drift`: the 2-process co-run slowdown measured during the validation (before the first
+    plan and after the last, `profiler.latency.measure_corun_now`) against the profile's own co-run
+    figure (the same measurement). AR runs one process, so the AR bracket cannot see this part of a
+    machine's drift: a neighbour that takes memory bandwidth slows two co-running stages more than
+    one process alone. `drift_pct` is how much longer a co-running pass takes now than the profile's
+    co-run figure says (measured / profile - 1); `spread_pct` how far the runs themselves are apart.
+    The figure PPSD is priced with comes from the pipeline probe, a different measurement, so a
+    flagged drift says PPSD figures are uncertain by about that much, not which way they err
+    (measured 2026-12-02: a drift of +22% beside over-predictions of 4-21%, and +30% with runs
+    1.20x / 1.73x beside under-predictions of 4-8% against a profile made an hour earlier)."""
+    if not runs or not profile_slowdown:
+        return {}
+    measured = float(statistics.median(runs))
+    drift = 100.0 * (measured / float(profile_slowdown) - 1.0)
+    spread = 100.0 * (max(runs) - min(runs)) / measured if measured else 0.0
+    flagged = abs(drift) > CORUN_FLAG_PCT
+    return {"corun_drift": {
+        "profile_slowdown": round(float(profile_slowdown), 4), "measured_slowdown": round(measured, 4),
+        "runs": [round(float(x), 4) for x in runs], "drift_pct": round(drift, 2), "spread_pct": round(spread, 2),
+        "flagged": bool(flagged),
+        "note": (f"two co-running processes slowed each other {measured:.3f}x during this validation against "
+                 f"{float(profile_slowdown):.3f}x when profiled (runs {', '.join(f'{x:.2f}x' for x in runs)}): a "
+                 f"co-running pass took {abs(drift):.1f}% {'longer' if drift > 0 else 'less'} than then, so PPSD's "
+                 "co-run pricing is stale and its errors here are uncertain by about that much; re-profile in the "
+                 "same sitting")
+        if flagged else f"co-run slowdown within {CORUN_FLAG_PCT:g}% of the profile's"}}
 
 
 # SE of the median of R normal draws in units of one draw's SD (R = 2: their mean; large R: √(π/2R))

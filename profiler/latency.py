@@ -671,6 +671,21 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
     return corun, hop, pipeline
 
 
+def measure_corun_now(model_spec: str, adapter: ModelAdapter, threads: int = 1, context: int = 64,
+                      seconds: float = 1.5, timeout_s: float = 180.0) -> dict:
+    """The co-run slowdown at 2 processes, measured now as the profiler measures it (`_measure_corun`:
+    per-layer time with two workers busy at once / one alone), for a check against the profile's
+    figure (`ppsd validate`'s `corun_drift`). Returns the same dict as the profile's `corun`."""
+    cfg = LatencyConfig(corun_max=2, corun_seconds=seconds, threads=threads, context_values=(int(context),),
+                        measure_hop=False, pipeline_repeats=0)
+    pool = WorkerPool(2, model_spec, adapter.device.type, str(adapter.dtype).removeprefix("torch."), threads,
+                      int(context), timeout_s=timeout_s)
+    try:
+        return _measure_corun(pool, cfg, lambda: None)
+    finally:
+        pool.close()
+
+
 def _one_line(exc: BaseException) -> str:
     """An exception as one line: its first line, plus the last line of a worker's traceback."""
     lines = [x.strip() for x in str(exc).splitlines() if x.strip()] or [exc.__class__.__name__]

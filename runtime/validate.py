@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -199,9 +199,10 @@ def validate_command(args) -> int:
         else:
             doc = _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head, out,
                                        predict=predict, emulated=bool(emulate), sides=sides, forced=forced)
-    drift = doc.get("machine_drift") or {}
-    if drift.get("flagged"):
-        print(f"warning: {drift['note']}", file=sys.stderr)
+    for key in ("machine_drift", "corun_drift"):
+        drift = doc.get(key) or {}
+        if drift.get("flagged"):
+            print(f"warning: {drift['note']}", file=sys.stderr)
     if args.json:
         print_json(doc)
     else:
@@ -459,6 +460,11 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
     if cores > 1 and cores not in profile.parallel_units():
         print(f"the profile has no {cores}-thread tables: same-budget speedups are measured, not predicted "
               "(re-profile with `ppsd profile --thread-counts`)", file=sys.stderr)
+    # co-run check: AR is one process, so its bracket cannot see how much two co-running stages slow
+    # each other now; measured before the first plan and after the last, like the profiler does
+    corun_check = None if emulated else CorunCheck.for_run(profile, model, plans)
+    if corun_check is not None:
+        corun_check.measure("before the plans")
     ar_plan = Plan(Mode.AR)
     ar_tp_runs = [measure_ar_in_budget(model, job(ar_plan), cores, measure)] if cores > 1 else []
     ar_meas = measure(model, job(ar_plan))
@@ -499,6 +505,8 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
                                                        measure))
                 tp_ref = (ar_tp_runs[-2] + ar_tp_runs[-1]) / 2
             runs[i].append(RoundRun(meas, ar_ref, tp, tp_ref))
+    if corun_check is not None:
+        corun_check.measure("after the plans")
     for i, plan in enumerate(plans):
         kept = median_round(runs[i])
         meas = kept.measurement
@@ -534,9 +542,50 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
                                 "method": "bootstrap over the prediction prompts (replayed) x the profile's "
                                           "latency spread (sim/intervals.py); forced plans: the latency "
                                           "spread alone"},
-                      rounds=rounds)
+                      rounds=rounds, corun=corun_check.summary_args() if corun_check is not None else None)
     vf.write_validation(out, doc)
     return doc
+
+
+@dataclass
+class CorunCheck:
+    """The profiler's 2-process co-run measurement, repeated during a validation whose plans co-run
+    stage processes (PPSD), to compare with the profile's figure (`corun_drift` in validation.json)."""
+
+    profile_slowdown: float
+    model_spec: str
+    adapter: object
+    threads: int
+    context: int
+    seconds: float
+    runs: list[float] = field(default_factory=list)
+
+    @classmethod
+    def for_run(cls, profile, model, plans) -> CorunCheck | None:
+        """A check for these plans, or None: no plan co-runs processes, the device is not a CPU (a
+        GPU stage has its own device), or the profile has no 2-process co-run figure to compare with."""
+        table = profile.corun_table()
+        if table is None or model.device.type != "cpu" or not any(p.mode == Mode.PPSD for p in plans):
+            return None
+        return cls(profile_slowdown=table["slowdown"][table["processes"].index(2)], model_spec=profile.model_id,
+                   adapter=model, threads=table["threads_per_process"], context=table["context"],
+                   seconds=table["seconds_per_round"])
+
+    def measure(self, when: str) -> None:
+        from profiler.latency import measure_corun_now
+
+        print(f"co-run check ({when}): two processes' layers at once against one alone ...", flush=True,
+              file=sys.stderr)
+        try:
+            got = measure_corun_now(self.model_spec, self.adapter, self.threads, self.context, self.seconds)
+        except RuntimeError as exc:  # a diagnostic: the validation's own figures stand without it
+            print(f"warning: co-run check {when} failed ({str(exc).splitlines()[0]}); validation.json will "
+                  "carry the checks that ran", file=sys.stderr)
+            return
+        self.runs.append(float(got["slowdown"][1]))
+
+    def summary_args(self) -> dict | None:
+        return {"profile_slowdown": self.profile_slowdown, "runs": list(self.runs)} if self.runs else None
 
 
 @dataclass(frozen=True)

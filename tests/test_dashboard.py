@@ -499,3 +499,17 @@ def test_validation_page_shows_the_rounds_and_their_noise_floor(monkeypatch, tmp
     table = at.dataframe[0].value
     cells = list(table["measured_speedup_rounds"])
     assert cells[1] == "1.00 / 1.05 / 1.15" and not isinstance(cells[0], str)  # AR has no rounds of its own
+
+
+def test_validation_page_warns_of_a_flagged_corun_drift(monkeypatch, tmp_path):
+    from ppsd.validation_folder import corun_summary
+
+    folder = make_validation(tmp_path / "runs", "validate-corun")
+    doc = json.loads((folder / "validation.json").read_text())
+    doc.update(corun_summary(1.05, [1.21, 1.23]))
+    (folder / "validation.json").write_text(json.dumps(doc))
+    at = _app(monkeypatch, [tmp_path / "runs"])
+    at.switch_page("views/validation.py").run()
+    assert not _problems(at)
+    warned = " ".join(w.value for w in at.warning)
+    assert "two co-running processes slowed each other 1.220x" in warned and "1.23x" in warned and "re-profile" in warned

@@ -218,3 +218,52 @@ def test_validate_refuses_bad_rounds_in_one_line(tiny_profile, tmp_path, capsys)
         assert main(["validate", "--profile", str(tiny_profile), *args, "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0] and not out.exists()
+
+
+def _with_corun(src, dst, slowdown: float):
+    """A copy of the profile folder whose co-run table says two processes slow each other `slowdown`x."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    doc = json.loads((dst / "profile.json").read_text())
+    doc["latency"]["corun"] = {"processes": [1, 2], "slowdown": [1.0, slowdown], "p10": [1.0, slowdown],
+                               "p90": [1.0, slowdown], "alone_layer_ms": 0.05, "context": 8,
+                               "threads_per_process": 1, "seconds_per_round": 0.2}
+    (dst / "profile.json").write_text(json.dumps(doc))
+    return dst
+
+
+def test_validate_checks_the_corun_slowdown_against_the_profiles(tiny_profile, tmp_path, capfd):
+    # a profile that says two processes slow each other 3x: today's machine cannot be that far from
+    # an honest measurement of itself, so the check must measure, compare and flag it
+    prof = _with_corun(tiny_profile, tmp_path / "corun-profile", 3.0)
+    capfd.readouterr()
+    out = tmp_path / "corun"
+    rc = main(["validate", "--profile", str(prof), "--plans", "ppsd:3:2", "--repeats", "1", "--warmup", "0",
+               "--cores", "1", "--draws", "40", "--out", str(out)])
+    _, err = capfd.readouterr()
+    assert rc == 0, err
+    drift = json.loads((out / "validation.json").read_text())["corun_drift"]
+    assert drift["profile_slowdown"] == 3.0 and len(drift["runs"]) == 2  # before the plans and after them
+    assert all(0.5 < x < 2.9 for x in drift["runs"])
+    assert drift["measured_slowdown"] == pytest.approx(sorted(drift["runs"])[0] / 2 + sorted(drift["runs"])[1] / 2,
+                                                       abs=1e-3)
+    assert drift["flagged"] and drift["drift_pct"] < -5
+    assert "co-run check (before the plans)" in err and "warning: two co-running processes" in err
+
+
+def test_corun_check_only_where_stages_co_run(tiny_profile, tmp_path):
+    from runtime.validate import CorunCheck
+    from sim.modes import Mode
+    from sim.plan import Plan
+
+    class Cpu:
+        class device:
+            type = "cpu"
+
+    with_table = load_profile(_with_corun(tiny_profile, tmp_path / "p", 1.1))
+    eesd, ppsd = Plan(Mode.EESD, exit_layer=2, draft_len=2), Plan(Mode.PPSD, exit_layer=2)
+    assert CorunCheck.for_run(with_table, Cpu, [eesd]) is None  # one process: nothing co-runs
+    check = CorunCheck.for_run(with_table, Cpu, [eesd, ppsd])
+    assert check.profile_slowdown == 1.1 and check.context == 8 and check.seconds == 0.2
+    assert CorunCheck.for_run(load_profile(tiny_profile), Cpu, [ppsd]) is None  # no co-run table to compare with

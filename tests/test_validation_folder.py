@@ -224,3 +224,17 @@ def test_rounds_report_their_spread_and_the_noise_floor():
     assert doc["rows"][1]["measured_speedup_rounds"] == [0.9, 1.0, 1.1] and "measured_speedup_rounds" not in \
         doc["rows"][0]
     assert "measured_speedup_rounds" not in vf.csv_text([vf.ValidationRow.from_dict(r) for r in doc["rows"]])
+
+
+def test_corun_drift_flags_stages_that_slow_each_other_more_than_profiled():
+    from ppsd.validation_folder import corun_summary
+
+    assert corun_summary() == {} and corun_summary(1.05, []) == {}
+    d = corun_summary(1.05, [1.20, 1.22])["corun_drift"]
+    assert d["measured_slowdown"] == 1.21 and d["drift_pct"] == pytest.approx(100 * (1.21 / 1.05 - 1), abs=0.01)
+    assert d["flagged"] and "1.210x" in d["note"] and "1.22x" in d["note"] and "re-profile" in d["note"]
+    assert d["spread_pct"] == pytest.approx(100 * 0.02 / 1.21, abs=0.01)
+    calm = corun_summary(1.05, [1.06, 1.04, 1.07])["corun_drift"]
+    assert not calm["flagged"] and calm["measured_slowdown"] == 1.06 and "within 5%" in calm["note"]
+    faster = corun_summary(1.30, [1.05])["corun_drift"]
+    assert faster["flagged"] and faster["drift_pct"] < 0 and "less than then" in faster["note"]

@@ -58,6 +58,12 @@ if meta.get("coverage") is not None:
                 f"spread) hold **{meta['coverage']:.0%}** of {meta.get('coverage_plans')} measured speedups; the "
                 "bands in the chart are those intervals.")
 
+for key, what in (("machine_drift", "AR against the profile's price"),
+                  ("corun_drift", "two co-running processes against the profile's co-run slowdown")):
+    drift = meta.get(key) or {}
+    if drift.get("note"):  # the machine's state then and now: a flagged drift makes PPSD figures stale
+        (st.warning if drift.get("flagged") else st.caption)(f"Machine drift ({what}): {drift['note']}.")
+
 noise = meta.get("measurement_noise") or {}
 if noise.get("plans"):
     st.markdown(f"Measured in **{meta.get('rounds')} rounds** (every plan once a round, in alternating order, each "
