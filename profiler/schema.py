@@ -308,15 +308,15 @@ class Profile:
         return float(piped) * table(processes) / table(2)
 
     def corun_table(self) -> dict | None:
-        """The co-run measurement as the profiler took it, without the pipeline probe:
-        {processes, slowdown, context, threads_per_process, seconds_per_round} (what a later check,
+        """The co-run measurement's 2-process figure as the profiler took it, without the pipeline
+        probe: {slowdown, context, threads_per_process, seconds_per_round} (what a later check,
         `ppsd validate`'s `corun_drift`, repeats to compare with); None without a 2-process figure."""
         corun = self.latency.get("corun") or {}
         procs, slow = corun.get("processes") or [], corun.get("slowdown") or []
         if 2 not in procs or len(slow) != len(procs):
             return None
-        return {"processes": list(procs), "slowdown": [float(x) for x in slow],
-                "context": int(corun.get("context") or 64), "threads_per_process": int(corun.get("threads_per_process") or 1),
+        return {"slowdown": float(slow[procs.index(2)]), "context": int(corun.get("context") or 64),
+                "threads_per_process": int(corun.get("threads_per_process") or 1),
                 "seconds_per_round": float(corun.get("seconds_per_round") or 1.5)}
 
     def prefill_ms(self, prompt_len: float) -> float:

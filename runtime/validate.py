@@ -567,7 +567,7 @@ class CorunCheck:
         table = profile.corun_table()
         if table is None or model.device.type != "cpu" or not any(p.mode == Mode.PPSD for p in plans):
             return None
-        return cls(profile_slowdown=table["slowdown"][table["processes"].index(2)], model_spec=profile.model_id,
+        return cls(profile_slowdown=table["slowdown"], model_spec=profile.model_id,
                    adapter=model, threads=table["threads_per_process"], context=table["context"],
                    seconds=table["seconds_per_round"])
 

@@ -483,17 +483,27 @@ def test_timeline_lays_measured_and_simulated_on_one_axis_zoomed_to_single_passe
     assert hi == pytest.approx(charts.first_passes_window_ms(charts.aligned(events, "measured")))
 
 
-def test_validation_page_shows_the_rounds_and_their_noise_floor(monkeypatch, tmp_path):
-    folder = make_validation(tmp_path / "runs", "validate-rounds")
+def _validation_page(monkeypatch, tmp_path, name, edit):
+    """The Validation page, run on a made-up validation folder whose validation.json `edit` changed."""
+    folder = make_validation(tmp_path / "runs", name)
     doc = json.loads((folder / "validation.json").read_text())
-    for r in doc["rows"][1:]:
-        r["measured_speedup_rounds"] = [r["measured_speedup"] - 0.05, r["measured_speedup"], r["measured_speedup"] + 0.1]
-    doc.update(rounds=3, measurement_noise={"plans": 3, "median_round_spread_pct": 11.5, "noise_floor_mape_pct": 2.7,
-                                            "note": "n"})
+    edit(doc)
     (folder / "validation.json").write_text(json.dumps(doc))
     at = _app(monkeypatch, [tmp_path / "runs"])
     at.switch_page("views/validation.py").run()
     assert not _problems(at)
+    return at
+
+
+def test_validation_page_shows_the_rounds_and_their_noise_floor(monkeypatch, tmp_path):
+    def edit(doc):
+        for r in doc["rows"][1:]:
+            r["measured_speedup_rounds"] = [r["measured_speedup"] - 0.05, r["measured_speedup"],
+                                            r["measured_speedup"] + 0.1]
+        doc.update(rounds=3, measurement_noise={"plans": 3, "median_round_spread_pct": 11.5,
+                                                "noise_floor_mape_pct": 2.7, "note": "n"})
+
+    at = _validation_page(monkeypatch, tmp_path, "validate-rounds", edit)
     text = " ".join(m.value for m in at.markdown)
     assert "**3 rounds**" in text and "11.5%" in text and "**2.7%**" in text
     table = at.dataframe[0].value
@@ -504,12 +514,6 @@ def test_validation_page_shows_the_rounds_and_their_noise_floor(monkeypatch, tmp
 def test_validation_page_warns_of_a_flagged_corun_drift(monkeypatch, tmp_path):
     from ppsd.validation_folder import corun_summary
 
-    folder = make_validation(tmp_path / "runs", "validate-corun")
-    doc = json.loads((folder / "validation.json").read_text())
-    doc.update(corun_summary(1.05, [1.21, 1.23]))
-    (folder / "validation.json").write_text(json.dumps(doc))
-    at = _app(monkeypatch, [tmp_path / "runs"])
-    at.switch_page("views/validation.py").run()
-    assert not _problems(at)
+    at = _validation_page(monkeypatch, tmp_path, "validate-corun", lambda doc: doc.update(corun_summary(1.05, [1.21, 1.23])))
     warned = " ".join(w.value for w in at.warning)
     assert "two co-running processes slowed each other 1.220x" in warned and "1.23x" in warned and "re-profile" in warned
