@@ -13,9 +13,14 @@ Method (emulated devices, runtime/emulate.py: the real stage processes and messa
                  in-flight cap can hold stage 1 between passes (at k = 8 with ~0.8 ms transits it
                  did: the period gave 2.76 ms of "overhead"), and the engines model the cap
                  themselves (`PPSDCosts.cap`), so counting its waits as overhead prices them twice.
-  transit        every draft rejected, all pieces zero-time: each token finds stage 2 idle, so the
-                 time from stage 1's send (the end of its layers) to stage 2's pass start is a
-                 message's transit (the median over tokens).
+  transit        the same run: zero-time layers behind stage 1's 1 ms head, so each token finds
+                 stage 2 idle, and the time from stage 1's send (the end of its layers) to stage
+                 2's pass start is a message's transit (the median over tokens). Not a run with
+                 every draft rejected: there stage 1 restarts at once and drafts on while the
+                 rejection travels back, so at k >= 4 stage 2 meets a queue of stale messages and
+                 the "transit" is their draining (k = 8: 3.9-4.0 ms against 0.37-0.49 ms once the
+                 draft ring no longer held stage 1 back, runtime/transport.py: control_ring_depth).
+  reject_all     every draft rejected, all pieces zero-time: the time per token then (reported only).
 Both are properties of this machine's gloo and Python at the hidden size given (the bytes a hop
 carries), not of any model.
 """
@@ -28,7 +33,7 @@ from pathlib import Path
 
 HEAD_MS = 1.0  # the head that makes stage 1 and the last stage the bottleneck in the overhead run
 METHOD = ("emulated zero-time layers: overhead = stage 1's median pass - head with every draft accepted; transit = "
-          "stage 2's pass start - stage 1's send with every draft rejected (runtime/control_plane.py)")
+          "stage 2's pass start - stage 1's send in the same run (runtime/control_plane.py)")
 
 
 def _run(profile_dir: Path, k: int, hidden: int, forced, tokens: int, prompts: int, repeats: int):
@@ -111,7 +116,7 @@ def measure_control_plane(stages=(2, 3, 4, 6, 8), *, hidden_size: int = 4096, to
         out[str(k)] = {"pass_overhead_ms": round(max(pass_ms - HEAD_MS, 0.0), 5),
                        "stage1_pass_ms": round(own, 5) if own else None,
                        "stage1_period_ms": round(period, 5) if period else None,
-                       "transit_ms": round(_transit_ms(rej.result), 5),
+                       "transit_ms": round(_transit_ms(acc.result), 5),
                        "accept_all_ms_per_token": round(per_token, 5),
                        "reject_all_ms_per_token": round(1e3 / rej.result.tokens_per_s, 5)}
         if progress is not None:

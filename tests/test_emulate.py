@@ -209,3 +209,23 @@ def test_emulate_refuses_what_does_not_apply(tmp_path, capsys):
     assert "--prompts does not apply with --emulate" in capsys.readouterr().err
     assert main(["validate", "--emulate", path]) == 2
     assert "has no acceptance traces" in capsys.readouterr().err
+
+
+def test_a_finished_sequence_leaves_no_tail_for_the_middle_stages(tmp_path):
+    """When the last stage commits a sequence's last token it posts that on the epoch board, so the
+    tokens stage 1 drafted past the end are abandoned or dropped instead of run through every middle
+    stage, and the next sequence does not queue behind them. Accept-all at k = 3: with the cap at 3,
+    two tokens are in flight behind the last one; at most the one already in the middle stage while
+    the last token was verified may still finish there."""
+    prof = _profile(tmp_path, num_layers=12, layer_ms=1.0, head_ms=0.5, embed_ms=0.05)
+    model = EmulatedModel(prof)
+    prompt = synthetic_prompt(24)
+    plan = Plan(Mode.PPSD, 4, stages=3, stage_bounds=(0, 4, 8, 12))
+    m = measure(model, Job(plan=plan, prompts=[prompt], max_new=[12], warmup=0, repeats=1,
+                           forced=[ACCEPT_ALL], timeout_s=30))
+    last = max(ev.args["pos"] for ev in m.result.timeline if ev.row == "stage 3" and ev.name == "verify")
+    past_end = [ev.args["pos"] for ev in m.result.timeline
+                if ev.row == "stage 2" and ev.name == "forward" and ev.args["pos"] > last]
+    assert len(past_end) <= 1, past_end
+    ar = measure(model, Job(plan=Plan(Mode.AR), prompts=[prompt], max_new=[12], warmup=0, repeats=1))
+    assert m.outputs == ar.outputs

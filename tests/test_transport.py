@@ -190,3 +190,41 @@ def test_pipeline_probe_finishes_under_nccl_semantics(transport):
         pool.close()
     assert probe["passes"] == 9 and probe["passes_per_round"] == 3 and len(probe["rounds"]) == 3
     assert all(ms > 0 for ms in probe["pass_ms_pipeline"])
+
+
+class _HeldWork:
+    """A send its peer has not taken yet: `wait()` is where the sender would block."""
+
+    def __init__(self, log: list, n: int):
+        self.log, self.n = log, n
+
+    def wait(self, timeout=None) -> bool:
+        self.log.append(self.n)
+        return True
+
+
+class _HoldingChannel:
+    def __init__(self):
+        self.sent, self.waited = 0, []
+
+    def isend(self, tensor, peer, tag=0):
+        self.sent += 1
+        return _HeldWork(self.waited, self.sent)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 8])
+def test_stage_1_sends_k_drafts_and_k_stale_ones_before_a_ring_slot_holds_it(stages):
+    """The last stage takes drafts only as it verifies: after a rejection up to k - 1 stale drafts
+    wait for it on top of the k in flight, and a ring that reuses a buffer sooner makes stage 1 wait
+    on the last stage (it did at k = 8 with 8 buffers)."""
+    from runtime.transport import RING, SendRing, control_ring_depth
+
+    depth = control_ring_depth(stages)
+    assert depth >= RING and depth >= 2 * stages
+    ch = _HoldingChannel()
+    ring = SendRing(6, torch.long, "cpu", 1, 1, ch, depth)
+    for _ in range(depth):
+        ring.send(ring.next())
+    assert ch.waited == []  # depth sends outstanding, none waited on
+    ring.send(ring.next())
+    assert ch.waited == [1]  # the next one reuses the oldest buffer: only then is its send awaited
