@@ -29,6 +29,7 @@ class SeqRecord:
     verified: int = 0  # drafts checked by the verifier
     busy_s: list[float] = field(default_factory=list)  # per stage, compute time in the decode phase
     events: list[Event] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)  # per stage process (PPSD), its CPU seconds over the sequence
 
     @property
     def decode_tokens(self) -> int:

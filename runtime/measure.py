@@ -122,7 +122,8 @@ def records_from_logs(pjob, logs) -> list[list[SeqRecord]]:
         info = last.seqs[s]
         rec = SeqRecord(tokens=info["tokens"], prefill_s=info["t_first"] - first.seq_start[s],
                         decode_s=info["t_last"] - info["t_first"], rounds=info["rounds"], verified=info["verified"],
-                        busy_s=[log.busy.get(s, 0.0) for log in logs])
+                        busy_s=[log.busy.get(s, 0.0) for log in logs],
+                        cpu_s=[log.cpu.get(s, 0.0) for log in logs])
         if rep == pjob.timeline_rep and not any(reps.values()):
             rec.events = events
         reps.setdefault(rep, []).append(rec)
@@ -148,6 +149,7 @@ def summarize(plan: Plan, reps: list[list[SeqRecord]], *, load_s: float = 0.0, f
     busy = [sum(r.busy_s[i] for recs in reps for r in recs) / max(sum(times), 1e-12) for i in range(k)]
     med = statistics.median(tps)
     events: list[Event] = [e for r in first for e in r.events]
+    host = host_cpu_share(reps)
     res = Result(
         plan=plan, source="measured", tokens=int(statistics.median(toks)), time_s=float(statistics.median(times)),
         tokens_per_s=float(med), speedup_vs_ar=None,
@@ -160,9 +162,28 @@ def summarize(plan: Plan, reps: list[list[SeqRecord]], *, load_s: float = 0.0, f
             tokens_per_s_p10=float(np.percentile(tps, 10)), tokens_per_s_p90=float(np.percentile(tps, 90)),
             tokens_per_s_min=float(min(tps)), tokens_per_s_max=float(max(tps)),
             tokens_per_s_reps=[round(x, 4) for x in tps], repeats=len(reps),
-            prefill_s=float(statistics.median(prefill)), load_s=round(load_s, 3), **(facts or {})),
+            prefill_s=float(statistics.median(prefill)), load_s=round(load_s, 3),
+            host_cpu_share=None if host is None else round(host, 4), **(facts or {})),
     )
     return Measurement(res, [r.tokens for r in first], reps)
+
+
+def host_cpu_share(reps: list[list[SeqRecord]], cores: int | None = None) -> float | None:
+    """The share of this machine's cores the PPSD stage processes kept busy while they decoded: their
+    CPU seconds (every thread: Python, gloo) over the sequences' wall time × the cores. None when no
+    stage recorded any (AR, EESD; a pipeline whose stages ran on other nodes report their own).
+
+    Emulated stages wait without using a core, so what they use is the control plane alone; near 1
+    the stages queue for the cores on every message, and the run measures this machine's contention,
+    not the plan's control plane (emulated analytic H100, E = 4, α = 1, 2 cores: k = 2 / 4 / 8 kept
+    the machine 15 / 47 / 79% busy, predicted +5.5 / -1.8 / +121%; an L4's k = 8, 22%: +1.7%)."""
+    import os
+
+    cpu = sum(sum(r.cpu_s) for recs in reps for r in recs)
+    wall = sum(r.prefill_s + r.decode_s for recs in reps for r in recs)
+    if cpu <= 0.0 or wall <= 0.0:
+        return None
+    return cpu / (wall * (cores or os.cpu_count() or 1))
 
 
 def measure(model, job: Job, *, load_s: float = 0.0, facts: dict | None = None) -> Measurement:

@@ -110,6 +110,7 @@ class StageLog:
     rank: int
     seq_start: dict[int, float] = field(default_factory=dict)  # stage 1: when each sequence began
     busy: dict[int, float] = field(default_factory=dict)  # decode-phase compute seconds per sequence
+    cpu: dict[int, float] = field(default_factory=dict)  # this process's CPU seconds per sequence (all threads)
     seqs: dict[int, dict] = field(default_factory=dict)  # last stage: tokens, times, rounds
     events: list[Event] = field(default_factory=list)
     flushes: int = 0
@@ -252,6 +253,7 @@ class Stage:
             L = len(prompt)
             cache = model.new_cache()
             t0 = time.perf_counter()
+            c0 = time.process_time()
             self.log.seq_start[seq] = t0
             ids = torch.tensor([prompt], dtype=torch.long, device=self.dev)
             h_exit = model.forward_layers(model.embed(ids), 0, self.exit_layer, cache, 0)
@@ -315,6 +317,7 @@ class Stage:
                 inflight += 1
                 x, s = d, s + 1
             self.log.busy[seq] = busy
+            self.log.cpu[seq] = time.process_time() - c0
             self._send_header(END, seq=seq)
             self._send_draft(END)
         self._send_header(SHUTDOWN)
@@ -327,7 +330,7 @@ class Stage:
     # --- middle stages: layers only -----------------------------------------------------------------
     def run_middle(self) -> None:
         model, mdt = self.model, self.model.dtype
-        cache, busy, seq, t_prefill_end = model.new_cache(), 0.0, -1, 0.0
+        cache, busy, seq, t_prefill_end, c0 = model.new_cache(), 0.0, -1, 0.0, 0.0
         self.h_in.post()
         while True:
             hdr, hidden = self.h_in.take()
@@ -341,10 +344,11 @@ class Stage:
                 break
             if kind == END:
                 self.log.busy[seq] = busy
+                self.log.cpu[seq] = time.process_time() - c0
                 self._send_header(END, seq=seq_m)
                 continue
             if kind == PREFILL:
-                seq, busy = seq_m, 0.0
+                seq, busy, c0 = seq_m, 0.0, time.process_time()
                 self.record = self._is_timeline_seq(seq)
                 cache = model.new_cache()
                 a = time.perf_counter()
@@ -420,6 +424,7 @@ class Stage:
                 self._drain_drafts(END)
                 st = self.state
                 self.log.busy[seq_m] = st["busy"]
+                self.log.cpu[seq_m] = time.process_time() - st["cpu0"]
                 continue
             if kind == PREFILL:
                 self._begin_sequence(seq_m, length)
@@ -452,6 +457,7 @@ class Stage:
         self.cache = self.model.new_cache()
         self.state = {"seq": seq, "L": length, "epoch": 0, "tokens": [], "rounds": [], "run": 0,
                       "verified": 0, "done": False, "busy": 0.0, "t_first": None, "t_last": None,
+                      "cpu0": time.process_time(),
                       "sampler": Sampler.make(self.job.temperature, self.job.seed * 1_000_003 + seq * 2 + 2,
                                               self.dev)}
 

@@ -129,10 +129,28 @@ def _report(args, plan, res) -> None:
 
     if args.timeline:
         write_chrome_trace(args.timeline, res.timeline, f"ppsd {plan.label()} (measured)")
+    warning = host_warning(res)
+    if warning:
+        print(f"ppsd run: warning: {warning}", file=sys.stderr)
     if args.json:
         print_json(res.to_json_dict())
     else:
         print(format_result(res))
+
+
+HOST_BUSY_WARN = 0.5  # two cores half busy: a stage that wakes finds both taken a third of the time (Erlang C)
+
+
+def host_warning(res) -> str | None:
+    """One line when an emulated pipeline loaded this machine's cores so much that the stages queued
+    for them: the measurement is then this machine's contention, not the plan's control plane."""
+    d = res.details
+    share = getattr(d, "host_cpu_share", None)
+    if not getattr(d, "emulated", False) or share is None or share < HOST_BUSY_WARN:
+        return None
+    return (f"the emulated stages kept this machine's cores {share:.0%} busy with messages and Python, so they "
+            f"waited for cores: the run measures this machine's contention, not the plan's control plane "
+            f"(fewer stages, slower pieces, or a machine with a core per stage)")
 
 
 def _run_torchrun(args, model, plan, job, forced, facts: dict, cores: int) -> int:
@@ -197,6 +215,8 @@ def format_result(res) -> str:
     if d.emulated:
         lines.append("  emulated devices: every layer, head and embedding waited for its profiled time; "
                      "what the run adds beyond them is this machine's control plane (messages, Python)")
+    if d.host_cpu_share is not None:
+        lines.append(f"  stage processes kept this machine's cores {d.host_cpu_share:.0%} busy")
     if res.plan.mode.speculative:
         rate = "n/a" if res.acceptance_rate is None else f"{res.acceptance_rate:.3f}"
         lines.append(f"  acceptance {rate}; mean tokens per round {res.mean_accepted:.2f}; "

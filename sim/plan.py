@@ -221,6 +221,7 @@ class MeasuredDetails:
     budget_tokens_per_s: float | None = None  # the plan run with the whole budget (AR, EESD: all threads)
     ar_tp_tokens_per_s: float | None = None   # AR with the whole budget, measured in the same run
     emulated: bool | None = None  # True: the devices were emulated from a profile (runtime/emulate.py)
+    host_cpu_share: float | None = None  # PPSD on this machine: its stage processes' CPU / (wall × cores)
 
 
 Details = SimulatedDetails | MeasuredDetails

@@ -229,3 +229,37 @@ def test_a_finished_sequence_leaves_no_tail_for_the_middle_stages(tmp_path):
     assert len(past_end) <= 1, past_end
     ar = measure(model, Job(plan=Plan(Mode.AR), prompts=[prompt], max_new=[12], warmup=0, repeats=1))
     assert m.outputs == ar.outputs
+
+
+def test_host_cpu_share_is_the_stage_processes_cpu_over_wall_times_cores(tmp_path):
+    from runtime.decoding import SeqRecord
+    from runtime.measure import host_cpu_share
+
+    recs = [[SeqRecord(tokens=[1, 2], prefill_s=0.5, decode_s=1.5, cpu_s=[1.0, 0.6, 0.4]),
+             SeqRecord(tokens=[1, 2], prefill_s=0.5, decode_s=1.5, cpu_s=[0.4, 0.2, 0.2])]]
+    assert host_cpu_share(recs, cores=2) == pytest.approx(2.8 / (4.0 * 2))
+    assert host_cpu_share([[SeqRecord(tokens=[1], prefill_s=0.1, decode_s=1.0)]], cores=2) is None  # AR, EESD
+    # an emulated pipeline records it; AR in-process does not
+    prof = _profile(tmp_path, num_layers=6, layer_ms=1.0, head_ms=0.5)
+    model = EmulatedModel(prof)
+    prompts = [synthetic_prompt(16)]
+    m = measure(model, Job(plan=Plan(Mode.PPSD, 2, stages=3, stage_bounds=(0, 2, 4, 6)), prompts=prompts,
+                           max_new=[12], warmup=0, repeats=1, forced=[ACCEPT_ALL], timeout_s=30))
+    assert 0.0 < m.result.details.host_cpu_share < 1.0
+    ar = measure(model, Job(plan=Plan(Mode.AR), prompts=prompts, max_new=[12], warmup=0, repeats=1))
+    assert ar.result.details.host_cpu_share is None
+
+
+def test_an_emulated_run_that_loaded_the_cores_says_so_on_stderr():
+    from runtime.runner import HOST_BUSY_WARN, host_warning
+    from sim.plan import MeasuredDetails, Result
+
+    def result(share, emulated=True):
+        d = MeasuredDetails(1.0, 1.0, 1.0, 1.0, [1.0], 1, 0.0, 0.0, emulated=emulated, host_cpu_share=share)
+        return Result(plan=Plan(Mode.PPSD, 2, stages=3), source="measured", tokens=1, time_s=1.0, tokens_per_s=1.0,
+                      details=d)
+
+    assert "80% busy" in host_warning(result(0.8))
+    assert host_warning(result(HOST_BUSY_WARN - 0.01)) is None
+    assert host_warning(result(0.9, emulated=False)) is None  # real compute: busy cores are the work itself
+    assert host_warning(result(None)) is None
