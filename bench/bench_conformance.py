@@ -95,10 +95,11 @@ def per_profile(rows, meta: dict) -> dict:
     machine's transit), whose measured speedups should then agree: their mean disagreement (%)."""
     import numpy as np
 
+    from runtime.measure import HOST_BUSY_WARN
+
     out: dict = {}
     for name in dict.fromkeys(m["profile"] for m in meta.values()):
         mine = [(r, meta[r.plan]) for r in rows if meta[r.plan]["profile"] == name]
-        errs = np.array([abs(r.speedup_error_pct) for r, _ in mine])
         by_k = {str(k): round(float(np.mean([abs(r.speedup_error_pct) for r, m in mine if m["k"] == k])), 2)
                 for k in sorted({m["k"] for _, m in mine})}
         twins: dict = {}
@@ -107,33 +108,28 @@ def per_profile(rows, meta: dict) -> dict:
         gaps = [abs(a.measured_speedup / b.measured_speedup - 1) * 100 for a, b in
                 (v for v in twins.values() if len(v) == 2)
                 if abs(a.predicted_speedup - b.predicted_speedup) < 1e-9]
-        worst = max((r for r, _ in mine), key=lambda r: abs(r.speedup_error_pct))
-        shares = [m.get("host") for _, m in mine if m.get("host") is not None]
-        out[name] = {"plans": len(mine), "mape_speedup_pct": round(float(errs.mean()), 3), "mape_by_k": by_k,
-                     "worst_error_pct": round(float(worst.speedup_error_pct), 3), "worst_plan": worst.plan,
+        shares = [m["host"] for _, m in mine if m.get("host") is not None]
+        free = [r for r, m in mine if m.get("host") is not None and m["host"] < HOST_BUSY_WARN]
+        out[name] = {**error_summary([r for r, _ in mine]), "mape_by_k": by_k,
                      "replicate_disagreement_pct": round(float(np.mean(gaps)), 2) if gaps else None,
                      "replicate_pairs": len(gaps),
                      "host_cpu_share_max": round(max(shares), 3) if shares else None,
-                     "host_free": host_free_summary(mine)}
+                     # the plans whose stage processes left this machine's cores under HOST_BUSY_WARN
+                     # busy: there a message finds a core; above it the stages queue for the cores,
+                     # which a real deployment (a host core per stage) would not, and the simulator
+                     # does not model. Reported beside the whole table, never instead of it.
+                     "host_free": {"threshold": HOST_BUSY_WARN, **error_summary(free)}}
     return out
 
 
-def host_free_summary(mine) -> dict:
-    """The plans whose stage processes left this machine's cores less than HOST_BUSY_WARN busy
-    (runtime/runner.py): there a message finds a core and the run measures the plan's control plane;
-    above it the stages queue for the cores, which a real deployment (a host core per stage) would
-    not, and the simulator does not model. Reported beside the whole table, never instead of it."""
+def error_summary(rows) -> dict:
+    """Plans, speedup MAPE and the worst plan of `rows` (None where there are none)."""
     import numpy as np
 
-    from runtime.runner import HOST_BUSY_WARN
-
-    free = [r for r, m in mine if m.get("host") is not None and m["host"] < HOST_BUSY_WARN]
-    if not free:
-        return {"threshold": HOST_BUSY_WARN, "plans": 0, "mape_speedup_pct": None, "worst_error_pct": None,
-                "worst_plan": None}
-    worst = max(free, key=lambda r: abs(r.speedup_error_pct))
-    return {"threshold": HOST_BUSY_WARN, "plans": len(free),
-            "mape_speedup_pct": round(float(np.mean([abs(r.speedup_error_pct) for r in free])), 3),
+    if not rows:
+        return {"plans": 0, "mape_speedup_pct": None, "worst_error_pct": None, "worst_plan": None}
+    worst = max(rows, key=lambda r: abs(r.speedup_error_pct))
+    return {"plans": len(rows), "mape_speedup_pct": round(float(np.mean([abs(r.speedup_error_pct) for r in rows])), 3),
             "worst_error_pct": round(float(worst.speedup_error_pct), 3), "worst_plan": worst.plan}
 
 
@@ -149,7 +145,7 @@ def _pct(x) -> str:
 def _host_free(v: dict) -> str:
     """The host-free part of a profile's summary, in words."""
     free = v.get("host_free") or {}
-    share = "n/a" if v.get("host_cpu_share_max") is None else f"{v['host_cpu_share_max']:.0%}"
+    share = _share(v.get("host_cpu_share_max"))
     if not free.get("plans"):
         return f"host busiest {share}, no plan under {free.get('threshold', 0.5):.0%}"
     return (f"host busiest {share}; {free['plans']} plans under {free['threshold']:.0%} host load: MAPE "

@@ -168,6 +168,9 @@ def summarize(plan: Plan, reps: list[list[SeqRecord]], *, load_s: float = 0.0, f
     return Measurement(res, [r.tokens for r in first], reps)
 
 
+HOST_BUSY_WARN = 0.5  # two cores half busy: a stage that wakes finds both taken a third of the time (Erlang C)
+
+
 def host_cpu_share(reps: list[list[SeqRecord]], cores: int | None = None) -> float | None:
     """The share of this machine's cores the PPSD stage processes kept busy while they decoded: their
     CPU seconds (every thread: Python, gloo) over the sequences' wall time × the cores. None when no

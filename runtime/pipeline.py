@@ -401,6 +401,12 @@ class Stage:
         while int(self.d_in.take()[0]) != kind:
             pass
 
+    def _post_stale(self, seq: int, epoch: int) -> None:
+        """Work of `seq` older than `epoch` is stale: middle stages drop it, stage 1 abandons its pass
+        (where anyone reads the board: more than 2 stages, or a local launch's shared memory)."""
+        if self.world > 2 or self.live_board:
+            self.board.set(EpochBoard.key(seq, epoch))
+
     def run_last(self) -> None:
         job, model = self.job, self.model
         same_peer = self.world == 2  # hidden states and drafts both come from stage 1
@@ -485,19 +491,18 @@ class Stage:
             st["rounds"].append(st["run"])
             st["run"] = 0
             st["epoch"] += 1
-            if self.world > 2 or self.live_board:  # middle stages drop stale work; stage 1 abandons its pass
-                self.board.set(EpochBoard.key(seq, st["epoch"]))
+            self._post_stale(seq, st["epoch"])
         max_new = job.max_new[job.schedule[seq][1]]
         done = len(st["tokens"]) >= max_new or tok in self.eos
         if done and ok:
             st["rounds"].append(st["run"])  # the last, unfinished round
-        if done and (self.world > 2 or self.live_board):
+        if done:
             # the sequence is over: every token still in flight behind this one is stale. Without
             # this, middle stages ran that tail to its end and stage 1's next sequence waited for
             # it: its first draft send reuses a ring slot whose draft the last stage takes only at
             # the old sequence's END, after the tail (emulated L4, E = 4, k = 8: a 34 ms stall at
             # every sequence start, 1.1 ms a token over 32 tokens).
-            self.board.set(EpochBoard.key(seq, st["epoch"] + 1))
+            self._post_stale(seq, st["epoch"] + 1)
         vb = self.v_out.next()
         vb.copy_(torch.tensor((TOKEN, pos, st["epoch"], int(ok), tok, int(done), _stamp())))
         self.v_out.send(vb)

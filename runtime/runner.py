@@ -138,12 +138,11 @@ def _report(args, plan, res) -> None:
         print(format_result(res))
 
 
-HOST_BUSY_WARN = 0.5  # two cores half busy: a stage that wakes finds both taken a third of the time (Erlang C)
-
-
 def host_warning(res) -> str | None:
     """One line when an emulated pipeline loaded this machine's cores so much that the stages queued
     for them: the measurement is then this machine's contention, not the plan's control plane."""
+    from runtime.measure import HOST_BUSY_WARN
+
     d = res.details
     share = getattr(d, "host_cpu_share", None)
     if not getattr(d, "emulated", False) or share is None or share < HOST_BUSY_WARN:

@@ -251,7 +251,8 @@ def test_host_cpu_share_is_the_stage_processes_cpu_over_wall_times_cores(tmp_pat
 
 
 def test_an_emulated_run_that_loaded_the_cores_says_so_on_stderr():
-    from runtime.runner import HOST_BUSY_WARN, host_warning
+    from runtime.measure import HOST_BUSY_WARN
+    from runtime.runner import host_warning
     from sim.plan import MeasuredDetails, Result
 
     def result(share, emulated=True):
