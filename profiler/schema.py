@@ -46,8 +46,12 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
               {"<k>": {pass_overhead_ms, transit_ms, ...}}}: what a stage pass of a k-stage PPSD
               pipeline costs beyond its layers and heads (host sync, sends and receives, the stage
               loop) and a message's transit between stage processes, measured at each stage count
-              (`runtime/control_plane.py`: the emulated runtime with zero-time layers). The PPSD
-              costs add the overhead to every stage pass and take max(hop, transit) as the hop.
+              (`runtime/control_plane.py`: the emulated runtime with zero-time layers). Per stage
+              count also, optional, by role: send_offset_ms (the part of stage 1's overhead before
+              its hidden state leaves), middle_pass_overhead_ms, last_pass_overhead_ms (absent:
+              stage 1's figure for every stage, all of it before the send), hop_jitter_ms (the
+              transit's robust spread; absent: 0). The PPSD costs add
+              each stage's overhead to its passes and take max(hop, transit) as the hop.
     sampling: optional (absent: sampled plans are priced without the draw, with a warning)
               {vocab: [V, ...], median_ms, p10_ms, p90_ms, temperature, threads, method}: one
               token drawn at T > 0 from V logits (softmax at T in fp32 + a seeded multinomial), for
@@ -182,6 +186,22 @@ def _interp(x: float, grid: np.ndarray, values: np.ndarray) -> float:
     y0, y1 = values[i], values[i + 1]
     y = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
     return float(max(y, 0.0))
+
+
+@dataclass(frozen=True)
+class PassOverheads:
+    """The fixed cost of one pass of each stage of a k-stage pipeline (ms; `latency.control_plane`):
+    stage 1's whole overhead and its part before the hidden state leaves (the rest runs while the
+    next stage works), a middle stage's, the last stage's."""
+
+    first: float
+    first_before_send: float
+    middle: float
+    last: float
+
+    def of_stage(self, m: int, stages: int) -> float:
+        """Stage m's (0-based) overhead in a `stages`-stage pipeline."""
+        return self.first if m == 0 else self.last if m == stages - 1 else self.middle
 
 
 @dataclass
@@ -412,10 +432,13 @@ class Profile:
         loop) and a message's transit on this machine, measured at each stage count k."""
         return self.latency.get("control_plane") or {}
 
-    def _control_plane_at(self, stages: int, key: str) -> float:
-        table = {int(k): float(v.get(key) or 0.0) for k, v in (self.control_plane.get("stages") or {}).items()}
+    def _control_plane_at(self, stages: int, key: str, default: float = 0.0) -> float:
+        """`key` at `stages` stages from the stage counts that measured it (linear between them, the
+        ends held beyond); `default` when none did."""
+        table = {int(k): float(v[key]) for k, v in (self.control_plane.get("stages") or {}).items()
+                 if v.get(key) is not None}
         if not table:
-            return 0.0
+            return default
         ks = sorted(table)
         if stages in table:
             return table[stages]
@@ -425,6 +448,21 @@ class Profile:
         """Fixed cost of one stage pass in a pipeline of `stages` stages (ms; 0 without a measurement;
         linear between measured stage counts, the ends held beyond)."""
         return self._control_plane_at(int(stages), "pass_overhead_ms")
+
+    def pass_overheads_ms(self, stages: int) -> PassOverheads:
+        """Each role's fixed cost of a pass at `stages` stages (`PassOverheads`). A control plane
+        measured before the roles were told apart gives stage 1's figure to every stage, all of it
+        before the send (what the engines priced then)."""
+        first = self.pass_overhead_ms(stages)
+        at = self._control_plane_at
+        return PassOverheads(first=first, first_before_send=min(at(stages, "send_offset_ms", first), first),
+                             middle=at(stages, "middle_pass_overhead_ms", first),
+                             last=at(stages, "last_pass_overhead_ms", first))
+
+    def hop_jitter_ms(self, stages: int) -> float:
+        """This host's spread of a message's transit at `stages` stages (ms, robust; 0 without a
+        measurement): the control plane's share of the restart race's timing noise."""
+        return self._control_plane_at(int(stages), "hop_jitter_ms")
 
     def transit_ms(self, stages: int) -> float:
         """A message's transit between stage processes at `stages` stages (ms; 0 without a measurement).

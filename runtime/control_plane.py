@@ -13,6 +13,18 @@ Method (emulated devices, runtime/emulate.py: the real stage processes and messa
                  in-flight cap can hold stage 1 between passes (at k = 8 with ~0.8 ms transits it
                  did: the period gave 2.76 ms of "overhead"), and the engines model the cap
                  themselves (`PPSDCosts.cap`), so counting its waits as overhead prices them twice.
+  by role        the same run: stage 1's overhead splits at the send of its hidden state (the
+                 part before it delays the next stage, `send_offset_ms`; the rest, with the draft's
+                 send, runs in parallel with it); a middle stage's pass is pure overhead (its
+                 layers take no time, `middle_pass_overhead_ms`); the last stage's pass − its head
+                 is `last_pass_overhead_ms` (the draft's receipt, the verdict's send). They differ
+                 several-fold (CPU, hidden 576: stage 1 0.15-0.26 ms of which 0.03-0.05 before the
+                 send, a middle stage 0.022 ms, the last 0.09-0.35 ms), and a rejected token's round
+                 trip runs through every one of them, so pricing all passes at stage 1's figure made
+                 the chain 0.6 ms long at 6 stages, enough to lose the race of sim/restart.py.
+  hop jitter     the same run: the robust spread of those transits, the host's scheduling noise on
+                 each hand-over (`hop_jitter_ms`; 2 cores: 0.06 ms at k = 4, 0.18 ms at k = 8). It
+                 decides the restart race when stage 1's layers end within it of the commit.
   transit        the same run: zero-time layers behind stage 1's 1 ms head, so each token finds
                  stage 2 idle, and the time from stage 1's send (the end of its layers) to stage
                  2's pass start is a message's transit (the median over tokens). Not a run with
@@ -32,7 +44,8 @@ import tempfile
 from pathlib import Path
 
 HEAD_MS = 1.0  # the head that makes stage 1 and the last stage the bottleneck in the overhead run
-METHOD = ("emulated zero-time layers: overhead = stage 1's median pass - head with every draft accepted; transit = "
+METHOD = ("emulated zero-time layers: overhead = stage 1's median pass - head with every draft accepted (its part "
+          "before the send: send_offset), a middle stage's median pass, the last stage's median pass - head; transit = "
           "stage 2's pass start - stage 1's send in the same run (runtime/control_plane.py)")
 
 
@@ -71,9 +84,45 @@ def _stage1_period_ms(result) -> float | None:
     return float(statistics.median(within)) if within else None
 
 
+def _median(values) -> float | None:
+    values = list(values)
+    return float(statistics.median(values)) if len(values) >= 4 else None
+
+
+def _role_overheads(result, k: int) -> dict:
+    """Per-role fixed costs of a pass from an accept-all run with zero-time layers and a HEAD_MS head
+    on stage 1 and the last stage (see the module doc): stage 1's part before its send, a middle
+    stage's pass, the last stage's pass − the head. None where the run has too few passes."""
+    tl = result.timeline
+    before = _median(ev.args.get("layers_ms", 0.0) for ev in tl if ev.row == "stage 1" and ev.name == "draft")
+    middle = _median(ev.dur_s * 1e3 for ev in tl if ev.name == "forward" and ev.row not in ("stage 1", f"stage {k}"))
+    last = _median(ev.dur_s * 1e3 for ev in tl if ev.row == f"stage {k}" and ev.name == "verify")
+    return {"send_offset_ms": None if before is None else round(before, 5),
+            "middle_pass_overhead_ms": None if middle is None else round(middle, 5),
+            "last_pass_overhead_ms": None if last is None else round(max(last - HEAD_MS, 0.0), 5)}
+
+
 def _transit_ms(result) -> float:
     """Median time from stage 1's send of a token (the end of its layers) to stage 2's pass start on
-    it. A stage-2 pass is matched with the latest send of its position before it began (the last
+    it (`_transit_samples`)."""
+    gaps = _transit_samples(result)
+    return float(statistics.median(gaps)) if gaps else 0.0
+
+
+def _hop_jitter_ms(result) -> float:
+    """Robust spread (1.4826 × the median absolute deviation) of a message's transit: this host's
+    scheduling noise on each hand-over, which makes the restart race of sim/restart.py a mix of
+    outcomes rather than one (`PPSDCosts.jitter_cv`)."""
+    gaps = _transit_samples(result)
+    if len(gaps) < 4:
+        return 0.0
+    med = statistics.median(gaps)
+    return 1.4826 * float(statistics.median(abs(g - med) for g in gaps))
+
+
+def _transit_samples(result) -> list[float]:
+    """Stage 1's send of a token (the end of its layers) → stage 2's pass start on it, ms, per token.
+    A stage-2 pass is matched with the latest send of its position before it began (the last
     stage's events carry no epoch; with every draft rejected each position is sent again per epoch)."""
     import bisect
 
@@ -91,7 +140,7 @@ def _transit_ms(result) -> float:
         i = bisect.bisect_right(times, ev.start_s) - 1
         if i >= 0:
             gaps.append((ev.start_s - times[i]) * 1e3)
-    return float(statistics.median(gaps)) if gaps else 0.0
+    return gaps
 
 
 def measure_control_plane(stages=(2, 3, 4, 6, 8), *, hidden_size: int = 4096, tokens: int = 48, prompts: int = 2,
@@ -116,7 +165,9 @@ def measure_control_plane(stages=(2, 3, 4, 6, 8), *, hidden_size: int = 4096, to
         out[str(k)] = {"pass_overhead_ms": round(max(pass_ms - HEAD_MS, 0.0), 5),
                        "stage1_pass_ms": round(own, 5) if own else None,
                        "stage1_period_ms": round(period, 5) if period else None,
+                       **_role_overheads(acc.result, k),
                        "transit_ms": round(_transit_ms(acc.result), 5),
+                       "hop_jitter_ms": round(_hop_jitter_ms(acc.result), 5),
                        "accept_all_ms_per_token": round(per_token, 5),
                        "reject_all_ms_per_token": round(1e3 / rej.result.tokens_per_s, 5)}
         if progress is not None:

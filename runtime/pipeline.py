@@ -20,8 +20,9 @@ and starts on it, keeping at most k tokens in flight. The last stage verifies: a
 the epoch and carries the corrected token back to stage 1, which crops its cache and restarts from
 it; every message carries its epoch, so the last stage drops stale work, middle stages drop it when
 the shared epoch board says so, and any stage crops its cache lazily to the position of the next
-message it processes. Control receives are posted ahead (double buffering) so a message can land
-while the stage computes; a data receive is posted once its header is in (runtime/transport.py).
+message it processes. Control receives are posted ahead (double buffering; the last stage's draft
+receives `draft_receives_ahead(k)` deep) so a message can land while the stage computes; a data
+receive is posted once its header is in (runtime/transport.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ import torch
 
 from ppsd.exit_heads import SHARED
 from runtime.acceptance import ForcedTrace, Sampler
-from runtime.transport import TAG_D, TAG_V, Header, Links, RecvRing, SendRing, TokenIn, TokenOut, control_ring_depth
+from runtime.transport import (TAG_D, TAG_V, Header, Links, RecvRing, SendRing, TokenIn, TokenOut, control_ring_depth,
+                               draft_receives_ahead)
 from sim.plan import Event
 
 TOKEN, PREFILL, END, SHUTDOWN = 1, 2, 3, 4
@@ -66,6 +68,18 @@ def _wait_until(deadline: float) -> None:
     from runtime.emulate import wait_until
 
     wait_until(deadline)
+
+
+def _stamp_sent(hidden: torch.Tensor) -> None:
+    from runtime.emulate import stamp_sent
+
+    stamp_sent(hidden)
+
+
+def _wait_due(hidden: torch.Tensor, hop_s: float) -> None:
+    from runtime.emulate import wait_due
+
+    wait_due(hidden, hop_s)
 
 
 @dataclass
@@ -173,8 +187,8 @@ class Stage:
         # the board is cheap enough to read between layers only in shared memory (local launch)
         self.live_board = board.local and (job.launch or "local") == "local"
         self.hop_s = float(job.hop_ms) / 1e3
-        if getattr(model, "emulated", False):
-            model.hop_s = self.hop_s  # hidden states: stamped and delivered by the emulated layers
+        # an emulated hop: hidden states carry their send time (runtime/emulate.py: stamp_sent)
+        self.stamp_hidden = self.hop_s > 0.0 and getattr(model, "emulated", False)
         self.origin = 0.0  # events keep absolute perf_counter times (one clock for all local processes)
         self.record = False
         self.eos = set(job.eos)
@@ -218,9 +232,13 @@ class Stage:
 
     def _send_header(self, kind: int, pos: int = 0, epoch: int = 0, length: int = 0, seq: int = 0,
                      hidden: torch.Tensor | None = None, carry: torch.Tensor | None = None) -> None:
+        if hidden is not None and self.stamp_hidden:
+            _stamp_sent(hidden)
         self.h_out.send(Header(kind, pos, epoch, length, seq), hidden, carry)
 
     def _send_payload(self, hidden: torch.Tensor, carry: torch.Tensor | None) -> None:
+        if self.stamp_hidden:
+            _stamp_sent(hidden)
         flat = hidden.reshape(-1)
         if carry is not None:
             flat = torch.cat([flat, carry.reshape(-1)])
@@ -240,6 +258,12 @@ class Stage:
         if self.hop_s > 0.0:
             _wait_until(msg[-1] / 1e6 + self.hop_s)
         return msg
+
+    def _arrive_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A hidden state ([..., H] rows, stamped at its send): with an emulated hop, wait until it is due."""
+        if self.stamp_hidden:
+            _wait_due(hidden, self.hop_s)
+        return hidden
 
     # --- stage 1: embed, layers [0, E), exit head (drafts) ------------------------------------------
     def run_first(self) -> None:
@@ -322,6 +346,8 @@ class Stage:
             self._send_draft(END)
         self._send_header(SHUTDOWN)
         self._send_draft(SHUTDOWN)
+        for _ in range(max(draft_receives_ahead(self.world) - 1, 0)):
+            self._send_draft(SHUTDOWN)  # pads: every receive the last stage posted ahead completes
         v = self.v_in.take()  # the last stage's goodbye matches the receive posted ahead
         assert int(v[0]) == SHUTDOWN, v
         self.h_out.drain()
@@ -351,6 +377,7 @@ class Stage:
                 seq, busy, c0 = seq_m, 0.0, time.process_time()
                 self.record = self._is_timeline_seq(seq)
                 cache = model.new_cache()
+                self._arrive_hidden(payload)
                 a = time.perf_counter()
                 h = payload[:length * self.H].view(1, length, self.H)
                 out = model.forward_layers(h, self.start, self.end, cache, 0)
@@ -359,6 +386,7 @@ class Stage:
                 self._send_payload(out, payload[length * self.H:] if self.carry else None)
                 self._event("prefill", a, b, length=length)
                 continue
+            self._arrive_hidden(hidden)
             key = EpochBoard.key(seq_m, epoch)
             if self.world > 2 and key < self.board.get():
                 self.log.dropped += 1  # stale: a correction has already been issued
@@ -391,15 +419,25 @@ class Stage:
         """The draft stage 1 proposed after token `pos` in `epoch` and its q(draft) (older, stale
         drafts are skipped)."""
         while True:
-            d = self._arrive(self.d_in.take().tolist())
+            d = self._arrive(self._take_draft())
             if d[0] == TOKEN and d[1] == pos and d[2] == epoch:
                 return int(d[3]), _bits_float(int(d[4]))
             if d[0] != TOKEN:
                 raise RuntimeError(f"stage {self.rank + 1}: draft channel out of step (got kind {d[0]})")
 
+    def _take_draft(self) -> list:
+        """The next message on the draft channel (keeping `draft_receives_ahead` receives posted)."""
+        msg = self.d_in.take().tolist()
+        if self.drafts_ahead and msg[0] != SHUTDOWN:
+            self.d_in.post()
+        return msg
+
     def _drain_drafts(self, kind: int) -> None:
-        while int(self.d_in.take()[0]) != kind:
+        while int(self._take_draft()[0]) != kind:
             pass
+        if kind == SHUTDOWN:
+            while self.d_in.pending:  # stage 1's pads
+                self.d_in.take()
 
     def _post_stale(self, seq: int, epoch: int) -> None:
         """Work of `seq` older than `epoch` is stale: middle stages drop it, stage 1 abandons its pass
@@ -410,6 +448,9 @@ class Stage:
     def run_last(self) -> None:
         job, model = self.job, self.model
         same_peer = self.world == 2  # hidden states and drafts both come from stage 1
+        self.drafts_ahead = draft_receives_ahead(self.world)
+        for _ in range(self.drafts_ahead):
+            self.d_in.post()
         self.h_in.post()
         while True:
             hdr, hidden = self.h_in.take()
@@ -434,6 +475,7 @@ class Stage:
                 continue
             if kind == PREFILL:
                 self._begin_sequence(seq_m, length)
+                self._arrive_hidden(payload)
                 a = time.perf_counter()
                 h = payload[:length * self.H].view(1, length, self.H)
                 out = model.forward_layers(h, self.start, self.end, self.cache, 0)
@@ -444,6 +486,7 @@ class Stage:
                 self._verify(pos, 0, out[:, -1:], carry, a, prefill=True)
                 continue
             st = self.state
+            self._arrive_hidden(hidden)
             if st["done"] or epoch_m < st["epoch"]:
                 self.log.dropped += 1
                 continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ppsd.exit_heads import SHARED
+from profiler.schema import PassOverheads
 
 
 def _lin(x, grid: np.ndarray, values: np.ndarray):
@@ -135,10 +136,25 @@ class CostModel:
         fn = getattr(self.profile, "pass_overhead_ms", None)
         return float(fn(stages)) if fn is not None else 0.0
 
+    def pass_overheads(self, stages: int) -> PassOverheads:
+        """Each role's fixed cost of a pass in a `stages`-stage pipeline (`PassOverheads`: stage 1's
+        and its part before the send, a middle stage's, the last stage's; stage 1's figure for all
+        when the profile does not tell the roles apart)."""
+        fn = getattr(self.profile, "pass_overheads_ms", None)
+        if fn is not None:
+            return fn(stages)
+        first = self.pass_overhead(stages)
+        return PassOverheads(first, first, first, first)
+
     def transit(self, stages: int) -> float:
         """A message's transit between stage processes at `stages` stages (0 without a measurement);
         a pipeline's hop is never shorter."""
         fn = getattr(self.profile, "transit_ms", None)
+        return float(fn(stages)) if fn is not None else 0.0
+
+    def hop_jitter(self, stages: int) -> float:
+        """The spread of a message's transit at `stages` stages (ms; 0 without a measurement)."""
+        fn = getattr(self.profile, "hop_jitter_ms", None)
         return float(fn(stages)) if fn is not None else 0.0
 
     def layer_costs(self, context: float | None = None) -> list[float]:

@@ -119,3 +119,56 @@ def test_plan_temperature_round_trips():
     assert greedy.at_temperature(0) is greedy and not greedy.sampled and sampled.sampled
     with pytest.raises(UserError):
         Plan("ar", temperature=-1.0)
+
+
+def _with_plane(tmp_path, roles: dict):
+    from profiler.synthetic import write_synthetic_profile
+    from runtime.control_plane import with_control_plane
+
+    base = write_synthetic_profile(tmp_path / "base", num_layers=8, layer_ms=1.0, head_ms=2.0, embed_ms=0.1,
+                                   hop_ms=0.0)
+    block = {"method": "test", "stages": {"4": {"pass_overhead_ms": 0.2, "transit_ms": 0.1, **roles}}}
+    return load_profile(with_control_plane(base.path, tmp_path / "cp", block))
+
+
+def test_ppsd_prices_each_stage_with_its_roles_overhead(tmp_path):
+    # stage 1's 0.2 ms overhead: 0.05 before its send (delays stage 2), 0.15 after (in its tail with
+    # the exit head); a middle stage 0.02 ms, the last stage 0.3 ms
+    from sim.costs import cost_model
+    from sim.plan import Plan
+    from sim.schemes.ppsd.costs import ppsd_costs
+
+    prof = _with_plane(tmp_path, {"send_offset_ms": 0.05, "middle_pass_overhead_ms": 0.02, "last_pass_overhead_ms": 0.3})
+    cm = cost_model(prof)
+    plan = Plan("ppsd", exit_layer=2, stage_bounds=(0, 2, 4, 6, 8))
+    ctx = np.array([64.0])
+    costs = ppsd_costs(prof, plan, ctx)
+    bare = [cm.embed(1) + cm.layers(ctx, 0, 2)[0] + cm.exit_head(), cm.layers(ctx, 2, 4)[0], cm.layers(ctx, 4, 6)[0],
+            cm.layers(ctx, 6, 8)[0] + cm.head(1)]
+    assert [c[0] for c in costs.stage] == pytest.approx([bare[0] + 0.2, bare[1] + 0.02, bare[2] + 0.02, bare[3] + 0.3])
+    assert costs.exit_array()[0] == pytest.approx(cm.exit_head() + 0.15)
+    assert costs.overhead_ms == pytest.approx(0.2) and costs.hop_ms == pytest.approx(0.1)
+
+
+def test_a_control_plane_without_roles_prices_every_stage_as_stage_1(tmp_path):
+    from sim.costs import cost_model
+    from sim.plan import Plan
+    from sim.schemes.ppsd.costs import ppsd_costs
+
+    prof = _with_plane(tmp_path, {})
+    roles = prof.pass_overheads_ms(4)
+    assert (roles.first, roles.first_before_send, roles.middle, roles.last) == pytest.approx((0.2, 0.2, 0.2, 0.2))
+    costs = ppsd_costs(prof, Plan("ppsd", exit_layer=2, stage_bounds=(0, 2, 4, 6, 8)), np.array([64.0]))
+    assert costs.exit_array()[0] == pytest.approx(cost_model(prof).exit_head())  # all of it before the send
+
+
+def test_the_hosts_hop_jitter_softens_the_restart_race_as_a_relative_spread_of_stage_1(tmp_path):
+    # an absolute spread s per hand-over enters the engines' σ = cv·sqrt(2·w0·fr) as cv = s / w0
+    from sim.plan import Plan
+    from sim.schemes.ppsd.costs import ppsd_costs
+
+    plan = Plan("ppsd", exit_layer=2, stage_bounds=(0, 2, 4, 6, 8))
+    quiet = ppsd_costs(_with_plane(tmp_path / "a", {}), plan, np.array([64.0]))
+    assert quiet.jitter_cv == 0.0  # no probe, no measured jitter: the deterministic race
+    noisy = ppsd_costs(_with_plane(tmp_path / "b", {"hop_jitter_ms": 0.3}), plan, np.array([64.0]))
+    assert noisy.jitter_cv == pytest.approx(0.3 / noisy.stage[0][0])

@@ -228,3 +228,52 @@ def test_stage_1_sends_k_drafts_and_k_stale_ones_before_a_ring_slot_holds_it(sta
     assert ch.waited == []  # depth sends outstanding, none waited on
     ring.send(ring.next())
     assert ch.waited == [1]  # the next one reuses the oldest buffer: only then is its send awaited
+
+
+class _QueuedWork:
+    """A posted receive: `wait()` lands the next message sent (in order) in its buffer."""
+
+    def __init__(self, channel, buf):
+        self.channel, self.buf = channel, buf
+
+    def wait(self, timeout=None) -> bool:
+        self.buf.copy_(torch.tensor(self.channel.messages.pop(0)))
+        return True
+
+
+class _QueuedChannel:
+    def __init__(self, messages):
+        self.messages, self.posted = list(messages), 0
+
+    def irecv(self, buf, peer, tag=0):
+        self.posted += 1
+        return _QueuedWork(self, buf)
+
+
+def test_the_last_stage_keeps_draft_receives_posted_ahead_and_takes_stage_1s_pads_at_shutdown():
+    """After a rejection the last stage skips the stale drafts stage 1 sent for the tokens behind the
+    rejected one; receives posted ahead have landed them before they are needed (one posted only
+    then costs a round trip each). At shutdown stage 1's pads complete every receive still posted."""
+    from runtime.pipeline import DRAFT_WIDTH, SHUTDOWN, TOKEN, Stage
+    from runtime.transport import RING, RecvRing, draft_receives_ahead
+
+    assert draft_receives_ahead(2) == 0  # 2 stages: drafts share their peer with the hidden states
+    assert [draft_receives_ahead(k) for k in (3, 6, 8)] == [3, 6, RING - 1]
+    k = 6
+    ahead = draft_receives_ahead(k)
+
+    def draft(pos, epoch, token):
+        return [TOKEN, pos, epoch, token, 0, 0]
+
+    stale = [draft(p, 0, 7) for p in (11, 12, 13, 14)]  # epoch 0 rejected at position 10
+    msgs = stale + [draft(11, 1, 42)] + [[SHUTDOWN, 0, 0, 0, 0, 0]] * ahead  # the last, then the pads
+    ch = _QueuedChannel(msgs)
+    stage = Stage.__new__(Stage)
+    stage.world, stage.rank, stage.hop_s, stage.drafts_ahead = k, k - 1, 0.0, ahead
+    stage.d_in = RecvRing(DRAFT_WIDTH, torch.long, "cpu", 0, 1, ch)
+    for _ in range(ahead):
+        stage.d_in.post()
+    assert stage._draft_for(11, 1) == (42, 0.0)
+    assert len(stage.d_in.pending) == ahead and ch.posted == ahead + 5  # one re-posted per take
+    stage._drain_drafts(SHUTDOWN)
+    assert not stage.d_in.pending and not ch.messages  # every pad taken, nothing left posted

@@ -3,7 +3,7 @@ each stage and the co-run slowdown, priced once by `CostModel` for every PPSD en
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -14,12 +14,13 @@ from sim.plan import Plan
 from sim.streams import Stream
 
 
-def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: float = 0.0,
+def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: Sequence[float] | float = 0.0,
              sampled: bool = False) -> list[np.ndarray]:
     """Per-stage one-token times: stage 1 adds embed and the exit head (it drafts), the last stage
     adds the final norm + LM head (it verifies), and every stage the fixed cost of a pass
-    (`overhead_ms`: host sync, sends and receives, the stage loop). Stage 1's time is its whole
-    occupancy per token; its hidden state leaves `draft_tail_ms()` earlier (`PPSDCosts.exit_ms`).
+    (`overhead_ms`, one per stage or one for all: host sync, sends and receives, the stage loop).
+    Stage 1's time is its whole occupancy per token; its hidden state leaves `PPSDCosts.exit_ms`
+    earlier (the exit head and the overhead after the send).
 
     Sampled decoding (T > 0) adds what the runtime does then: stage 1 draws each draft over the exit
     head's vocabulary and sends q(draft) with it; the verifier takes the softmax of its logits and
@@ -31,7 +32,7 @@ def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhe
             _stages(cm, bounds, lambda lo, hi: cm.layers(context, lo, hi), 1, overhead_ms, sampled)]
 
 
-def stage_prefill_ms(cm: CostModel, prompt_len: float, bounds: tuple[int, ...], overhead_ms: float = 0.0,
+def stage_prefill_ms(cm: CostModel, prompt_len: float, bounds: tuple[int, ...], overhead_ms: Sequence[float] | float = 0.0,
                      sampled: bool = False) -> list[float]:
     """Per-stage times of a generation's first pass, the prefill: each stage runs its layers over
     the whole prompt (`CostModel.prefill_layers`), stage 1 after embedding it and before drafting
@@ -46,11 +47,13 @@ def stage_prefill_ms(cm: CostModel, prompt_len: float, bounds: tuple[int, ...], 
                                       overhead_ms, sampled)]
 
 
-def _stages(cm: CostModel, bounds: tuple[int, ...], layers_of, embed_n: float, overhead_ms: float, sampled: bool):
+def _stages(cm: CostModel, bounds: tuple[int, ...], layers_of, embed_n: float, overhead_ms: Sequence[float] | float,
+            sampled: bool):
     """One pass per stage: its layers (`layers_of(lo, hi)`), stage 1 also the embedding of `embed_n`
     tokens and the draft from the last one, the last stage the head on one position (and at T > 0
-    the verifier's draw), every stage the fixed cost of a pass."""
+    the verifier's draw), every stage its fixed cost of a pass."""
     k = len(bounds) - 1
+    over = [float(overhead_ms)] * k if np.ndim(overhead_ms) == 0 else [float(o) for o in overhead_ms]
     out = []
     for m in range(k):
         t = layers_of(bounds[m], bounds[m + 1])
@@ -60,7 +63,7 @@ def _stages(cm: CostModel, bounds: tuple[int, ...], layers_of, embed_n: float, o
             t = t + cm.head(1)
             if sampled:
                 t = t + cm.sample_full()
-        out.append(t + overhead_ms)
+        out.append(t + over[m])
     return out
 
 
@@ -85,10 +88,11 @@ class PPSDCosts:
     """Everything the PPSD engines need: per-stage cost arrays over the stream's positions, the hop,
     the device of each stage and the co-run factors.
 
-    `exit_ms` is the exit-head part of `stage[0]` per position (None: 0). Stage 1's pass of a token
-    is embed + layers [0, E) + the pass overhead (the hidden state leaves for stage 2 then), followed
-    by the exit head (the draft for the next token, sent to the last stage on its own channel); both
-    parts get the pass's co-run factor.
+    `exit_ms` is the tail of `stage[0]` per position (None: 0): what stage 1 does after its hidden
+    state has left. Stage 1's pass of a token is embed + layers [0, E) + the overhead before the
+    send (the hidden state leaves for stage 2 then), followed by the tail: the exit head (the draft
+    for the next token, sent to the last stage on its own channel) and the rest of the pass's
+    overhead; both parts get the pass's co-run factor.
 
     `checkpoints` [P][T]: offsets from stage 1's pass start at which it can abandon a stale pass
     (`stage1_checkpoints`); the pass start is one too. Between two of them (and from the last to
@@ -104,12 +108,12 @@ class PPSDCosts:
     hop_ms: float
     placement: tuple[int, ...]
     factors: list[float]  # factors[b]: slowdown with b devices busy
-    exit_ms: np.ndarray | None = None  # [T] ms, the exit head's share of stage[0]
+    exit_ms: np.ndarray | None = None  # [T] ms, stage[0]'s tail after the send (exit head, overhead)
     jitter_cv: float = 0.0  # relative spread of a pass: softens the restart race (sim/restart.py)
     checkpoints: np.ndarray | None = None  # [P][T] ms from stage 1's pass start where it may abandon
     launch: str = "local"
     inflight_cap: int | None = None  # None: k (the runtime's); 0: no cap
-    overhead_ms: float = 0.0  # the fixed cost per pass already in `stage` (reported, not added again)
+    overhead_ms: float = 0.0  # stage 1's fixed cost per pass, already in `stage` (reported, not added again)
     # a generation's first pass per stage for a prompt of L tokens (`stage_prefill_ms`); None: a
     # one-token pass like the others
     first_pass: Callable[[float], list[float]] | None = None
@@ -173,20 +177,33 @@ class PPSDCosts:
 
 
 def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
-    """The costs of `plan` on `profile`: with the profile's control plane at k stages
-    (`Profile.pass_overhead_ms(k)` added to every pass, the hop at least `Profile.transit_ms(k)`)."""
+    """The costs of `plan` on `profile`: with the profile's control plane at k stages (each role's
+    `Profile.pass_overheads_ms(k)` added to its stage's passes, stage 1's after its send in its
+    tail, the hop at least `Profile.transit_ms(k)`)."""
     cm = cost_model(profile, plan.exit_head)
     placement = plan.devices()
     d = len(set(placement))
     k = len(plan.stage_bounds) - 1
-    over, transit = cm.pass_overhead(k), cm.transit(k)
+    roles, transit = cm.pass_overheads(k), cm.transit(k)
+    over = [roles.of_stage(m, k) for m in range(k)]
+    # what stage 1 does after its hidden state has left (the draft's send, the loop) runs while
+    # stage 2 works: it belongs to the tail, with the exit head, not to the hand-over
+    tail = draft_tail_ms(cm, plan.sampled) + max(roles.first - roles.first_before_send, 0.0)
     first_pass = lru_cache(maxsize=None)(
         lambda prompt_len: stage_prefill_ms(cm, prompt_len, plan.stage_bounds, over, plan.sampled))
-    return PPSDCosts(stage=stage_ms(cm, context, plan.stage_bounds, over, plan.sampled),
+    stage = stage_ms(cm, context, plan.stage_bounds, over, plan.sampled)
+    # the restart race's noise (sim/restart.py: σ = cv · sqrt(2 · w0 · fr), w0 stage 1's pass): the
+    # passes' own (the probe's relative spread), or the host's on each hand-over (an absolute spread
+    # s per message, cv = s / w0), whichever is larger. Without it the race is a cliff: at a tie a
+    # 0.1 ms shift moves a whole exit head of waiting per rejection (emulated CPU profile, E = 8, k = 8,
+    # alpha 0.3: the commit 0.03 ms before stage 1's layers end, +13% against the runtime's 1.01x)
+    w0 = float(np.median(stage[0])) if np.size(stage[0]) else 0.0
+    jitter = max(float(profile.pass_jitter_cv()), cm.hop_jitter(k) / w0 if w0 > 0 else 0.0)
+    return PPSDCosts(stage=stage,
                      hop_ms=max(float(plan.hop_ms or 0.0), transit),
                      placement=placement, factors=corun_factors(profile, d),
-                     exit_ms=np.full(np.shape(context), draft_tail_ms(cm, plan.sampled), dtype=float),
-                     jitter_cv=float(profile.pass_jitter_cv()),
+                     exit_ms=np.full(np.shape(context), tail, dtype=float),
+                     jitter_cv=jitter,
                      checkpoints=stage1_checkpoints(cm, context, plan.stage_bounds[1]),
-                     launch=plan.launch, overhead_ms=over, first_pass=first_pass,
+                     launch=plan.launch, overhead_ms=roles.first, first_pass=first_pass,
                      reject_ms=cm.exit_head() if plan.sampled else 0.0)
