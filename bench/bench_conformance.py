@@ -165,7 +165,13 @@ def run_note(argv: list[str], started, ended, by_profile: dict, ar_runs: list[fl
                       f"replicate disagreement {_pct(v['replicate_disagreement_pct'])}; {_host_free(v)})"
                       for name, v in by_profile.items())
     ar = ", ".join(f"{x:.2f}" for x in ar_runs)
-    text = (f"bench/bench_conformance.py {' '.join(argv)}; {device_name(torch.device('cpu'))}; "
+    shown = []  # the command line, without the --note text that ends the note anyway
+    for arg in argv:
+        if shown and shown[-1] == "--note":
+            shown[-1:] = []
+        elif not arg.startswith("--note="):
+            shown.append(arg)
+    text = (f"bench/bench_conformance.py {' '.join(shown)}; {device_name(torch.device('cpu'))}; "
             f"{time.strftime(fmt, started)}-{time.strftime('%H:%M', ended)} UTC ({minutes:.0f} min); "
             f"emulated AR {ar} tok/s per profile; {found}")
     return f"{text}. {extra}" if extra else text

@@ -64,3 +64,7 @@ def test_the_note_says_how_when_where_and_what_was_found(bc):
     assert "cpu 4 plans MAPE" in note and "worst +37.5%" in note and "replicate disagreement 9.09%" in note
     assert "l4 1 plans" in note and "replicate disagreement n/a" in note  # no twins to compare
     assert note.endswith(". a quiet night")
+    # the --note text is said once, at the end, not also in the command line
+    for argv in (["--out", "x", "--note", "a quiet night"], ["--out", "x", "--note=a quiet night"]):
+        note = bc.run_note(argv, started, ended, bc.per_profile(rows, meta), [40.1], "a quiet night")
+        assert note.startswith("bench/bench_conformance.py --out x; ") and note.count("a quiet night") == 1

@@ -332,6 +332,12 @@ def test_profile_measures_the_control_plane_at_the_stage_counts_asked(tmp_path):
     assert prof.pass_overhead_ms(2) == stages["2"]["pass_overhead_ms"]
     assert prof.pass_overhead_ms(3) == pytest.approx((stages["2"]["pass_overhead_ms"] + stages["4"]["pass_overhead_ms"]) / 2)
     assert prof.pass_overhead_ms(8) == stages["4"]["pass_overhead_ms"]
+    # by role: stage 1's part before its send, the middle stages' (none at 2 stages), the last stage's
+    assert stages["2"]["middle_pass_overhead_ms"] is None and stages["4"]["middle_pass_overhead_ms"] > 0.0
+    roles = prof.pass_overheads_ms(4)
+    assert 0.0 < roles.first_before_send <= roles.first == stages["4"]["pass_overhead_ms"]
+    assert roles.middle == stages["4"]["middle_pass_overhead_ms"] and roles.last == stages["4"]["last_pass_overhead_ms"]
+    assert all(v["hop_jitter_ms"] >= 0.0 for v in stages.values())
     assert "control_plane" in prof.meta["profiling"]["phases_s"]
 
 
