@@ -64,11 +64,16 @@ def _run(profile_dir: Path, k: int, hidden: int, forced, tokens: int, prompts: i
                               forced=[forced] * len(ps), timeout_s=120))
 
 
+def _median(values) -> float | None:
+    """The median of at least 4 values, else None (too few passes to say)."""
+    values = list(values)
+    return float(statistics.median(values)) if len(values) >= 4 else None
+
+
 def _stage1_pass_ms(result) -> float | None:
     """Median duration of stage 1's passes (embed, layers, the exit head, the sends; the runtime's
     "draft" events), every draft accepted: a pass's own cost, with no wait for a verdict in it."""
-    durs = [ev.dur_s * 1e3 for ev in result.timeline if ev.row == "stage 1" and ev.name == "draft"]
-    return float(statistics.median(durs)) if len(durs) >= 4 else None
+    return _median(ev.dur_s * 1e3 for ev in result.timeline if ev.row == "stage 1" and ev.name == "draft")
 
 
 def _stage1_period_ms(result) -> float | None:
@@ -82,11 +87,6 @@ def _stage1_period_ms(result) -> float | None:
     med = statistics.median(gaps)
     within = [g for g in gaps if g < 5 * med]  # a gap between two sequences is not a cycle
     return float(statistics.median(within)) if within else None
-
-
-def _median(values) -> float | None:
-    values = list(values)
-    return float(statistics.median(values)) if len(values) >= 4 else None
 
 
 def _role_overheads(result, k: int) -> dict:

@@ -35,6 +35,7 @@ import torch
 
 from ppsd.exit_heads import SHARED
 from runtime.acceptance import ForcedTrace, Sampler
+from runtime.emulate import stamp_sent, wait_due, wait_until
 from runtime.transport import (TAG_D, TAG_V, Header, Links, RecvRing, SendRing, TokenIn, TokenOut, control_ring_depth,
                                draft_receives_ahead)
 from sim.plan import Event
@@ -62,24 +63,6 @@ def _stamp() -> int:
     """Send time of a control message, µs on perf_counter (one clock for the processes of one
     machine): an emulated hop delivers it no earlier than this + the hop (`PipelineJob.hop_ms`)."""
     return int(time.perf_counter() * 1e6)
-
-
-def _wait_until(deadline: float) -> None:
-    from runtime.emulate import wait_until
-
-    wait_until(deadline)
-
-
-def _stamp_sent(hidden: torch.Tensor) -> None:
-    from runtime.emulate import stamp_sent
-
-    stamp_sent(hidden)
-
-
-def _wait_due(hidden: torch.Tensor, hop_s: float) -> None:
-    from runtime.emulate import wait_due
-
-    wait_due(hidden, hop_s)
 
 
 @dataclass
@@ -233,12 +216,12 @@ class Stage:
     def _send_header(self, kind: int, pos: int = 0, epoch: int = 0, length: int = 0, seq: int = 0,
                      hidden: torch.Tensor | None = None, carry: torch.Tensor | None = None) -> None:
         if hidden is not None and self.stamp_hidden:
-            _stamp_sent(hidden)
+            stamp_sent(hidden)
         self.h_out.send(Header(kind, pos, epoch, length, seq), hidden, carry)
 
     def _send_payload(self, hidden: torch.Tensor, carry: torch.Tensor | None) -> None:
         if self.stamp_hidden:
-            _stamp_sent(hidden)
+            stamp_sent(hidden)
         flat = hidden.reshape(-1)
         if carry is not None:
             flat = torch.cat([flat, carry.reshape(-1)])
@@ -256,13 +239,13 @@ class Stage:
     def _arrive(self, msg: list) -> list:
         """A draft or verdict (its send time in µs last): with an emulated hop, wait until it is due."""
         if self.hop_s > 0.0:
-            _wait_until(msg[-1] / 1e6 + self.hop_s)
+            wait_until(msg[-1] / 1e6 + self.hop_s)
         return msg
 
     def _arrive_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """A hidden state ([..., H] rows, stamped at its send): with an emulated hop, wait until it is due."""
         if self.stamp_hidden:
-            _wait_due(hidden, self.hop_s)
+            wait_due(hidden, self.hop_s)
         return hidden
 
     # --- stage 1: embed, layers [0, E), exit head (drafts) ------------------------------------------
