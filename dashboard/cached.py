@@ -22,7 +22,6 @@ from sim.modes import Mode
 from sim.plan import Plan
 
 # The same defaults `ppsd plan` uses, so the Overview's recommendation is the CLI's.
-DEFAULT_DEVICES = 4
 DEFAULT_GAMMAS = sweep_cache.GAMMAS
 DEFAULT_TOKENS = sweep_cache.TOKENS
 
@@ -39,6 +38,18 @@ def key(path: str, hop_ms: float | None = None, alpha_scale: float = 1.0, temper
         exit_head: str = SHARED) -> sweep_cache.Key:
     return sweep_cache.Key(path, mtime(path), None if hop_ms is None else float(hop_ms), float(alpha_scale),
                            float(temperature), sweep_cache.TOKENS, exit_head)
+
+
+def default_devices(path: str) -> int:
+    """`ppsd plan`'s default stage count for this profile (`sim.gpus.default_devices`: an estimate's
+    GPUs, a CPU profile's cores, else 4)."""
+    from sim import gpus
+
+    return gpus.default_devices(sweep_cache.profile(path, mtime(path)))
+
+
+def _devices(path: str, devices: int | None) -> int:
+    return default_devices(path) if devices is None else int(devices)
 
 
 def _previewed(k: sweep_cache.Key, devices: int) -> bool:
@@ -74,22 +85,22 @@ def _answer(fields: tuple, devices: int, preview: bool) -> Answer:
     return tables.results_table(results), tables.result_row(best), reason, tables.closed_curves(closed)
 
 
-def sweep(path: str, devices: int = DEFAULT_DEVICES, hop_ms: float | None = None, alpha_scale: float = 1.0,
+def sweep(path: str, devices: int | None = None, hop_ms: float | None = None, alpha_scale: float = 1.0,
           temperature: float = 0.0, exit_head: str = SHARED) -> Answer:
     """(results table, best plan row, one-line reason, closed forms) for one setting of the
     sweep-level controls; with the defaults this is exactly `ppsd plan`'s sweep and choice."""
-    k = key(path, hop_ms, alpha_scale, temperature, exit_head)
+    k, devices = key(path, hop_ms, alpha_scale, temperature, exit_head), _devices(path, devices)
     sweep_cache.CACHE.get(k, devices)  # computes now on a cold cache
     return _answer(astuple(k), devices, False)
 
 
-def plans(path: str, devices: int = DEFAULT_DEVICES, hop_ms: float | None = None, alpha_scale: float = 1.0,
+def plans(path: str, devices: int | None = None, hop_ms: float | None = None, alpha_scale: float = 1.0,
           temperature: float = 0.0, exit_head: str = SHARED) -> tuple[pd.DataFrame, dict, str, pd.DataFrame, bool]:
     """Like `sweep`, plus a flag: when this setting has not been simulated yet, answer at once with
     the closed forms (flag True) and let the background worker run the exact sweep (the caller
     asks for it first in `warm` and reruns when `ready`). A cold sweep takes ~0.3 s here, the
     closed forms ~20 ms, and the page must answer within 0.5 s."""
-    k = key(path, hop_ms, alpha_scale, temperature, exit_head)
+    k, devices = key(path, hop_ms, alpha_scale, temperature, exit_head), _devices(path, devices)
     if _previewed(k, devices):
         pv = _answer(astuple(k), devices, True)
         # no speculative plan to preview (no acceptance for this head): the exact path says why
@@ -131,9 +142,10 @@ def _best_over_heads(head_keys: tuple, devices: int) -> tuple[str, dict, str]:
     return head, tables.result_row(best), reason
 
 
-def best_over_heads(path: str, heads: list[str], devices: int = DEFAULT_DEVICES) -> tuple[str, dict, str]:
+def best_over_heads(path: str, heads: list[str], devices: int | None = None) -> tuple[str, dict, str]:
     """(head, best plan row, reason) of the fastest plan over every head at `ppsd plan`'s defaults,
     as `ppsd plan` chooses (`sim.planning.best_over_heads`)."""
+    devices = _devices(path, devices)
     return _best_over_heads(_head_keys(path, heads, None, 1.0, 0.0, devices, exact=True), devices)
 
 
@@ -150,10 +162,11 @@ def _head_comparison(head_keys: tuple, devices: int) -> pd.DataFrame:
     return tables.head_comparison(rows, sources)
 
 
-def head_comparison(path: str, heads: list[str], devices: int = DEFAULT_DEVICES, hop_ms: float | None = None,
+def head_comparison(path: str, heads: list[str], devices: int | None = None, hop_ms: float | None = None,
                     alpha_scale: float = 1.0, temperature: float = 0.0, exact: bool = True) -> pd.DataFrame:
     """One row per exit head (`sim.heads.comparison`): the best plan drafting with each. exact=False
     shows a head not swept at this setting yet by its closed-form preview (source column says so)."""
+    devices = _devices(path, devices)
     return _head_comparison(_head_keys(path, heads, hop_ms, alpha_scale, temperature, devices, exact), devices)
 
 

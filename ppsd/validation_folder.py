@@ -339,7 +339,8 @@ def _drift_summary(rows: list[ValidationRow], ar_runs: list[float], emulated: bo
         "drift_pct": round(drift, 2), "flagged": bool(flagged),
         "note": (f"AR ran {abs(drift):.1f}% {'faster' if drift > 0 else 'slower'} than the profile prices it: the "
                  "machine is not in the state it was profiled in, and plans whose stages co-run are priced with a "
-                 "stale slowdown; re-profile in the same sitting") if flagged else
+                 "stale slowdown; re-profile in the same sitting (`bench/piece_drift.py --profile DIR` shows "
+                 "which pieces of a step moved)") if flagged else
                 f"AR within {DRIFT_FLAG_PCT:g}% of the profile's price"}}
 
 

@@ -311,13 +311,30 @@ class Profile:
         """The idle ping-pong hop (`latency.hop`), whatever the pipeline probe found."""
         return float((self.latency.get("hop") or {}).get("median_ms", 0.0))
 
+    @property
+    def cpu_cores(self) -> int | None:
+        """Cores of the CPU a CPU profile was measured on (`hardware.cores`); None for GPU profiles
+        and profiles that do not say."""
+        hw = self.meta.get("hardware") or {}
+        if hw.get("device") != "cpu":
+            return None
+        try:
+            cores = int(hw.get("cores") or 0)
+        except (TypeError, ValueError):
+            return None
+        return cores if cores > 0 else None
+
     def corun_slowdown(self, processes: int) -> float:
         """Factor by which each of `processes` concurrently working stages slows down on this
         machine (1.0 alone). Past the measured range the last factor holds. With a pipeline probe,
         its two-stage figure (layers and heads, as stages run them) sets the 2-process point and
-        the co-run table only the shape beyond it."""
+        the co-run table only the shape beyond it. On a CPU, more working stages than cores
+        time-share them: each gets cores/processes of a core on top of the slowdown at `cores`."""
         if processes <= 1:
             return 1.0
+        cores = self.cpu_cores
+        if cores is not None and processes > cores:
+            return self.corun_slowdown(cores) * processes / cores
         corun = self.latency.get("corun") or {}
         procs = corun.get("processes") or [1]
         slow = corun.get("slowdown") or [1.0]

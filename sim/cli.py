@@ -82,7 +82,8 @@ def register(subparsers) -> None:
                    help="CPU budget: rank plans against AR (and EESD) on all N cores; default: the most the profile "
                         "measured (`ppsd profile --thread-counts`)")
     q.add_argument("--devices", type=int, default=None, metavar="K",
-                   help="most PPSD stages / GPUs (default: an estimated profile's GPU count, else 4)")
+                   help="most PPSD stages / GPUs (default: an estimated profile's GPU count, a CPU profile's "
+                        "cores (2-8), else 4)")
     q.add_argument("--hop-us", type=float, metavar="X", help="hop latency in µs (default: the profile's)")
     q.add_argument("--alpha-scale", type=float, default=1.0, metavar="F", help="what-if: scale acceptance by F")
     q.add_argument("--temperature", type=float, default=0.0,
@@ -253,6 +254,9 @@ def simulate_cmd(args) -> int:
         else:
             profile = _load(args.profile)
             gpus.check_plan(profile, plan)
+            shared = gpus.shared_cores_note(profile, len(set(plan.devices())))
+            if shared:
+                _say(shared, args.json)
         from sim.heads import check_head
 
         check_head(profile, args.exit_head)
@@ -300,6 +304,9 @@ def plan_cmd(args) -> int:
         raise UserError(f"--max-draft-len {args.max_draft_len} is out of range", "give between 1 and 64")
     profile = _load(args.profile)
     args.devices = gpus.devices_for(profile, args.devices)
+    shared = gpus.shared_cores_note(profile, args.devices)
+    if shared:
+        _say(shared, args.json)
     from sim import heads as hd
 
     alpha_by_exit, said = _plan_acceptance(args, profile.num_layers)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from ppsd.errors import UserError
 from sim.modes import Mode
 
-DEFAULT_DEVICES = 4  # `ppsd plan --devices` when the profile sets no GPU count
+DEFAULT_DEVICES = 4  # `ppsd plan --devices` when the profile sets no GPU count and no CPU cores
+MAX_DEFAULT_DEVICES = 8  # the most stages a CPU profile's default sweep goes to (the dashboard's slider)
 
 
 def gpu_count(profile) -> int | None:
@@ -47,12 +48,34 @@ def check_plan(profile, plan) -> None:
                         f"plans for {n} (hardware.gpu_count)", _fix("--stages", n, used))
 
 
+def default_devices(profile) -> int:
+    """The most PPSD stages a plan sweep goes to by default: every GPU of an estimated profile; on a
+    CPU profile its cores (at least 2, at most 8), since a stage is a process that wants a core of
+    its own (more stages than cores time-share them: `Profile.corun_slowdown`); else 4."""
+    n = gpu_count(profile)
+    if n is not None:
+        return n
+    cores = getattr(profile, "cpu_cores", None)
+    if cores is not None:
+        return max(2, min(int(cores), MAX_DEFAULT_DEVICES))
+    return DEFAULT_DEVICES
+
+
+def shared_cores_note(profile, devices: int) -> str | None:
+    """A line for plans of more stages than a CPU profile's cores (priced time-shared), else None."""
+    cores = getattr(profile, "cpu_cores", None)
+    if cores is None or devices <= cores:
+        return None
+    return (f"note: PPSD plans of more than {cores} stages share this CPU's {cores} cores (priced time-shared: "
+            f"each working stage gets cores / working stages of a core); `ppsd run` needs --oversubscribe for them")
+
+
 def devices_for(profile, devices: int | None) -> int:
-    """`ppsd plan --devices`: default every GPU of an estimated profile (else 4); above its GPU
+    """`ppsd plan --devices`: default `default_devices(profile)`; above an estimated profile's GPU
     count is a UserError."""
     n = gpu_count(profile)
     if devices is None:
-        return n if n is not None else DEFAULT_DEVICES
+        return default_devices(profile)
     if n is not None and devices > n:
         raise UserError(f"--devices {devices} is above the estimated profile's {n} GPUs (hardware.gpu_count)",
                         _fix("--devices", n, devices))

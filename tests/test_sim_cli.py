@@ -95,3 +95,42 @@ def test_sim_imports_no_torch():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def cpu2(tmp_path_factory):
+    """The synthetic profile as if measured on a 2-core CPU (hardware.device cpu, 2 cores)."""
+    d = tmp_path_factory.mktemp("cpu2")
+    write_synthetic_profile(d, alpha_by_exit=lambda e: 0.1 + 0.07 * e, num_layers=12, layer_ms=2.0, head_ms=6.0,
+                            hop_ms=0.2, corun_slowdown=1.2)
+    meta = json.loads((d / "profile.json").read_text())
+    meta["hardware"] = {"device": "cpu", "device_name": "CPU: test (2 cores)", "cores": 2, "threads": 1,
+                        "gpu_count": 0}
+    (d / "profile.json").write_text(json.dumps(meta))
+    return str(d)
+
+
+def test_plan_on_a_cpu_profile_sweeps_as_many_stages_as_it_has_cores(cpu2, capsys):
+    """A stage is a process that wants a core: the default sweep stops at the profile's cores, and
+    more stages (asked for with --devices) come with a note and are priced time-shared."""
+    assert main(["plan", "--profile", cpu2, "--tokens", "300", "--json"]) == 0
+    out = capsys.readouterr()
+    rows = json.loads(out.out)
+    assert max(r["stages"] for r in rows if r["mode"] == "ppsd") == 2 and "share" not in out.err
+    assert main(["plan", "--profile", cpu2, "--devices", "4", "--tokens", "300", "--json"]) == 0
+    out = capsys.readouterr()
+    rows = json.loads(out.out)  # stdout stays JSON alone
+    assert {r["stages"] for r in rows if r["mode"] == "ppsd"} == {2, 3, 4}
+    assert "share this CPU's 2 cores" in out.err and "--oversubscribe" in out.err
+    assert main(["simulate", "--profile", cpu2, "--mode", "ppsd", "--exit", "4", "--stages", "4", "--json"]) == 0
+    out = capsys.readouterr()
+    shared = json.loads(out.out)["tokens_per_s"]
+    assert "share this CPU's 2 cores" in out.err and shared > 0
+
+
+def test_time_shared_stages_are_priced_slower_than_stages_on_cores_of_their_own(cpu2, prof, capsys):
+    tps = {}
+    for name, p in (("cpu", cpu2), ("devices", prof)):
+        assert main(["simulate", "--profile", p, "--mode", "ppsd", "--exit", "4", "--stages", "4", "--json"]) == 0
+        tps[name] = json.loads(capsys.readouterr().out)["tokens_per_s"]
+    assert tps["cpu"] < 0.9 * tps["devices"]

@@ -102,7 +102,9 @@ fig = charts.speedup_vs_exit(tables.curves(table), closed,
                              {"exit_layer": best["exit_layer"] if best["mode"] != Mode.AR else None,
                               "speedup": best["speedup"], "label": best["plan"]}, [], profile.num_layers)
 st.plotly_chart(fig, key="chart_overview")
-st.caption(f"Defaults: up to {cached.DEFAULT_DEVICES} devices, measured hop {theme.fmt_ms(profile.hop_ms())}, "
+st.caption(f"Defaults: up to {cached.default_devices(path)} devices"
+           + (" (this CPU's cores: a stage is a process that wants a core)" if profile.cpu_cores else "") + ", "
+           f"measured hop {theme.fmt_ms(profile.hop_ms())}, "
            f"greedy decoding, {cached.DEFAULT_TOKENS} tokens. Change them on the What-if planner.")
 c = st.columns(3)
 c[0].page_link("views/planner.py", label="What-if planner", icon=":material/tune:")

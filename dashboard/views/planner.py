@@ -50,7 +50,8 @@ T_HELP = (f" This profile holds β along {'sampled' if profile.beta_trajectory =
 left, right = st.columns([1, 3], gap="medium")
 with left:
     st.markdown("**Hardware and acceptance**")
-    devices = st.slider("devices", 1, 8, cached.DEFAULT_DEVICES, key=f"pl_dev_{pk}", help=theme.GLOSSARY["devices"])
+    devices = st.slider("devices", 1, 8, cached.default_devices(path), key=f"pl_dev_{pk}",
+                        help=theme.GLOSSARY["devices"])
     hop = st.select_slider("hop latency (ms)", HOP_OPTIONS, measured_hop, key=f"pl_hop_{pk}",
                            format_func=lambda h: f"{h:g} ms" + (" (measured)" if h == measured_hop else ""),
                            help=theme.GLOSSARY["hop"] + f" Measured: {theme.fmt_ms(profile.hop_ms())}.")
