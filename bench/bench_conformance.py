@@ -59,13 +59,11 @@ def without_corun(folder: Path) -> None:
     """Emulated stages are devices of their own (runtime/emulate.py: co-run slowdowns are not
     emulated, and a wait does not jitter like a pass): the predicting copy drops the measured co-run
     table and the pipeline probe (its slowdown and pass jitter), keeping its layer, head and hop
-    figures. The hop each plan uses is set on the plan. For the same reason it drops the CPU's core
-    count: more emulated stages than cores are not time-shared (runtime/emulate.py: prediction_view)."""
+    figures. The hop each plan uses is set on the plan."""
     meta = json.loads((folder / "profile.json").read_text())
     lat = meta.get("latency") or {}
     lat.pop("corun", None)
     lat.pop("pipeline", None)
-    (meta.get("hardware") or {}).pop("cores", None)
     (folder / "profile.json").write_text(json.dumps(meta, indent=1))
 
 

@@ -56,8 +56,8 @@ GLOSSARY = {
     "stages": "Stages k (PPSD only): the layers are cut into k pipeline stages; stage 1 ends at the exit layer "
               "and drafts the next token while the later stages verify the current one.",
     "devices": "Devices: how many processors (cores, GPUs) the stages run on; defaults to a CPU profile's cores. "
-               "More stages than devices means stages share a device and take turns (on a CPU profile, more "
-               "than its cores are priced time-shared).",
+               "More stages than devices means stages share a device and take turns (on a CPU profile, "
+               "stages beyond its cores are priced as if each had a core of its own: optimistic).",
     "hop": "Hop latency: one-way time to pass a hidden state from one stage to the next (ms).",
     "alpha_scale": "Acceptance scale: multiplies the measured acceptance α at every exit layer (capped at 1), "
                    "e.g. to ask what a better-trained exit head would buy.",

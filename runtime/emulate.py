@@ -46,15 +46,14 @@ message (the loop, the send call) adds to the hop as on real devices. (Stamped a
 layers and held inside the next stage's layers, it hid up to a hop of that work: on the CPU
 profile at 6 stages the chain of a rejected token came out 0.55 ms shorter than priced.)
 Not emulated: co-run
-slowdowns (each emulated stage is a device of its own; analytic GPU profiles have none), and for the
-same reason the time-sharing of a CPU profile's cores by more stages than it has (`prediction_view`).
+slowdowns (each emulated stage is a device of its own; analytic GPU profiles have none).
 """
 
 from __future__ import annotations
 
 import ctypes
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -347,17 +346,6 @@ class EmulatedDrafter:
 
 
 # --- loading, prompts and traces ----------------------------------------------------------------------
-
-def prediction_view(profile):
-    """The profile an emulated run is predicted from: without the CPU cores it was measured on.
-    Emulated stages wait instead of computing (a wait uses no core), so k stages of a CPU profile
-    with fewer cores run as k devices, not time-shared as `Profile.corun_slowdown` prices real ones."""
-    hw = profile.meta.get("hardware") or {}
-    if profile.cpu_cores is None:
-        return profile
-    meta = {**profile.meta, "hardware": {key: v for key, v in hw.items() if key != "cores"}}
-    return replace(profile, meta=meta, _views={})
-
 
 def load_emulated(path: str, hidden_size: int | None = None) -> EmulatedModel:
     """The emulated model of a profile folder (UserError when it is not one)."""

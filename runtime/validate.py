@@ -145,10 +145,6 @@ def validate_command(args) -> int:
                                   "token_ids": [0] * p.recorded_new} for p in em.emulated_prompts(profile, head)],
                                 0)  # the measured ones are picked below (split_sides: --split, --limit)
         model = em.load_emulated(emulate)
-        # emulated stages are devices of their own: priced without time-sharing the CPU's cores
-        view = em.prediction_view(profile)
-        predict = view if predict is profile else em.prediction_view(predict)
-        profile = view
     else:
         head = resolve_head_name(heads_dir, getattr(args, "exit_head", None))
         head = check_head(predict, head if prompts_file or predict is not profile else check_head(profile, head))

@@ -19,10 +19,8 @@ recomputes the draft's distribution only to reject (q(draft) now comes with the 
 figures moved by −0.4% … +2.3% (mean +0.2%), AR and EESD not at all. And a fifth time for the
 committed example profile alone, re-measured on 2026-12-02 with every n of an EESD verification
 (1–9, 16; the old one held 1, 2, 4, 8, 16) and the pipeline probe in rounds: no model code changed.
-And a sixth time (2026-12-03) for the committed example profile, re-measured on the Intel machine, and
-one model change: on a CPU profile, more working stages than cores time-share them
-(`Profile.corun_slowdown`: b stages on c < b cores each get c / b of a core), which moves only PPSD
-figures of more than 2 stages on the example profile (synthetic profiles name no cores).
+And a sixth time (2026-12-03) for the committed example profile alone, re-measured on the Intel
+machine: no model code changed.
 
 `python tests/golden_cases.py --write` re-records them (only when a model change is intended and
 reviewed)."""

@@ -13,7 +13,6 @@ import pytest
 from ppsd import validation_folder as vf
 from ppsd.cli import main
 from ppsd.errors import UserError
-from profiler.schema import load_profile
 from profiler.synthetic import write_synthetic_profile
 from runtime.acceptance import ACCEPT_ALL, ForcedTrace
 from runtime.emulate import (EMULATED_VOCAB, EmulatedModel, emulated_prompts, load_emulated, profile_traces,
@@ -266,17 +265,3 @@ def test_an_emulated_run_that_loaded_the_cores_says_so_on_stderr():
     assert host_warning(result(0.9, emulated=False)) is None  # real compute: busy cores are the work itself
     assert host_warning(result(None)) is None
 
-
-def test_an_emulated_run_is_predicted_without_time_sharing_the_cpus_cores(tmp_path):
-    """Emulated stages wait (no core), so the prediction's view of a CPU profile drops its cores."""
-    from runtime.emulate import prediction_view
-
-    write_synthetic_profile(tmp_path / "a", num_layers=6, corun_slowdown=1.2)
-    as_devices = load_profile(tmp_path / "a").corun_slowdown(4)  # no cores named: a device per stage
-    meta = json.loads((tmp_path / "a" / "profile.json").read_text())
-    meta["hardware"] = {"device": "cpu", "device_name": "CPU", "cores": 2, "threads": 1, "gpu_count": 0}
-    (tmp_path / "a" / "profile.json").write_text(json.dumps(meta))
-    prof = load_profile(tmp_path / "a")
-    view = prediction_view(prof)
-    assert prof.corun_slowdown(4) == pytest.approx(2.4) and view.corun_slowdown(4) == pytest.approx(as_devices)
-    assert view.cpu_cores is None and prof.cpu_cores == 2 and view.num_layers == 6

@@ -112,7 +112,7 @@ def cpu2(tmp_path_factory):
 
 def test_plan_on_a_cpu_profile_sweeps_as_many_stages_as_it_has_cores(cpu2, capsys):
     """A stage is a process that wants a core: the default sweep stops at the profile's cores, and
-    more stages (asked for with --devices) come with a note and are priced time-shared."""
+    more stages (asked for with --devices) come with a note naming --oversubscribe."""
     assert main(["plan", "--profile", cpu2, "--tokens", "300", "--json"]) == 0
     out = capsys.readouterr()
     rows = json.loads(out.out)
@@ -127,10 +127,3 @@ def test_plan_on_a_cpu_profile_sweeps_as_many_stages_as_it_has_cores(cpu2, capsy
     shared = json.loads(out.out)["tokens_per_s"]
     assert "share this CPU's 2 cores" in out.err and shared > 0
 
-
-def test_time_shared_stages_are_priced_slower_than_stages_on_cores_of_their_own(cpu2, prof, capsys):
-    tps = {}
-    for name, p in (("cpu", cpu2), ("devices", prof)):
-        assert main(["simulate", "--profile", p, "--mode", "ppsd", "--exit", "4", "--stages", "4", "--json"]) == 0
-        tps[name] = json.loads(capsys.readouterr().out)["tokens_per_s"]
-    assert tps["cpu"] < 0.9 * tps["devices"]
