@@ -328,12 +328,7 @@ class Profile:
         """Factor by which each of `processes` concurrently working stages slows down on this
         machine (1.0 alone). Past the measured range the last factor holds. With a pipeline probe,
         its two-stage figure (layers and heads, as stages run them) sets the 2-process point and
-        the co-run table only the shape beyond it. More working stages than a CPU's cores are
-        not priced as time-sharing them: the engines apply a factor for a whole pass from the stages
-        busy when it starts, and c/b of a core for a pass that overlaps a short one only briefly
-        over-charged it (measured 2026-12-03, Intel, 2 cores: PPSD E = 24 at 4 stages ran 0.97x of
-        2 stages, priced 0.79x time-shared and 1.05x as a core each): `sim.gpus.default_devices`
-        keeps CPU sweeps at the cores instead."""
+        the co-run table only the shape beyond it."""
         if processes <= 1:
             return 1.0
         corun = self.latency.get("corun") or {}

@@ -264,4 +264,3 @@ def test_an_emulated_run_that_loaded_the_cores_says_so_on_stderr():
     assert host_warning(result(HOST_BUSY_WARN - 0.01)) is None
     assert host_warning(result(0.9, emulated=False)) is None  # real compute: busy cores are the work itself
     assert host_warning(result(None)) is None
-
