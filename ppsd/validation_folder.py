@@ -9,6 +9,8 @@
                                   [interval, coverage, coverage_plans,]
                                   [rounds, measurement_noise: {plans, median_round_spread_pct,
                                    noise_floor_mape_pct, note},]
+                                  [retime: {method, repeats, ar_drift_pct, timings,
+                                   mape_speedup_profile_pct, worst_error_profile_pct},]
                                   rows: [ValidationRow, ...]}
     <folder>/validation.csv      the same rows, columns CSV_COLUMNS (stage bounds space-separated)
     <folder>/timelines/<name>    Chrome traces of each plan, measured and simulated: `timeline_name`
@@ -149,6 +151,12 @@ class ValidationRow:
     # `ppsd validate --rounds R`: the measured speedup of each round (each against its own AR
     # bracket); the row's figures are those of the median round
     measured_speedup_rounds: list[float] | None = None
+    # `ppsd validate --retime`: the row's prediction is priced with the pieces timed right before the
+    # plan ran; beside it the prediction priced from the profile alone, its error, and each piece's
+    # drift then (% against the profile: layers, head, embedding, exit_head:<name>)
+    predicted_speedup_profile: float | None = None
+    speedup_error_profile_pct: float | None = None
+    piece_drift_pct: dict | None = None
 
     @classmethod
     def from_results(cls, plan, predicted, measured, ar_tokens_per_s: float,
@@ -215,6 +223,14 @@ class ValidationRow:
             return None
         return self.predicted_speedup_lo <= self.measured_speedup <= self.predicted_speedup_hi
 
+    def with_profile_priced(self, predicted_speedup: float | None, drift_pct: dict | None) -> ValidationRow:
+        """This (re-timed) row with the prediction priced from the profile alone beside it."""
+        if predicted_speedup is None:
+            return self
+        pred = round(predicted_speedup, 4)
+        return replace(self, predicted_speedup_profile=pred, piece_drift_pct=drift_pct,
+                       speedup_error_profile_pct=round(_pct(pred, self.measured_speedup), 3))
+
     def with_same_budget(self, predicted: float | None, measured: float | None) -> ValidationRow:
         """This row with the same-budget speedups (predicted, measured) and their error."""
         err = round(_pct(predicted, measured), 3) if predicted is not None and measured else None
@@ -266,9 +282,11 @@ INTERVAL_COLUMNS: list[str] = ["predicted_speedup_lo", "predicted_speedup_hi", "
                                "predicted_speedup_vs_ar_tp_hi"]  # in the CSV when a row has an interval
 SAMPLED_FIELDS: list[str] = ["measured_speedup_seeds", "measured_acceptance_rate_seeds",
                              "predicted_speedup_seed_range"]  # lists: validation.json only, when sampled
-ROUND_FIELDS: list[str] = ["measured_speedup_rounds"]  # a list: validation.json only, with --rounds > 1
+ROUND_FIELDS: list[str] = ["measured_speedup_rounds",  # a list: validation.json only, with --rounds > 1
+                            "piece_drift_pct"]  # a dict: validation.json only, with --retime
 EXTRA_COLUMNS: list[str] = ["forced_alpha", "predicted_speedup_in_sample", "speedup_error_in_sample_pct",
-                             "predicted_acceptance_rate_in_sample"]  # in the CSV when a row has them
+                             "predicted_acceptance_rate_in_sample", "predicted_speedup_profile",
+                             "speedup_error_profile_pct"]  # in the CSV when a row has them
 OPTIONAL_FIELDS: list[str] = [*SAME_BUDGET_COLUMNS, *INTERVAL_COLUMNS, *SAMPLED_FIELDS,
                               *EXTRA_COLUMNS, *ROUND_FIELDS]  # written only when set
 PAYING_SPEEDUP = 1.05  # a plan "pays" when measured at least this much faster than AR
@@ -293,14 +311,16 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
              exit_head: str, ar_reference: str, ar_tokens_per_s_runs: list[float],
              created: str | None = None, budget: str | None = None, emulated: bool = False,
              sources: dict | None = None, interval: dict | None = None, rounds: int = 1,
-             corun: dict | None = None) -> dict:
+             corun: dict | None = None, retime: dict | None = None) -> dict:
     """validation.json's content, keys in their written order (rows as dicts). `emulated`: the
     devices were emulated from the profile (`ppsd validate --emulate`): adds "emulated": true.
     `sources` (`prompt_sources`): which profile predicted and which prompts each side used, and
     whether the two prompt sets are disjoint ("out_of_sample"); `interval`: how the rows' intervals
     were made ({level, prompts_n, draws, seed, method}); with either, the coverage of the intervals.
     `rounds` > 1 (`ppsd validate --rounds`): "rounds" and the "measurement_noise" the rounds show.
-    `corun` ({profile_slowdown, runs}: the co-run check, `corun_summary`): "corun_drift"."""
+    `corun` ({profile_slowdown, runs}: the co-run check, `corun_summary`): "corun_drift".
+    `retime` (`ppsd validate --retime`: {method, repeats, ar_drift_pct, timings}): "retime", with the
+    MAPE of the predictions priced from the profile alone (`mape_speedup_profile_pct`)."""
     mape_s, mape_t = mape(rows)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return {"schema_version": SCHEMA_VERSION, "created": created, "profile": profile, "model": model,
@@ -315,7 +335,16 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
             **_interval_summary(rows, interval),
             **_rounds_summary(rows, rounds),
             **_breakdown(rows),
+            **_retime_summary(rows, retime),
             "rows": [r.to_dict() for r in rows]}
+
+
+def _retime_summary(rows: list[ValidationRow], retime: dict | None) -> dict:
+    if not retime:
+        return {}
+    priced = _mape_of([r for r in rows if r.speculative], "speedup_error_profile_pct")
+    return {"retime": {**retime, "mape_speedup_profile_pct": priced["mape_speedup_pct"],
+                       "worst_error_profile_pct": priced["worst_error_pct"]}}
 
 
 DRIFT_FLAG_PCT = 5.0  # AR measured this much off the profile's price: the machine is not as profiled

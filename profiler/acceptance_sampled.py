@@ -134,32 +134,47 @@ def profile_sampled(adapter: ModelAdapter, prompts: list[Prompt], encoded: list[
     return out
 
 
-def sampled_table(by_temperature: dict[float, list[PromptResult]], head: str = SHARED):
-    """The long table of schema.SAMPLED_COLUMNS: head, prompt_id, category, temperature, exit_layer,
-    position, beta."""
+Sampled = "dict[float, list[PromptResult]] | list[dict[float, list[PromptResult]]]"
+
+
+def _trajectories(sampled) -> list[dict[float, list[PromptResult]]]:
+    """`profile_sampled`'s result, or a list of them (one per trajectory, in seed order)."""
+    return list(sampled) if isinstance(sampled, list) else [sampled]
+
+
+def sampled_table(sampled, head: str = SHARED):
+    """The long table of schema.SAMPLED_COLUMNS + `trajectory`: head, prompt_id, category,
+    temperature, exit_layer, position, beta, trajectory (0, 1, ...: the index in `sampled` when it is
+    a list of `profile_sampled` results, one per seed)."""
     import pandas as pd
 
-    from profiler.schema import SAMPLED_COLUMNS
+    from profiler.schema import SAMPLED_COLUMNS, SAMPLED_OPTIONAL
 
+    columns = SAMPLED_COLUMNS + SAMPLED_OPTIONAL
     frames = []
-    for t, results in sorted(by_temperature.items()):
-        for r in results:
-            n_exits, g = r.beta.shape
-            if g == 0:
-                continue
-            frames.append(pd.DataFrame({
-                "head": head, "prompt_id": r.prompt_id, "category": r.category, "temperature": float(t),
-                "exit_layer": np.repeat(np.arange(1, n_exits + 1), g), "position": np.tile(np.arange(g), n_exits),
-                "beta": r.beta.reshape(-1)}))
+    for j, by_temperature in enumerate(_trajectories(sampled)):
+        for t, results in sorted(by_temperature.items()):
+            for r in results:
+                n_exits, g = r.beta.shape
+                if g == 0:
+                    continue
+                frames.append(pd.DataFrame({
+                    "head": head, "prompt_id": r.prompt_id, "category": r.category, "temperature": float(t),
+                    "exit_layer": np.repeat(np.arange(1, n_exits + 1), g),
+                    "position": np.tile(np.arange(g), n_exits), "beta": r.beta.reshape(-1), "trajectory": j}))
     if not frames:
-        return pd.DataFrame(columns=SAMPLED_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[SAMPLED_COLUMNS]
+        return pd.DataFrame(columns=columns)
+    return pd.concat(frames, ignore_index=True)[columns]
 
 
-def sampled_meta(by_temperature: dict[float, list[PromptResult]], seed: int, max_new_tokens: int) -> dict:
+def sampled_meta(sampled, seed: int, max_new_tokens: int) -> dict:
     """profile.json's `acceptance.sampled` block (the file name and temperatures come from save_profile)."""
+    runs = _trajectories(sampled)
+    temps = sorted({t for by_t in runs for t in by_t})
     return {"seed": int(seed), "max_new_tokens": int(max_new_tokens), "heads": [SHARED],
-            "tokens": {f"{t:g}": int(sum(len(r.token_ids) for r in rs)) for t, rs in sorted(by_temperature.items())},
+            "trajectories": len(runs),
+            "tokens": {f"{t:g}": int(sum(len(r.token_ids) for by_t in runs for r in by_t.get(t, []))) for t in temps},
             "trajectory": "sampled from the full model at each temperature (batched, left padding, stops after an "
-                          "end-of-sequence token); beta = sum_v min(p_full, p_exit) at that temperature, one "
-                          "teacher-forced pass per trajectory"}
+                          "end-of-sequence token), `trajectories` per prompt (seeds seed, seed + 1, ...); beta = "
+                          "sum_v min(p_full, p_exit) at that temperature, one teacher-forced pass per trajectory; "
+                          "a prediction takes each position's mean beta over a prompt's trajectories"}

@@ -77,6 +77,10 @@ def register(subparsers) -> None:
                         "(the acceptance probability of a sampled draft) along it at that temperature: what "
                         "`ppsd simulate/plan/validate --temperature T` need for T > 0 (greedy is always recorded)")
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the sampled continuations (0)")
+    p.add_argument("--sampled-trajectories", type=int, default=1, metavar="N",
+                   help="sampled continuations per prompt and temperature (seeds --sample-seed, +1, ...; 1). One "
+                        "trajectory's beta moves a plan's acceptance by up to 0.08 from seed to seed; N of them "
+                        "average that out (the sampled phase costs N times as much)")
     p.add_argument("--n-values", type=_int_list, default=None, metavar="1,2,...,9,16",
                    help="new tokens per timed step (default 1-9 and 16: every EESD verification up to γ = 8 is "
                         "measured, since on a CPU the cost is not smooth in n)")
@@ -154,6 +158,9 @@ def _check_args(args) -> None:
     if not (args.temperature >= 0):
         raise UserError(f"--temperature must be 0 or more (got {args.temperature})", "give e.g. --temperature 1.0")
     args.temperature_list = parse_temperatures(getattr(args, "temperatures", None))
+    if int(getattr(args, "sampled_trajectories", 1) or 0) < 1:
+        raise UserError(f"--sampled-trajectories {args.sampled_trajectories} samples nothing",
+                        "give --sampled-trajectories 1 or more (e.g. 3)")
     if args.temperature_list and args.skip_acceptance:
         raise UserError("--temperatures needs acceptance measurement", "drop --skip-acceptance")
     for name, values in (("n-values", args.n_values), ("context-values", args.context_values)):
@@ -198,7 +205,9 @@ def _work_key(args, prompts, corun_max: int) -> str:
         "device": args.device, "dtype": args.dtype,
         "prompts": [[p.prompt_id, p.category, p.text] for p in prompts],
         "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-        **({"temperatures": args.temperature_list, "sample_seed": args.sample_seed}
+        **({"temperatures": args.temperature_list, "sample_seed": args.sample_seed,
+            **({"trajectories": args.sampled_trajectories}
+               if getattr(args, "sampled_trajectories", 1) != 1 else {})}
            if getattr(args, "temperature_list", None) else {}),
         "n": args.n_values, "c": args.context_values, "repeats": args.repeats, "warmup": args.warmup,
         "corun": corun_max, "threads": args.threads, "thread_counts": args.thread_counts, "skip": [args.skip_acceptance, args.skip_latency, args.no_hop],
@@ -526,12 +535,15 @@ def _sampled_acceptance(args, adapter, prompts, encoded, work: Path, bar, phases
     from profiler.acceptance_sampled import profile_sampled
 
     t0 = time.perf_counter()
-    bar.phase("sample (tokens)", len(prompts) * args.max_new_tokens * len(temps))
-    bar.phase("sampled beta (prompts)", len(prompts) * len(temps))
-    out = profile_sampled(adapter, prompts, encoded, args.max_new_tokens, temps, seed=args.sample_seed,
-                          work_dir=work / "sampled", max_batch=args.batch_size,
-                          on_generate=lambda k: bar.advance("sample (tokens)", k),
-                          on_prompt=lambda: bar.advance("sampled beta (prompts)"))
+    n = int(getattr(args, "sampled_trajectories", 1) or 1)
+    bar.phase("sample (tokens)", len(prompts) * args.max_new_tokens * len(temps) * n)
+    bar.phase("sampled beta (prompts)", len(prompts) * len(temps) * n)
+    out = []
+    for j in range(n):  # trajectory j samples with seed + j (the first is what one trajectory always was)
+        out.append(profile_sampled(adapter, prompts, encoded, args.max_new_tokens, temps, seed=args.sample_seed + j,
+                                   work_dir=work / ("sampled" if j == 0 else f"sampled-{j}"), max_batch=args.batch_size,
+                                   on_generate=lambda k: bar.advance("sample (tokens)", k),
+                                   on_prompt=lambda: bar.advance("sampled beta (prompts)")))
     bar.finish("sample (tokens)")
     phases["sampled_acceptance"] = time.perf_counter() - t0
     return out

@@ -80,7 +80,10 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
               max_new_tokens, tokens: {"<T>": n}, heads: ["shared"], trajectory}: beta along
               trajectories SAMPLED from the full model at each T (one teacher-forced pass per
               trajectory), in `acceptance_sampled.csv.gz`:
-              head, prompt_id, category, temperature, exit_layer, position, beta
+              head, prompt_id, category, temperature, exit_layer, position, beta[, trajectory]
+              `trajectories` (additive; absent = 1): sampled continuations per prompt and T, told
+              apart by the optional `trajectory` column (0, 1, ...); predictions use each
+              position's mean beta over a prompt's trajectories (`Profile.beta_rows`).
               When present, sampled decoding at T uses exactly these rows; `Profile.temperatures()`
               lists what a profile holds and `Profile.beta_rows(T)` refuses any other T (UserError).
 
@@ -121,6 +124,8 @@ SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 SAMPLED_FILE = "acceptance_sampled.csv.gz"
 SAMPLED_COLUMNS = ["head", "prompt_id", "category", "temperature", "exit_layer", "position", "beta"]
+SAMPLED_BETA_DECIMALS = 3  # beta is written rounded to this many decimals (see save_profile)
+SAMPLED_OPTIONAL = ["trajectory"]  # absent in older files: read as 0 (one trajectory per prompt)
 TEMPERATURE_TOL = 1e-6  # a requested temperature matches a recorded one within this
 PROFILE_FILE = "profile.json"
 ACCEPTANCE_FILE = "acceptance.csv.gz"
@@ -217,7 +222,7 @@ class Profile:
     context_values: np.ndarray
     _acceptance: Any = field(default=None, repr=False)
     _sampled: Any = field(default=None, repr=False)  # the sampled-trajectory beta table (lazy)
-    _views: dict = field(default_factory=dict, repr=False)  # units -> Profile (`at_parallel`)
+    _views: dict = field(default_factory=dict, repr=False)  # units -> Profile (`at_parallel`); beta_rows
 
     # --- metadata -------------------------------------------------------------------------
     @property
@@ -406,6 +411,44 @@ class Profile:
             self._views[units] = view
         return view
 
+    def retimed(self, scale) -> Profile:
+        """This profile with its pieces priced as timed now (`profiler.piece_times.PieceScale`: each
+        layer, the LM head, the embedding and each named exit head scaled by now / profiled, at every
+        n, context and thread count alike); acceptance, hop, co-run and control plane stay.
+        Why: a shared machine's pieces drift apart over minutes (the memory-bound LM head most), and
+        `ppsd validate --retime` prices each plan on the machine it ran on."""
+        lat = dict(self.latency)
+        if lat.get("exit_heads"):
+            lat["exit_heads"] = {
+                name: {**h, **{k: (np.asarray(h[k], dtype=float) * scale.exit_heads.get(name, 1.0)).tolist()
+                               for k in ("median_ms", "p10_ms", "p90_ms") if k in h}}
+                for name, h in lat["exit_heads"].items()}
+        def pieces(t: dict) -> dict:
+            return {"layers": t["layers"].scaled(scale.layers), "embedding": t["embedding"].scaled(scale.embedding),
+                    "head": t["head"].scaled(scale.head)}
+
+        def whole(ms, old: dict, new: dict):
+            # a whole step moves with its pieces, so `whole_step_consistency` stays what was measured
+            return ms * self._parts_ms(new["layers"], new["embedding"], new["head"]) / \
+                self._parts_ms(old["layers"], old["embedding"], old["head"])
+
+        main_old = {"layers": self.layers, "embedding": self.embedding, "head": self.head}
+        main_new = pieces(main_old)
+        if (lat.get("whole_step") or {}).get("median_ms"):
+            lat["whole_step"] = {**lat["whole_step"], "median_ms": whole(lat["whole_step"]["median_ms"], main_old,
+                                                                         main_new)}
+        par = lat.get("parallel") or {}
+        if par.get("tables"):
+            tables = {}
+            for u, t in par["tables"].items():
+                tables[u] = {**t, **pieces(t)}
+                if t.get("whole_step_ms"):
+                    tables[u]["whole_step_ms"] = whole(float(t["whole_step_ms"]), t, tables[u])
+            lat["parallel"] = {**par, "tables": tables}
+        return Profile(path=self.path, meta={**self.meta, "latency": lat}, n_values=self.n_values,
+                       context_values=self.context_values, _acceptance=self._acceptance, _sampled=self._sampled,
+                       **main_new)
+
     def _parts_ms(self, layers: StatTable, embedding: StatTable, head: StatTable) -> float:
         """Embedding + every layer + LM head at n = 1 (else the smallest n) and the smallest context:
         the pieces a whole step is compared with (as `latency.whole_step` does)."""
@@ -571,12 +614,21 @@ class Profile:
         if not self.sampled_meta:
             df = self.acceptance
             return df[df["head"] == head]
+        key = ("beta_rows", t, head)
+        if key in self._views:
+            return self._views[key]
         df = self.sampled_acceptance
         df = df[(df["head"] == head) & (np.abs(df["temperature"].to_numpy(dtype=float) - t) <= TEMPERATURE_TOL)]
         if df.empty:
             heads = sorted(self.sampled_acceptance["head"].unique().tolist())
             raise UserError(f"profile {self.path} has no sampled beta for exit head {head!r} at T = {t:g}",
                             f"use exit head {' or '.join(heads)}, or greedy decoding (temperature 0)")
+        if "trajectory" in df.columns and df["trajectory"].nunique() > 1:
+            # several sampled continuations of each prompt: a position's acceptance probability is the
+            # mean over them (one trajectory alone moves a plan's acceptance by up to 0.08 by its seed)
+            keys = ["head", "prompt_id", "category", "temperature", "exit_layer", "position"]
+            df = df.groupby(keys, sort=False, as_index=False)["beta"].mean()
+        self._views[key] = df
         return df
 
     def beta_by_exit(self, temperature: float, category: str | None = None, head: str = SHARED_HEAD) -> dict[int, float]:
@@ -621,6 +673,8 @@ def read_sampled(path: Path):
     missing = [c for c in SAMPLED_COLUMNS if c not in df.columns]
     if missing:
         raise _bad(path.parent, f"{path.name} lacks columns {missing}")
+    if "trajectory" not in df.columns:
+        df["trajectory"] = 0
     return df
 
 
@@ -743,7 +797,11 @@ def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: 
         from ppsd.paths import atomic_write_bytes
 
         buf = io.StringIO()
-        sampled[SAMPLED_COLUMNS].to_csv(buf, index=False, float_format="%.4g")
+        columns = SAMPLED_COLUMNS + [c for c in SAMPLED_OPTIONAL if c in sampled.columns]
+        # beta to SAMPLED_BETA_DECIMALS: 44 prompts x 3 trajectories x 2 temperatures at 4 significant
+        # digits made a 2.5 MB file; 3 decimals move any exit's mean beta by < 3e-5
+        sampled = sampled.assign(beta=sampled["beta"].astype(float).round(SAMPLED_BETA_DECIMALS))
+        sampled[columns].to_csv(buf, index=False, float_format="%.6g")
         atomic_write_bytes(out / SAMPLED_FILE, gzip.compress(buf.getvalue().encode(), mtime=0))
         acc = dict(meta.get("acceptance") or {})
         temps = sorted({round(float(t), 6) for t in sampled["temperature"].unique()})

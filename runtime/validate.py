@@ -225,6 +225,11 @@ def validate_command(args) -> int:
                   f"{doc['coverage']:.0%} of {doc['coverage_plans']} measured speedups")
         if doc.get("temperature"):
             print(validate_sampled.format_sampled(doc))
+        retimed = doc.get("retime") or {}
+        if retimed.get("mape_speedup_profile_pct") is not None:
+            print(f"priced with the pieces timed before each plan (--retime); priced from the profile alone the "
+                  f"speedup MAPE is {retimed['mape_speedup_profile_pct']:.1f}% (worst "
+                  f"{retimed['worst_error_profile_pct']:.1f}%)")
         noise = doc.get("measurement_noise") or {}
         if noise.get("plans"):
             print(f"measured in {doc['rounds']} rounds: speedups {noise['median_round_spread_pct']:.1f}% apart from round "
@@ -407,29 +412,33 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
         return iv.PromptTraces(int(p.exit_layer), [str(x) for x in ids], bits, list(targets.start_context))
 
     def predicted(p: Plan, i: int | None = None, *, timeline: bool = False, budget: int | None = None,
-                  engine: str = "event", in_sample: bool | None = None):
-        """The prediction of a plan (plan index i; None for AR) for the measured prompts (see above)."""
+                  engine: str = "event", in_sample: bool | None = None, scale=None):
+        """The prediction of a plan (plan index i; None for AR) for the measured prompts (see above),
+        priced from the profile, or with `scale` (`--retime`) from the pieces as timed before it ran."""
         in_sample = sides.in_sample if in_sample is None else in_sample
+        price = predict if scale is None else predict.retimed(scale)
         if i is not None and forced[i] is not None:
             tr = forced_traces(i)
             stream = iv.overlay_stream(tr, list(range(len(tr))), targets)
         elif in_sample:
             src = predict if sides.in_sample else profile  # the measured prompts' own traces
+            src = src if scale is None else src.retimed(scale)
             return simulate(src, resolve_plan(p, src), acceptance="trace", prompt_ids=ids,
                             timeline=timeline, budget=budget, engine=engine)
         elif p.exit_layer is None:
             stream = iv.lengths_stream(targets)
         else:
             stream = iv.pooled_stream(traces_of(p.exit_layer, p.exit_head), targets, seed)
-        return simulate_stream(predict, p, stream, engine=engine, timeline=timeline, budget=budget, seed=seed)
+        return simulate_stream(price, p, stream, engine=engine, timeline=timeline, budget=budget, seed=seed)
 
-    def interval(p: Plan, i: int | None, point: float) -> tuple[float, float]:
-        plan = resolve_plan(p, predict)
+    def interval(p: Plan, i: int | None, point: float, scale=None) -> tuple[float, float]:
+        price = predict if scale is None else predict.retimed(scale)
+        plan = resolve_plan(p, price)
         if i is not None and forced[i] is not None:  # acceptance is fixed: the latency spread alone
-            lat = iv.replay_interval(predict, plan, None, targets=targets, draws=draws, seed=seed)
+            lat = iv.replay_interval(price, plan, None, targets=targets, draws=draws, seed=seed)
             return point * lat.lo, point * lat.hi
         tr = traces_of(plan.exit_layer, plan.exit_head) if plan.exit_layer is not None else None
-        return _around(point, iv.replay_interval(predict, plan, tr, targets=targets, draws=draws, seed=seed))
+        return _around(point, iv.replay_interval(price, plan, tr, targets=targets, draws=draws, seed=seed))
 
     def traces(i: int):
         """What forces plan i's acceptance in the run: its forced bits, or (--force-trace, emulated
@@ -465,10 +474,13 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
     corun_check = None if emulated else CorunCheck.for_run(profile, model, plans)
     if corun_check is not None:
         corun_check.measure("before the plans")
+    # --retime: the pieces timed right before AR and before every plan price it (profiler/piece_times.py)
+    retimer = Retimer.for_run(args, predict, model, heads_dir, emulated)
     ar_plan = Plan(Mode.AR)
     ar_tp_runs = [measure_ar_in_budget(model, job(ar_plan), cores, measure)] if cores > 1 else []
+    ar_scale = retimer.now("AR") if retimer else None
     ar_meas = measure(model, job(ar_plan))
-    ar_pred = predicted(ar_plan, timeline=True)
+    ar_pred = predicted(ar_plan, timeline=True, scale=ar_scale)
     rows = [vf.ValidationRow.from_results(ar_plan, ar_pred, ar_meas.result, ar_meas.result.tokens_per_s, None)]
     budget_speedup: list[float | None] = [1.0]  # each plan within the budget against AR on every core
     vf.write_plan_timelines(out, ar_plan, ar_pred, ar_meas.result, write_chrome_trace)
@@ -489,6 +501,7 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
             where = f"round {r + 1}/{rounds} " if rounds > 1 else ""
             print(f"[{where}{step + 1}/{len(plans)}] {plan.label()}{tag} ..." + (" (then AR again)" if bracket else ""),
                   flush=True, file=sys.stderr)  # progress: stdout stays the table, or JSON alone with --json
+            scale = retimer.now(plan.label()) if retimer else None
             meas = measure(model, job(plan, traces(i)))
             ar_ref = ar_runs[-1]
             if bracket:
@@ -504,32 +517,37 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
                 ar_tp_runs.append(measure_ar_in_budget(model, replace(job(ar_plan), warmup=0, repeats=1), cores,
                                                        measure))
                 tp_ref = (ar_tp_runs[-2] + ar_tp_runs[-1]) / 2
-            runs[i].append(RoundRun(meas, ar_ref, tp, tp_ref))
+            runs[i].append(RoundRun(meas, ar_ref, tp, tp_ref, scale))
     if corun_check is not None:
         corun_check.measure("after the plans")
     for i, plan in enumerate(plans):
         kept = median_round(runs[i])
         meas = kept.measurement
-        pred = predicted(plan, i, timeline=True)
+        pred = predicted(plan, i, timeline=True, scale=kept.scale)
         # a forced run commits the drafts it was told to accept: its output is not AR's by design
         match = None if forced[i] is not None else all(x.measurement.outputs == ar_meas.outputs for x in runs[i])
         row = vf.ValidationRow.from_results(plan, pred, meas.result, kept.ar_reference, match, forced_alpha=forced[i])
         if rounds > 1:
             row = replace(row, measured_speedup_rounds=[round(x.speedup, 4) for x in runs[i]])
         if twins and forced[i] is None:
-            row = row.with_in_sample(predicted(plan, i, engine="fast", in_sample=True).speedup_vs_ar)
+            row = row.with_in_sample(predicted(plan, i, engine="fast", in_sample=True,
+                                               scale=kept.scale).speedup_vs_ar)
+        if kept.scale is not None:  # beside it, what the profile's own prices said
+            row = row.with_profile_priced(predicted(plan, i, engine="fast").speedup_vs_ar, kept.scale.drift_pct())
         rows.append(row)
         vf.write_plan_timelines(out, plan, pred, meas.result, write_chrome_trace, forced_alpha=forced[i])
         if cores > 1:  # against AR on every core: the median of the rounds' own ratios
             budget_speedup.append(statistics.median(x.budget_speedup for x in runs[i]))
     if cores > 1:
-        same = [predicted(p, i - 1 if i else None, budget=cores, engine="fast").speedup_vs_ar_tp
+        scales = [ar_scale, *(median_round(r).scale for r in runs)]
+        same = [predicted(p, i - 1 if i else None, budget=cores, engine="fast", scale=scales[i]).speedup_vs_ar_tp
                 if cores in predict.parallel_units() else None for i, p in enumerate([ar_plan, *plans])]
         rows = [r.with_same_budget(pr, budget_speedup[i])
                 for i, (r, pr) in enumerate(zip(rows, same))]
     # each interval is carried to the row's own point (the in-sample point replays each prompt's trace)
     rows = [rows[0].with_interval(1.0, 1.0)] + \
-        [r.with_interval(*interval(p, i, r.predicted_speedup)) for i, (r, p) in enumerate(zip(rows[1:], plans))]
+        [r.with_interval(*interval(p, i, r.predicted_speedup, median_round(runs[i]).scale))
+         for i, (r, p) in enumerate(zip(rows[1:], plans))]
     sources = vf.prompt_sources(predicted_from=display_path(predict.path),
                                 prediction_prompt_ids=sides.prediction_ids, measured_prompt_ids=[str(i) for i in ids],
                                 measured_prompts=sides.measured_prompts, split=sides.split, overlap=sides.overlap)
@@ -542,7 +560,8 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
                                 "method": "bootstrap over the prediction prompts (replayed) x the profile's "
                                           "latency spread (sim/intervals.py); forced plans: the latency "
                                           "spread alone"},
-                      rounds=rounds, corun=corun_check.summary_args() if corun_check is not None else None)
+                      rounds=rounds, corun=corun_check.summary_args() if corun_check is not None else None,
+                      retime=retimer.summary(ar_scale) if retimer else None)
     vf.write_validation(out, doc)
     return doc
 
@@ -588,15 +607,65 @@ class CorunCheck:
         return {"profile_slowdown": self.profile_slowdown, "runs": list(self.runs)} if self.runs else None
 
 
+@dataclass
+class Retimer:
+    """`ppsd validate --retime`: the pieces of a decode step timed again right before AR and before
+    every plan (`profiler.piece_times.time_pieces`), so each is priced on the machine it ran on."""
+
+    profile: object
+    adapter: object
+    heads: object = None
+    taken: list = field(default_factory=list)  # (what ran next, PieceTimes), in time order
+
+    @classmethod
+    def for_run(cls, args, profile, model, heads_dir: str | None, emulated: bool) -> Retimer | None:
+        if not getattr(args, "retime", False):
+            return None
+        if emulated or profile.kind != "measured":
+            raise UserError("--retime times this machine's pieces against a measured profile",
+                            "drop --retime with --emulate or an estimated profile")
+        heads = None
+        if heads_dir and profile.latency.get("exit_heads"):
+            from profiler.heads.profiling import load_for_profile
+
+            heads = load_for_profile(heads_dir, model)
+        return cls(profile, model, heads)
+
+    def now(self, what: str):
+        """The PieceScale of the pieces timed now (before `what` runs)."""
+        from profiler.piece_times import time_pieces
+
+        got = time_pieces(self.profile, self.adapter, self.heads, repeats=RETIME_REPEATS)
+        self.taken.append((what, got))
+        s = got.summary()["pieces"]
+        print(f"  pieces now: layers {s['layers']['drift_pct']:+.1f}%, LM head {s['head']['drift_pct']:+.1f}% "
+              "against the profile", file=sys.stderr)
+        return got.scale
+
+    def summary(self, ar_scale) -> dict:
+        """validation.json's `retime`: how, every timing's drift, and the AR run's."""
+        return {"method": f"before AR and before every plan run: the pieces of one decode step timed "
+                          f"{RETIME_REPEATS} times (profiler/piece_times.py), each scaled by now / profiled; "
+                          "acceptance from the predicting profile alone",
+                "repeats": RETIME_REPEATS,
+                "ar_drift_pct": ar_scale.drift_pct() if ar_scale is not None else None,
+                "timings": [{"before": what, "drift_pct": got.scale.drift_pct()} for what, got in self.taken]}
+
+
+RETIME_REPEATS = 30  # steps timed per retiming (~2 s for SmolLM2-135M on a CPU)
+
+
 @dataclass(frozen=True)
 class RoundRun:
-    """One plan measured once (`ppsd validate --rounds`): its measurement, the AR speed around it, and
-    (with a budget of several cores) the plan's and AR's speed on all of them."""
+    """One plan measured once (`ppsd validate --rounds`): its measurement, the AR speed around it,
+    (with a budget of several cores) the plan's and AR's speed on all of them, and (`--retime`) the
+    pieces' scale timed right before it."""
 
     measurement: object
     ar_reference: float
     budget_tokens_per_s: float | None = None
     budget_ar_reference: float | None = None
+    scale: object = None
 
     @property
     def speedup(self) -> float:

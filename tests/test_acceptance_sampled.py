@@ -56,7 +56,7 @@ def test_beta_is_computed_along_the_sampled_trajectory_at_its_temperature(tiny):
     # the two temperatures sample different text, so their trajectories differ
     assert [r.token_ids for r in out[0.5]] != [r.token_ids for r in out[1.0]]
     table = sampled_table(out)
-    assert list(table.columns) == SAMPLED_COLUMNS
+    assert list(table.columns) == SAMPLED_COLUMNS + ["trajectory"] and set(table["trajectory"]) == {0}
     assert sorted(table["temperature"].unique()) == [0.5, 1.0]
     assert len(table) == sum(r.beta.size for rs in out.values() for r in rs)
 
@@ -90,3 +90,43 @@ def test_profile_cli_records_the_temperatures(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "--temperatures" in err and len(err.strip().splitlines()) == 1
     assert json.loads((out / "profile.json").read_text())["acceptance"]["temperature"] == 1.0  # legacy kept
+
+
+def test_several_trajectories_per_prompt_are_averaged_position_by_position(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PPSD_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "prof"
+    rc = main(["profile", "--model", "tiny-llama", "--limit", "2", "--max-new-tokens", "6", "--skip-latency",
+               "--no-hop", "--temperatures", "1.0", "--sampled-trajectories", "3", "--out", str(out)])
+    assert rc == 0
+    prof = load_profile(out)
+    sampled = prof.meta["acceptance"]["sampled"]
+    assert sampled["trajectories"] == 3
+    raw = prof.sampled_acceptance
+    assert sorted(raw["trajectory"].unique()) == [0, 1, 2]
+    assert ((raw["beta"] * 1000).round() - raw["beta"] * 1000).abs().max() < 1e-6  # written to 3 decimals
+    assert sampled["tokens"]["1"] == int(raw[raw["exit_layer"] == 1].shape[0])  # every trajectory's tokens
+    # the trajectories are different samples (seeds sample_seed, +1, +2) ...
+    one = raw[(raw["exit_layer"] == 1)]
+    per_traj = [tuple(g.sort_values(["prompt_id", "position"])["beta"].round(4)) for _, g in one.groupby("trajectory")]
+    assert len(set(per_traj)) == 3
+    # ... and a prediction reads each position's mean over them
+    rows = prof.beta_rows(1.0)
+    assert len(rows) == raw.groupby(["prompt_id", "exit_layer", "position"]).ngroups
+    pid = str(raw["prompt_id"].iloc[0])
+    want = raw[(raw["prompt_id"] == pid) & (raw["exit_layer"] == 2) & (raw["position"] == 0)]["beta"].mean()
+    got = rows[(rows["prompt_id"] == pid) & (rows["exit_layer"] == 2) & (rows["position"] == 0)]["beta"]
+    assert float(got.iloc[0]) == pytest.approx(float(want), abs=1e-6)
+    # trajectory 0 is what one trajectory with the same seed samples
+    rc = main(["profile", "--model", "tiny-llama", "--limit", "2", "--max-new-tokens", "6", "--skip-latency",
+               "--no-hop", "--temperatures", "1.0", "--out", str(tmp_path / "one")])
+    assert rc == 0
+    single = load_profile(tmp_path / "one").sampled_acceptance
+    assert set(single["trajectory"]) == {0}  # an older file without the column reads as trajectory 0
+    a = raw[raw["trajectory"] == 0].sort_values(["prompt_id", "exit_layer", "position"])["beta"].to_numpy()
+    b = single.sort_values(["prompt_id", "exit_layer", "position"])["beta"].to_numpy()
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    capsys.readouterr()
+    rc = main(["profile", "--model", "tiny-llama", "--temperatures", "1.0", "--sampled-trajectories", "0",
+               "--out", str(tmp_path / "bad")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--sampled-trajectories" in err and len(err.strip().splitlines()) == 1

@@ -517,3 +517,19 @@ def test_validation_page_warns_of_a_flagged_corun_drift(monkeypatch, tmp_path):
     at = _validation_page(monkeypatch, tmp_path, "validate-corun", lambda doc: doc.update(corun_summary(1.05, [1.21, 1.23])))
     warned = " ".join(w.value for w in at.warning)
     assert "two co-running processes slowed each other 1.220x" in warned and "1.23x" in warned and "re-profile" in warned
+
+
+def test_validation_page_shows_the_retimed_and_the_profile_priced_error(monkeypatch, tmp_path):
+    def edit(doc):
+        for r in doc["rows"][1:]:
+            r["predicted_speedup_profile"] = round(r["predicted_speedup"] * 1.1, 4)
+            r["speedup_error_profile_pct"] = 12.5
+            r["piece_drift_pct"] = {"layers": -11.0, "head": -36.0, "embedding": 0.0}
+        doc["retime"] = {"method": "m", "repeats": 30, "ar_drift_pct": None, "timings": [],
+                         "mape_speedup_profile_pct": 12.5, "worst_error_profile_pct": 12.5}
+
+    at = _validation_page(monkeypatch, tmp_path, "validate-retime", edit)
+    text = " ".join(m.value for m in at.markdown)
+    assert "timed right before it ran" in text and "**12.5%**" in text
+    table = at.dataframe[0].value
+    assert "predicted_speedup_profile" in table.columns and "speedup_error_profile_pct" in table.columns

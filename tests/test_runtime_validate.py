@@ -267,3 +267,55 @@ def test_corun_check_only_where_stages_co_run(tiny_profile, tmp_path):
     check = CorunCheck.for_run(with_table, Cpu, [eesd, ppsd])
     assert check.profile_slowdown == 1.1 and check.context == 8 and check.seconds == 0.2
     assert CorunCheck.for_run(load_profile(tiny_profile), Cpu, [ppsd]) is None  # no co-run table to compare with
+
+
+def test_validate_retime_prices_each_plan_with_the_pieces_timed_before_it(tiny_profile, tmp_path, capfd):
+    """--retime: the pieces are timed before AR and before every plan; each row is priced with them and
+    keeps the profile-priced prediction beside it."""
+    doc, err = _validate_json(["--profile", str(tiny_profile), "--plans", "eesd:2:3;ppsd:3:2", "--retime",
+                               "--out", str(tmp_path / "retime")], capfd)
+    assert err.count("pieces now: layers") == 3  # AR, then each plan
+    retime = doc["retime"]
+    assert [t["before"] for t in retime["timings"]][0] == "AR" and len(retime["timings"]) == 3
+    assert set(retime["ar_drift_pct"]) == {"layers", "head", "embedding"}
+    for r in doc["rows"][1:]:
+        assert r["predicted_speedup_profile"] > 0 and set(r["piece_drift_pct"]) == {"layers", "head", "embedding"}
+        assert r["speedup_error_profile_pct"] == pytest.approx(
+            100 * (r["predicted_speedup_profile"] - r["measured_speedup"]) / r["measured_speedup"], abs=0.01)
+    errs = [abs(r["speedup_error_profile_pct"]) for r in doc["rows"][1:]]
+    assert retime["mape_speedup_profile_pct"] == pytest.approx(sum(errs) / 2, abs=1e-3)
+    assert "predicted_speedup_profile" not in doc["rows"][0]
+
+
+def test_validate_retime_scales_the_price_by_the_drift(tiny_profile, tmp_path, capfd, monkeypatch):
+    """A machine whose every piece now takes twice the profiled time halves AR's predicted speed; a
+    head alone slowed moves the speedups of plans that run it a different number of times than AR."""
+    import profiler.piece_times as pt
+
+    def fake(factors):
+        def time_pieces(profile, adapter, heads=None, repeats=30, warmup=5):
+            then = {"layers": 10.0, "head": 4.0, "embedding": 0.1}
+            return pt.PieceTimes(8, repeats, {k: v * factors[k] for k, v in then.items()}, then)
+        return time_pieces
+
+    args = ["--profile", str(tiny_profile), "--plans", "eesd:2:3", "--retime"]
+    monkeypatch.setattr(pt, "time_pieces", fake({"layers": 2.0, "head": 2.0, "embedding": 2.0}))
+    slow, _ = _validate_json([*args, "--out", str(tmp_path / "slow")], capfd)
+    ar = slow["rows"][0]
+    base, _ = _validate_json(["--profile", str(tiny_profile), "--plans", "eesd:2:3", "--out", str(tmp_path / "b")],
+                             capfd)
+    assert ar["predicted_tokens_per_s"] == pytest.approx(base["rows"][0]["predicted_tokens_per_s"] / 2, rel=0.02)
+    assert slow["rows"][1]["piece_drift_pct"] == {"layers": 100.0, "head": 100.0, "embedding": 100.0}
+    assert slow["rows"][1]["predicted_speedup"] == pytest.approx(slow["rows"][1]["predicted_speedup_profile"],
+                                                                 rel=0.02)  # uniform drift: speedups hold
+    monkeypatch.setattr(pt, "time_pieces", fake({"layers": 1.0, "head": 3.0, "embedding": 1.0}))
+    heavy, _ = _validate_json([*args, "--out", str(tmp_path / "heavy")], capfd)
+    # EESD runs the LM head on every draft and every verification: a dearer head costs it more than AR
+    assert heavy["rows"][1]["predicted_speedup"] < heavy["rows"][1]["predicted_speedup_profile"] * 0.98
+
+
+def test_validate_retime_refuses_emulated_devices(tiny_profile, tmp_path, capsys):
+    rc = main(["validate", "--emulate", str(tiny_profile), "--retime", "--plans", "ppsd:3:2",
+               "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--retime" in err and len(err.strip().splitlines()) == 1

@@ -64,6 +64,14 @@ for key, what in (("machine_drift", "AR against the profile's price"),
     if drift.get("note"):  # the machine's state then and now: a flagged drift makes PPSD figures stale
         (st.warning if drift.get("flagged") else st.caption)(f"Machine drift ({what}): {drift['note']}.")
 
+retime = meta.get("retime") or {}
+if retime.get("mape_speedup_profile_pct") is not None:  # `ppsd validate --retime`
+    st.markdown("Each plan is priced with the pieces of a decode step **timed right before it ran** (layers, LM "
+                "head, embedding, exit heads; acceptance still from the predicting profile alone). Priced from the "
+                f"profile's own latency instead, the speedup MAPE is **{theme.fmt_pct(retime['mape_speedup_profile_pct'])}**"
+                f" (worst {theme.fmt_pct(retime.get('worst_error_profile_pct'))}): the difference is the machine "
+                "drifting since the profile.")
+
 noise = meta.get("measurement_noise") or {}
 if noise.get("plans"):
     st.markdown(f"Measured in **{meta.get('rounds')} rounds** (every plan once a round, in alternating order, each "
@@ -89,6 +97,7 @@ st.plotly_chart(charts.predicted_vs_measured(rows), key="chart_validation")
 st.subheader("Per-plan error")
 show = [c for c in vf.CSV_COLUMNS + ["predicted_speedup_lo", "predicted_speedup_hi", "forced_alpha",
                                      "predicted_speedup_in_sample", "speedup_error_in_sample_pct",
+                                     "predicted_speedup_profile", "speedup_error_profile_pct",
                                      "measured_speedup_rounds"]
         if c in rows.columns and (c in vf.CSV_COLUMNS or rows[c].notna().any())]
 st.dataframe(
@@ -111,6 +120,10 @@ st.dataframe(
             "predicted in sample ×", format="%.2f×", help="What the in-sample prediction (the measured prompts' own "
             "acceptance traces) said for the same run, beside the out-of-sample prediction."),
         "speedup_error_in_sample_pct": st.column_config.NumberColumn("in-sample error", format="%.1f%%"),
+        "predicted_speedup_profile": st.column_config.NumberColumn(
+            "predicted, profile's prices ×", format="%.2f×", help="`ppsd validate --retime`: the prediction priced "
+            "from the profile's latency, beside the row's, priced with the pieces timed right before the plan ran."),
+        "speedup_error_profile_pct": st.column_config.NumberColumn("error, profile's prices", format="%.1f%%"),
         "measured_speedup_rounds": st.column_config.TextColumn(
             "measured × per round", help="`ppsd validate --rounds`: the speedup of each round, each against "
             "its own AR runs; the row shows the median round."),
