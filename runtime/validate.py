@@ -411,18 +411,31 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
         bits = [(rng.random(n) < alpha).astype(float) for n in max_new]
         return iv.PromptTraces(int(p.exit_layer), [str(x) for x in ids], bits, list(targets.start_context))
 
+    views: dict[tuple[int, int], object] = {}  # (profile, scale) -> its retimed view, made once per plan
+
+    def priced(src, scale):
+        """`src` priced with `scale` (`--retime`; None: its own tables), one view per pair: a view
+        keeps its own caches (thread tables, beta rows), so the prediction, its twin, its interval
+        and its same-budget figure share it."""
+        if scale is None:
+            return src
+        key = (id(src), id(scale))
+        if key not in views:
+            views[key] = src.retimed(scale)
+        return views[key]
+
     def predicted(p: Plan, i: int | None = None, *, timeline: bool = False, budget: int | None = None,
                   engine: str = "event", in_sample: bool | None = None, scale=None):
         """The prediction of a plan (plan index i; None for AR) for the measured prompts (see above),
         priced from the profile, or with `scale` (`--retime`) from the pieces as timed before it ran."""
         in_sample = sides.in_sample if in_sample is None else in_sample
-        price = predict if scale is None else predict.retimed(scale)
+        price = priced(predict, scale)
         if i is not None and forced[i] is not None:
             tr = forced_traces(i)
             stream = iv.overlay_stream(tr, list(range(len(tr))), targets)
         elif in_sample:
             src = predict if sides.in_sample else profile  # the measured prompts' own traces
-            src = src if scale is None else src.retimed(scale)
+            src = priced(src, scale)
             return simulate(src, resolve_plan(p, src), acceptance="trace", prompt_ids=ids,
                             timeline=timeline, budget=budget, engine=engine)
         elif p.exit_layer is None:
@@ -432,7 +445,7 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
         return simulate_stream(price, p, stream, engine=engine, timeline=timeline, budget=budget, seed=seed)
 
     def interval(p: Plan, i: int | None, point: float, scale=None) -> tuple[float, float]:
-        price = predict if scale is None else predict.retimed(scale)
+        price = priced(predict, scale)
         plan = resolve_plan(p, price)
         if i is not None and forced[i] is not None:  # acceptance is fixed: the latency spread alone
             lat = iv.replay_interval(price, plan, None, targets=targets, draws=draws, seed=seed)
