@@ -75,7 +75,18 @@ def write_plan_timelines(folder: str | Path, plan, predicted, measured, write, f
     `sim.timeline.write_chrome_trace`) under their `timeline_path` names."""
     title = plan.label() + ("" if forced_alpha is None else f" forced α={forced_alpha:g}")
     write(timeline_path(folder, plan, MEASURED, forced_alpha), measured.timeline, f"{title} measured")
-    write(timeline_path(folder, plan, SIMULATED, forced_alpha), predicted.timeline, f"{title} simulated")
+    write(timeline_path(folder, plan, SIMULATED, forced_alpha), clip_to_span(predicted.timeline, measured.timeline),
+          f"{title} simulated")
+
+
+def clip_to_span(events, reference):
+    """`events` that start within `reference`'s span. An out-of-sample prediction replays every
+    predicting prompt's trace (several times the measured tokens: sim/intervals.py: pooled_stream);
+    its timeline is laid beside the measured one on one time axis, so only that stretch is kept."""
+    if not events or not reference:
+        return events
+    end = max(e.start_s + e.dur_s for e in reference)
+    return [e for e in events if e.start_s < end]
 
 
 def timeline_files(folder: str | Path) -> dict[str, dict[str, Path]]:

@@ -75,6 +75,8 @@ def register(sub) -> None:
                    "measured ones are disjoint. With --emulate, e.g. an analytic estimate of a measured GPU profile")
     v.add_argument("--prompts", metavar="FILE", help="measure these prompts (Spec-Bench JSONL, spec-bench, or builtin) "
                    "instead of the profile's; each generates the profile's recorded number of new tokens")
+    v.add_argument("--unseen", action="store_true", help="with --prompts: measure only prompts the predicting "
+                   "profile never traced and (with --heads) the exit heads were not trained on")
     v.add_argument("--split", type=float, metavar="F", help="split the profile's prompts: in each category the first "
                    "fraction F predict (their recorded acceptance), the others are measured (out of sample)")
     v.add_argument("--draws", type=int, default=200, metavar="B",

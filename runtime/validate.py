@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -112,6 +113,8 @@ def validate_command(args) -> int:
     prompts_file = getattr(args, "prompts", None)
     split = getattr(args, "split", None)
     _check_sources(args.profile, emulate, predict_from, prompts_file, split)
+    if getattr(args, "unseen", False) and not prompts_file:
+        raise UserError("--unseen picks among the prompts of --prompts FILE", "give --prompts FILE (or spec-bench)")
     if int(getattr(args, "draws", 200)) < 20:
         raise UserError(f"--draws {args.draws} is too few for a 90% interval", "give --draws 20 or more (default 200)")
     rounds = getattr(args, "rounds", None)
@@ -154,7 +157,8 @@ def validate_command(args) -> int:
                            if profile.meta["hardware"].get("device") in ("cpu", "cuda") else "cpu",
                            profile.meta["model"].get("dtype", "float32"))
         if prompts_file:
-            gens = prompt_generations(model, prompts_file, args.limit, profile)
+            gens = prompt_generations(model, prompts_file, args.limit, profile,
+                                      unseen_exclusions(predict, heads_dir) if getattr(args, "unseen", False) else ())
         else:
             gens = pick_round_robin(profile.generations(), 0)
     sides = split_sides(predict, head, gens, split, args.limit, prompts_file=prompts_file, emulated=bool(emulate))
@@ -251,6 +255,20 @@ def breakdown_lines(doc: dict) -> list[str]:
     return out
 
 
+def unseen_exclusions(predict, heads_dir: str | None) -> list[set[str]]:
+    """What `--unseen` leaves out of the measured prompts: the predicting profile's prompts (ids and
+    texts) and, with --heads, the prompts those exit heads were trained on."""
+    seen = {str(i) for i in predict.acceptance["prompt_id"].unique()} if predict.has_acceptance else set()
+    seen |= {str(g["prompt_id"]) for g in predict.generations()} | \
+        {g["prompt"] for g in predict.generations() if g.get("prompt")}
+    out = [seen]
+    if heads_dir:
+        from profiler.heads.store import read_meta
+
+        out.append({str(i) for i in (read_meta(heads_dir).training or {}).get("train_prompt_ids") or []})
+    return out
+
+
 def _check_sources(profile: str | None, emulate: str | None, predict_from: str | None,
                    prompts_file: str | None = None, split: float | None = None) -> None:
     if not profile and not emulate and not predict_from:
@@ -284,13 +302,21 @@ class Sides:
     split: float | None = None
 
 
-def prompt_generations(model, prompts_file: str, limit: int | None, profile) -> list[dict]:
+def prompt_generations(model, prompts_file: str, limit: int | None, profile,
+                       exclude: Sequence[set[str]] = ()) -> list[dict]:
     """Measured prompts from a prompt file (Spec-Bench JSONL, spec-bench, or the built-in set),
     taken round-robin over categories, encoded as the profiler encodes them, each generating the
-    profile's recorded number of new tokens."""
+    profile's recorded number of new tokens. `exclude`: sets of prompt ids and texts to leave out
+    (`--unseen`: the predicting profile's prompts, the exit heads' training prompts)."""
     from profiler.prompts import load_prompts
 
     prompts = load_prompts(None if prompts_file == "builtin" else prompts_file)
+    if exclude:
+        drop = set().union(*exclude)
+        prompts = [p for p in prompts if str(p.prompt_id) not in drop and p.text not in drop]
+        if not prompts:
+            raise UserError(f"--unseen leaves no prompt of {prompts_file} to measure",
+                            "give a prompt file with prompts the profile and the heads never saw")
     rows = [{"prompt_id": p.prompt_id, "category": p.category, "prompt": p.text} for p in prompts]
     max_new = int((profile.meta.get("acceptance") or {}).get("max_new_tokens") or 64)
     return [{**g, "prompt_tokens": model.encode_prompt(g["prompt"]), "token_ids": [0] * max_new}
@@ -447,11 +473,13 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
     def interval(p: Plan, i: int | None, point: float, scale=None) -> tuple[float, float]:
         price = priced(predict, scale)
         plan = resolve_plan(p, price)
-        if i is not None and forced[i] is not None:  # acceptance is fixed: the latency spread alone
-            lat = iv.replay_interval(price, plan, None, targets=targets, draws=draws, seed=seed)
+        if i is not None and forced[i] is not None:  # acceptance is fixed: the latency and measurement spreads
+            lat = iv.replay_interval(price, plan, None, targets=targets, draws=draws, seed=seed,
+                                     measurement_cv=noise_cv)
             return point * lat.lo, point * lat.hi
         tr = traces_of(plan.exit_layer, plan.exit_head) if plan.exit_layer is not None else None
-        return _around(point, iv.replay_interval(price, plan, tr, targets=targets, draws=draws, seed=seed))
+        return _around(point, iv.replay_interval(price, plan, tr, targets=targets, draws=draws, seed=seed,
+                                                 measurement_cv=noise_cv))
 
     def traces(i: int):
         """What forces plan i's acceptance in the run: its forced bits, or (--force-trace, emulated
@@ -557,10 +585,15 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
                 if cores in predict.parallel_units() else None for i, p in enumerate([ar_plan, *plans])]
         rows = [r.with_same_budget(pr, budget_speedup[i])
                 for i, (r, pr) in enumerate(zip(rows, same))]
-    # each interval is carried to the row's own point (the in-sample point replays each prompt's trace)
+    # each interval is carried to the row's own point (the in-sample point replays each prompt's trace);
+    # it is meant to hold a measured speedup, so it also carries the measurement's own noise, which the
+    # AR runs around the plans show (0 when AR ran once)
+    noise_cv = iv.measurement_cv(ar_runs)
     rows = [rows[0].with_interval(1.0, 1.0)] + \
         [r.with_interval(*interval(p, i, r.predicted_speedup, median_round(runs[i]).scale))
          for i, (r, p) in enumerate(zip(rows[1:], plans))]
+    strata_from = next(((p.exit_layer, p.exit_head) for p, a in zip(plans, forced)
+                        if a is None and p.exit_layer is not None), None)
     sources = vf.prompt_sources(predicted_from=display_path(predict.path),
                                 prediction_prompt_ids=sides.prediction_ids, measured_prompt_ids=[str(i) for i in ids],
                                 measured_prompts=sides.measured_prompts, split=sides.split, overlap=sides.overlap)
@@ -570,9 +603,14 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
                       ar_reference="bracketed" if bracket else "once", ar_tokens_per_s_runs=ar_runs,
                       budget=f"{cores} cores" if cores > 1 else None, emulated=emulated, sources=sources,
                       interval={"level": iv.LEVEL, "prompts_n": len(gens), "draws": draws, "seed": seed,
-                                "method": "bootstrap over the prediction prompts (replayed) x the profile's "
-                                          "latency spread (sim/intervals.py); forced plans: the latency "
-                                          "spread alone"},
+                                "method": "bootstrap over the prediction prompts (replayed; each measured "
+                                          "prompt draws from its own category's where the profile traced "
+                                          f"at least {iv.MIN_STRATUM}) x the profile's latency spread "
+                                          "(sim/intervals.py) x the measurement's noise (measurement_cv); "
+                                          "forced plans: the two spreads alone",
+                                "measurement_cv": round(noise_cv, 5),
+                                "strata": None if sides.in_sample or strata_from is None
+                                else strata_summary(gens, traces_of(*strata_from))},
                       rounds=rounds, corun=corun_check.summary_args() if corun_check is not None else None,
                       retime=retimer.summary(ar_scale) if retimer else None)
     vf.write_validation(out, doc)
@@ -689,6 +727,19 @@ class RoundRun:
         if self.budget_tokens_per_s is None or not self.budget_ar_reference:
             return None
         return self.budget_tokens_per_s / self.budget_ar_reference
+
+
+def strata_summary(gens: list[dict], traces) -> dict[str, int]:
+    """Per measured category, how many prediction prompts of that category predict it out of
+    sample (sim/intervals.py: strata); 0: too few, every prediction prompt does."""
+    from sim import intervals as iv
+
+    cats = list(traces.categories or [])
+    out = {}
+    for c in dict.fromkeys(str(g.get("category")) for g in gens):
+        n = cats.count(c)
+        out[c] = n if n >= iv.MIN_STRATUM else 0
+    return out
 
 
 def median_round(runs: list[RoundRun]) -> RoundRun:

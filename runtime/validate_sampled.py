@@ -127,7 +127,9 @@ def measure_and_predict(args, profile, model, plans: list[Plan], head: str, out:
             have = set()
         if set(ids) <= have:  # the measured profile sampled these prompts: in-sample twins
             max_new, twins = sampled_lengths(profile, temperature, head, gens), True
-    targets = iv.Targets(tuple(float(len(p)) for p in prompts), tuple(max_new))
+    cats = tuple(None if g.get("category") is None else str(g["category"]) for g in gens)
+    targets = iv.Targets(tuple(float(len(p)) for p in prompts), tuple(max_new),
+                         cats if any(c is not None for c in cats) else None)
     where = {"sides": sides, "targets": targets, "head": head}
 
     def job(p: Plan, seed: int, warmup: int, repeats: int, timeline: bool) -> Job:

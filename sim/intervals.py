@@ -7,7 +7,8 @@ varies for two reasons the profile itself measures:
   n other prompts. Each bootstrap draw picks n of the predicting profile's prompts with replacement
   and lays their traces over the prompts the question is about (their prompt and generation
   lengths): the spread of what n new prompts show, not the spread of the profile's mean (which
-  shrinks with the profile's size, not with n). Fewer prompts, wider interval.
+  shrinks with the profile's size, not with n). Fewer prompts, wider interval. Where the targets'
+  categories are known, each draws from the predicting prompts of its own category (`strata`).
 - **latency drifts.** A run's relative costs sit off the tables by about one step's spread: the
   profile's whole-step p10/p90 (robust cv = (p90 − p10) / (2 · 1.2816 · median)), for PPSD at least
   the pipeline probe's pass spread (`pass_cv`). It is systematic within a run (a machine running
@@ -43,6 +44,7 @@ DEFAULT_PROMPTS_N = 8  # the prompts `ppsd validate` measures by default (--limi
 REPLAY_DRAWS = 200
 SWEEP_DRAWS = 1000
 _Z90 = 1.2815515655446004  # the normal's 90th percentile: p10..p90 spans 2 · 1.2816 σ
+MIN_STRATUM = 3  # predicting prompts a category needs before its targets are predicted from it alone
 GRID = 9  # α points the closed form is evaluated at per plan (interpolated in between)
 
 
@@ -125,9 +127,20 @@ class PromptTraces:
     prob: list[np.ndarray]
     start_context: list[float]
     sampled: bool = False
+    categories: list[str] | None = None  # each prompt's category (None: not known)
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
+
+    def by_category(self, category: str | None) -> list[int]:
+        """The prompts of `category`, when it has at least MIN_STRATUM of them here; else every prompt
+        (two prompts' mean is noisier than the whole pool's bias: a category's prompts differ by
+        up to 0.4 in acceptance among themselves)."""
+        if category is not None and self.categories:
+            mine = [i for i, c in enumerate(self.categories) if c == category]
+            if len(mine) >= MIN_STRATUM:
+                return mine
+        return list(range(len(self.prompt_ids)))
 
     @property
     def alpha(self) -> float:
@@ -145,7 +158,7 @@ def prompt_traces(profile, exit_layer: int, *, head: str = SHARED, prompt_ids: S
                         f"use an exit layer in {sorted(table)}")
     keep = set(map(str, prompt_ids)) if prompt_ids is not None else None
     sampled = bool(temperature and temperature > 0)
-    ids, prob, ctx = [], [], []
+    ids, prob, ctx, cats = [], [], [], []
     for i, pid in enumerate(tr.prompt_ids):
         if keep is not None and pid not in keep:
             continue
@@ -156,11 +169,12 @@ def prompt_traces(profile, exit_layer: int, *, head: str = SHARED, prompt_ids: S
         ids.append(pid)
         prob.append(tr.beta[i].astype(float) if sampled else tr.match[i].astype(float))
         ctx.append(float(tr.start_context[i]))
+        cats.append(str(tr.categories[i]))
     if not ids:
         raise UserError(f"no prompt of profile {profile.path} has acceptance positions at exit {exit_layer}"
                         + (f" among {len(keep)} prediction prompts" if keep is not None else ""),
                         "predict from prompts the profile traced")
-    return PromptTraces(int(exit_layer), ids, prob, ctx, sampled)
+    return PromptTraces(int(exit_layer), ids, prob, ctx, sampled, cats)
 
 
 def _trace_table(profile, head: str, temperature: float) -> dict:
@@ -182,6 +196,7 @@ class Targets:
 
     start_context: tuple[float, ...]
     lengths: tuple[int, ...]
+    categories: tuple[str | None, ...] | None = None  # each target's category, when known
 
     @classmethod
     def from_generations(cls, gens: Sequence[dict]) -> Targets:
@@ -189,7 +204,12 @@ class Targets:
             pt = g.get("prompt_tokens")
             return float(len(pt) if isinstance(pt, (list, tuple)) else (pt or g.get("prompt_len") or 0))
 
-        return cls(tuple(plen(g) for g in gens), tuple(max(1, len(g.get("token_ids") or [])) for g in gens))
+        cats = tuple(None if g.get("category") is None else str(g["category"]) for g in gens)
+        return cls(tuple(plen(g) for g in gens), tuple(max(1, len(g.get("token_ids") or [])) for g in gens),
+                   cats if any(c is not None for c in cats) else None)
+
+    def category(self, i: int) -> str | None:
+        return self.categories[i] if self.categories else None
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -206,16 +226,43 @@ def overlay_stream(traces: PromptTraces, picks: Sequence[int], targets: Targets,
     return _stream(segs, ctx, traces.sampled, rng, "trace-overlay")
 
 
+def strata(traces: PromptTraces, targets: Targets) -> list[tuple[list[int], list[int]]]:
+    """(predicting prompts, targets) per stratum. Targets of a category the predicting profile traced
+    with at least MIN_STRATUM prompts are predicted from that category's prompts alone: acceptance
+    differs several-fold between categories (at exit 24 the shared head matches 0.11 on translation
+    and 0.38 on coding), so a measured set whose mix differs from the profile's would be mispredicted
+    by the mix alone. The others, and every target when categories are not known, are predicted
+    from every predicting prompt."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i in range(len(targets)):
+        groups.setdefault(tuple(traces.by_category(targets.category(i))), []).append(i)
+    return [(list(src), tgt) for src, tgt in groups.items()]
+
+
 def pooled_stream(traces: PromptTraces, targets: Targets, seed: int = 0) -> Stream:
-    """Every predicting prompt's trace, one after another, cut into the targets' lengths (wrapping
-    round): the point prediction for prompts the profile never saw. Position order within a trace
-    (runs of matches) is kept; no measured trace is read."""
-    pool = np.concatenate(traces.prob)
-    total = int(sum(targets.lengths))
-    flat = np.resize(pool, total)
-    cuts = np.cumsum([0, *targets.lengths])
-    segs = [flat[cuts[i]:cuts[i + 1]] for i in range(len(targets))]
-    ctx = [targets.start_context[i] + np.arange(targets.lengths[i], dtype=float) for i in range(len(targets))]
+    """The point prediction for prompts the profile never saw. Per stratum (`strata`), its
+    predicting prompts' traces one after another, cut into generations of its targets' lengths and
+    contexts, the targets cycled until the pool is spent, so every predicting position counts once.
+    (Cutting only sum(targets) positions would read the first few predicting prompts alone: 8
+    targets of 64 tokens read 8 of 26 prompts, from the categories listed first.) Strata get
+    R · (their targets' tokens) positions with one R for all, so each weighs as its share of the
+    targets (a pool shorter than that wraps round). Position order within a trace (runs of matches)
+    is kept; no measured trace is read."""
+    groups = strata(traces, targets)
+    pools = [np.concatenate([traces.prob[j] for j in src]) for src, _ in groups]
+    want = [int(sum(targets.lengths[i] for i in tgt)) for _, tgt in groups]
+    rounds = max(max(len(p) / w, 1.0) for p, w in zip(pools, want))
+    segs, ctx = [], []
+    for pool, w, (_, tgt) in zip(pools, want, groups):
+        total = max(int(round(rounds * w)), w)
+        flat = np.resize(pool, total)
+        at, i = 0, 0
+        while at < total:
+            k = tgt[i % len(tgt)]
+            n = min(int(targets.lengths[k]), total - at)  # the last generation may stop short: the pool is spent
+            segs.append(flat[at:at + n])
+            ctx.append(targets.start_context[k] + np.arange(n, dtype=float))
+            at, i = at + n, i + 1
     rng = np.random.default_rng([int(seed), traces.exit_layer, 11])
     return _stream(segs, ctx, traces.sampled, rng, "trace-pooled")
 
@@ -242,13 +289,15 @@ def _stream(segs, ctx, sampled: bool, rng, source: str) -> Stream:
 # --- replayed draws (one plan) -----------------------------------------------------------------------
 def replay_interval(profile, plan: Plan, traces: PromptTraces | None, *, targets: Targets | None = None,
                     prompts_n: int | None = None, draws: int = REPLAY_DRAWS, seed: int = 0,
-                    level: float = LEVEL) -> Interval:
+                    level: float = LEVEL, measurement_cv: float = 0.0) -> Interval:
     """The interval of a resolved plan's speedup_vs_ar for `targets` (each draw lays n = len(targets)
     resampled prompts' traces over them), or without targets for `prompts_n` prompts drawn from the
-    profile's own (their traces at their own lengths). `traces` None: latency spread only."""
+    profile's own (their traces at their own lengths). `traces` None: latency spread only.
+    `measurement_cv`: the noise of one measured speedup (`measurement_cv`), for an interval meant to
+    hold a measurement rather than the speed itself; it adds to the latency spread in quadrature."""
     from sim.run import run_plan
 
-    cv = latency_cv(profile, plan)
+    cv = float(np.hypot(latency_cv(profile, plan), max(float(measurement_cv), 0.0)))
     n = len(targets) if targets is not None else check_prompts_n(prompts_n)
     if plan.mode is Mode.AR:
         return Interval(1.0, 1.0, level, n, 0, "exact", 0.0)
@@ -257,14 +306,30 @@ def replay_interval(profile, plan: Plan, traces: PromptTraces | None, *, targets
     if traces is None:
         return _latency_only(profile, plan, n, draws, level, cv, z)
     out = np.empty(draws)
+    pick_from = ([np.asarray(traces.by_category(targets.category(i))) for i in range(n)] if targets is not None
+                 else [np.arange(len(traces))] * n)  # each target draws from its own category (see `strata`)
     for b in range(draws):
-        picks = rng.integers(0, len(traces), size=n)
+        picks = [int(src[rng.integers(0, len(src))]) for src in pick_from]
         tg = targets if targets is not None else Targets(tuple(traces.start_context[j] for j in picks),
                                                           tuple(len(traces.prob[j]) for j in picks))
         stats, ar_ms = run_plan(profile, plan, overlay_stream(traces, picks, tg, rng), "fast", False)
         out[b] = ar_ms / stats.time_ms if stats.time_ms > 0 else np.nan
     lo, hi = _quantiles(out * np.exp(cv * z), level)
     return Interval(lo, hi, level, n, draws, "replay", cv)
+
+
+def measurement_cv(ar_runs: Sequence[float]) -> float:
+    """The noise of one measured speedup, from the AR runs a validation measured around its plans
+    (each plan against the mean of the AR runs just before and after it). With independent noise σ
+    per measurement, consecutive AR runs differ by log-sd √2·σ and a plan's speedup carries
+    σ·√(1 + 1/2): so √(3/4) times the log-sd of consecutive AR ratios (robust: p10..p90). 0 with
+    fewer than three AR runs."""
+    a = np.asarray([x for x in ar_runs if x and x > 0], dtype=float)
+    if len(a) < 3:
+        return 0.0
+    d = np.diff(np.log(a))
+    sd = (np.percentile(d, 90) - np.percentile(d, 10)) / (2 * _Z90)
+    return float(np.sqrt(0.75) * sd)
 
 
 def _latency_only(profile, plan, n, draws, level, cv, z, point: float = 1.0) -> Interval:

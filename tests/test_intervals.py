@@ -105,10 +105,10 @@ def test_one_prompt_profile_has_no_acceptance_spread(tmp_path):
 
 def test_overlay_follows_the_targets_lengths_and_never_their_traces(prof):
     tr = iv.prompt_traces(prof, 6, prompt_ids=["p0", "p1"])
-    assert tr.prompt_ids == ["p0", "p1"]
+    assert tr.prompt_ids == ["p0", "p1"] and tr.categories == ["c", "c"]
     targets = iv.Targets((100.0, 300.0, 50.0), (10, 130, 7))
     s = iv.pooled_stream(tr, targets)
-    assert s.tokens == 147 and list(np.flatnonzero(s.seg_start)) == [0, 10, 140]
+    assert s.tokens == 147 and list(np.flatnonzero(s.seg_start)) == [0, 10, 140]  # the pool (96) wraps to 147
     assert s.context[0] == 100 and s.context[10] == 300 and s.context[139] == 429 and s.context[140] == 50
     pool = np.concatenate(tr.prob)
     assert np.array_equal(s.match, np.resize(pool, 147) >= 0.5)  # only the prediction prompts' matches
@@ -118,6 +118,59 @@ def test_overlay_follows_the_targets_lengths_and_never_their_traces(prof):
     # a simulated run on the pooled stream has the targets' prefill and generations
     r = simulate_stream(prof, Plan("ppsd", 6, stages=2), s, engine="fast")
     assert r.tokens == 147 and r.details.generations == 3
+
+
+def test_pooled_point_reads_every_prediction_prompt_once(prof):
+    """A pool longer than the targets is spent whole (the targets cycled), not cut after the first
+    prompts: with 6 prompts of 48 tokens over 2 targets of 40, the first two prompts alone would give
+    their α, not the pool's."""
+    tr = iv.prompt_traces(prof, 6)
+    pool = np.concatenate(tr.prob)
+    targets = iv.Targets((64.0, 80.0), (40, 40))
+    s = iv.pooled_stream(tr, targets)
+    assert s.tokens == len(pool) and np.array_equal(s.match, pool >= 0.5)
+    assert s.alpha == pytest.approx(tr.alpha) and abs(tr.alpha - pool[:80].mean()) > 0.05
+    starts = np.flatnonzero(s.seg_start)
+    assert list(np.diff(starts)) == [40] * (len(starts) - 1) and len(pool) - starts[-1] <= 40
+    assert s.context[0] == 64 and s.context[40] == 80 and s.context[80] == 64  # the targets in turn
+
+
+def _categorised(path, cats):
+    """A synthetic profile whose prompts carry the given categories; category "hi" accepts always,
+    the others never."""
+    meta = synthetic_meta(num_layers=N, layer_ms=1.0, head_ms=3.0, hop_ms=0.05)
+    rows, gens = [], []
+    for p, c in enumerate(cats):
+        pid = f"p{p}"
+        gens.append({"prompt_id": pid, "category": c, "prompt": f"prompt {p}", "prompt_tokens": [1] * 40,
+                     "token_ids": [0] * 16})
+        for e in range(1, N):
+            rows += [(SHARED, pid, c, e, i, int(c == "hi"), float(c == "hi")) for i in range(16)]
+    acc = pd.DataFrame(rows, columns=["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"])
+    meta["acceptance"] = {"temperature": 0.0, "max_new_tokens": 16, "prompt_set": "test",
+                          "num_prompts": len(cats), "categories": sorted(set(cats)), "heads": [SHARED]}
+    save_profile(path, meta, acceptance=acc, generations=gens)
+    return load_profile(path)
+
+
+def test_targets_of_a_well_traced_category_are_predicted_from_it_alone(tmp_path):
+    p = _categorised(tmp_path / "cat", ["hi", "hi", "hi", "lo", "lo", "lo", "few", "few"])
+    tr = iv.prompt_traces(p, 6)
+    assert tr.categories == ["hi"] * 3 + ["lo"] * 3 + ["few"] * 2
+    assert tr.by_category("hi") == [0, 1, 2] and tr.by_category("few") == list(range(8))  # < MIN_STRATUM
+    assert tr.by_category(None) == list(range(8)) and tr.by_category("unseen") == list(range(8))
+    only_hi = iv.Targets((40.0,), (16,), ("hi",))
+    assert iv.pooled_stream(tr, only_hi).alpha == 1.0  # the pool is 3/8 "hi"; a "hi" workload accepts all
+    assert iv.pooled_stream(tr, iv.Targets((40.0,), (16,))).alpha == pytest.approx(3 / 8)  # no category known
+    mixed = iv.Targets((40.0, 40.0, 40.0, 40.0), (16, 16, 16, 16), ("hi", "lo", "lo", "lo"))
+    s = iv.pooled_stream(tr, mixed)
+    assert s.alpha == pytest.approx(1 / 4)  # each stratum weighs as its share of the targets' tokens
+    assert [(sorted(src), tgt) for src, tgt in iv.strata(tr, mixed)] == [([0, 1, 2], [0]), ([3, 4, 5], [1, 2, 3])]
+    # the bootstrap draws each target's prompts from its own stratum: a "hi" workload has no spread
+    plan = resolve_plan(Plan("ppsd", 6, stages=2), p)
+    i = iv.replay_interval(p, plan, tr, targets=only_hi, draws=30)
+    point = simulate_stream(p, plan, iv.pooled_stream(tr, only_hi), engine="fast").speedup_vs_ar
+    assert i.latency_cv == 0.0 and i.lo == pytest.approx(point) and i.hi == pytest.approx(point)
 
 
 def test_sweep_intervals_hold_every_point_and_narrow_with_more_prompts(prof):
@@ -175,3 +228,18 @@ def test_coverage_counts_speculative_rows_with_intervals():
             {"mode": "eesd", "measured_speedup": 0.7}]
     assert iv.coverage(rows) == (0.5, 2)
     assert iv.coverage(rows[:1]) == (None, 0)
+
+
+def test_measurement_noise_comes_from_the_ar_runs_and_widens_the_interval(prof):
+    assert iv.measurement_cv([20.0, 20.0]) == 0.0 and iv.measurement_cv([20.0] * 6) == 0.0
+    rng = np.random.default_rng(1)
+    runs = 20.0 * np.exp(0.02 * rng.standard_normal(4000))  # each AR run off by 2%
+    # a speedup (a plan against the mean of the AR runs around it) carries 2% · √1.5
+    assert iv.measurement_cv(runs) == pytest.approx(0.02 * np.sqrt(1.5), rel=0.08)
+    plan = resolve_plan(PLANS[0], prof)
+    traces = iv.prompt_traces(prof, 6)
+    quiet = iv.replay_interval(prof, plan, traces, prompts_n=4, draws=60)
+    noisy = iv.replay_interval(prof, plan, traces, prompts_n=4, draws=60, measurement_cv=0.05)
+    assert noisy.lo < quiet.lo and noisy.hi > quiet.hi and noisy.latency_cv == pytest.approx(0.05)
+    lat = iv.replay_interval(prof, plan, None, prompts_n=4, draws=400, measurement_cv=0.05)
+    assert np.log(lat.hi / lat.lo) == pytest.approx(2 * 1.645 * 0.05, rel=0.2)  # the latency-only interval

@@ -41,6 +41,9 @@ def test_validate_writes_the_folder_and_the_outputs_match_ar(tiny_profile, tmp_p
     # AR is measured again after each plan; each speedup is against the two AR runs around its plan
     runs = doc["ar_tokens_per_s_runs"]
     assert doc["ar_reference"] == "bracketed" and len(runs) == 3 and all(x > 0 for x in runs)
+    # the intervals carry the noise those AR runs show (sim/intervals.py: measurement_cv)
+    from sim.intervals import measurement_cv
+    assert doc["interval"]["measurement_cv"] == pytest.approx(measurement_cv(runs), abs=1e-5)
     for i, r in enumerate(spec):
         assert r["ar_reference_tokens_per_s"] == pytest.approx((runs[i] + runs[i + 1]) / 2, rel=1e-3)
         assert r["measured_speedup"] == pytest.approx(r["measured_tokens_per_s"] / r["ar_reference_tokens_per_s"],
@@ -97,6 +100,7 @@ def test_validate_split_predicts_from_the_other_prompts_with_intervals(tiny_prof
     assert pred and meas and not pred & meas and doc["out_of_sample"] is True
     assert doc["overlapping_prompt_ids"] == [] and doc["split"] == 0.5
     assert doc["interval"]["prompts_n"] == len(meas) and doc["interval"]["draws"] == 40
+    assert doc["interval"]["measurement_cv"] == 0.0  # --ar-once: one AR run shows no noise
     rows = doc["rows"]
     assert (rows[0]["predicted_speedup_lo"], rows[0]["predicted_speedup_hi"]) == (1.0, 1.0)
     for r in rows[1:]:
@@ -125,12 +129,19 @@ def test_validate_prompts_file_is_in_sample_only_when_a_prompt_is_shared(tiny_pr
     doc, _ = _validate_json(["--profile", str(tiny_profile), "--prompts", str(shared), "--plans", "eesd:2:2",
                              "--out", str(tmp_path / "b")], capfd)
     assert doc["out_of_sample"] is False and doc["overlapping_prompt_ids"] == ["renamed"]
+    # --unseen drops the prompt the profile traced (same text, another id): out of sample again
+    doc, _ = _validate_json(["--profile", str(tiny_profile), "--prompts", str(shared), "--unseen", "--plans",
+                             "eesd:2:2", "--out", str(tmp_path / "c")], capfd)
+    assert doc["out_of_sample"] is True and doc["measured_prompt_ids"] == ["new0"]
+    k = sum(1 for g in gens if g["category"] == "writing")  # prediction prompts of the measured category
+    assert doc["interval"]["strata"] == {"writing": k if k >= 3 else 0}
 
 
 def test_validate_refuses_mixed_prompt_sources(tiny_profile, tmp_path, capsys):
     for args, words in ((["--split", "1.5"], "not a fraction"),
                         (["--split", "0.5", "--prompts", "builtin"], "--split divides"),
-                        (["--draws", "3"], "too few")):
+                        (["--draws", "3"], "too few"),
+                        (["--unseen"], "--unseen picks")):
         assert main(["validate", "--profile", str(tiny_profile), *args, "--out", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0]
@@ -320,3 +331,29 @@ def test_validate_retime_refuses_emulated_devices(tiny_profile, tmp_path, capsys
                "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert rc == 2 and "--retime" in err and len(err.strip().splitlines()) == 1
+
+
+def test_unseen_leaves_out_the_profiled_prompts_and_the_heads_training_prompts(tmp_path):
+    import pandas as pd
+
+    from profiler.heads.store import FORMAT, FORMAT_VERSION, HEADS_FILE
+    from runtime.validate import unseen_exclusions
+
+    class Profiled:  # what unseen_exclusions reads of a profile
+        has_acceptance = True
+        acceptance = pd.DataFrame({"prompt_id": ["a", "b", "b"]})
+
+        @staticmethod
+        def generations():
+            return [{"prompt_id": "a", "prompt": "text of a"}, {"prompt_id": "g", "prompt": "text of g"}]
+
+    heads = tmp_path / "heads"
+    heads.mkdir()
+    (heads / HEADS_FILE).write_text(json.dumps({"model_id": "tiny-llama", "num_layers": 6, "hidden_size": 64,
+                                                "vocab_size": 320, "kind": "linear", "exits": [2],
+                                                "format": FORMAT, "format_version": FORMAT_VERSION,
+                                                "training": {"train_prompt_ids": ["t1", 7]}}))
+    seen, trained = unseen_exclusions(Profiled, str(heads))
+    assert seen == {"a", "b", "g", "text of a", "text of g"}  # traced ids, generated ids, their texts
+    assert trained == {"t1", "7"}
+    assert unseen_exclusions(Profiled, None) == [seen]

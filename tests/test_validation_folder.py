@@ -238,3 +238,14 @@ def test_corun_drift_flags_stages_that_slow_each_other_more_than_profiled():
     assert not calm["flagged"] and calm["measured_slowdown"] == 1.06 and "within 5%" in calm["note"]
     faster = corun_summary(1.30, [1.05])["corun_drift"]
     assert faster["flagged"] and faster["drift_pct"] < 0 and "less than then" in faster["note"]
+
+
+def test_simulated_timeline_is_clipped_to_the_measured_span():
+    from ppsd.validation_folder import clip_to_span
+    from sim.plan import Event
+
+    measured = [Event("forward", "stage 1", 0.0, 0.5), Event("forward", "stage 1", 0.5, 0.5)]  # ends at 1.0 s
+    simulated = [Event("draft", "device 0", t / 4, 0.25) for t in range(16)]  # a 4 s replay of more tokens
+    kept = clip_to_span(simulated, measured)
+    assert [e.start_s for e in kept] == [0.0, 0.25, 0.5, 0.75]
+    assert clip_to_span(simulated, []) == simulated and clip_to_span([], measured) == []

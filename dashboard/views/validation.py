@@ -53,10 +53,12 @@ if meta.get("predicted_from") is not None:
                 f"acceptance) for {len(meta.get('measured_prompt_ids') or [])} measured prompts "
                 f"({meta.get('measured_prompts', '?')}): {sample}.")
 if meta.get("coverage") is not None:
-    n_iv = (meta.get("interval") or {}).get("prompts_n")
+    iv_meta = meta.get("interval") or {}
+    n_iv, noise = iv_meta.get("prompts_n"), iv_meta.get("measurement_cv")
+    noise_txt = f", and the measurement's own noise ({noise:.1%}, from the AR runs around the plans)" if noise else ""
     st.markdown(f"90% intervals (sized for {n_iv} prompts: prompt-to-prompt acceptance and the profile's latency "
-                f"spread) hold **{meta['coverage']:.0%}** of {meta.get('coverage_plans')} measured speedups; the "
-                "bands in the chart are those intervals.")
+                f"spread{noise_txt}) hold **{meta['coverage']:.0%}** of {meta.get('coverage_plans')} measured "
+                "speedups; the bands in the chart are those intervals.")
 
 for key, what in (("machine_drift", "AR against the profile's price"),
                   ("corun_drift", "two co-running processes against the profile's co-run slowdown")):
