@@ -470,7 +470,7 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
             stream = iv.pooled_stream(traces_of(p.exit_layer, p.exit_head), targets, seed)
         return simulate_stream(price, p, stream, engine=engine, timeline=timeline, budget=budget, seed=seed)
 
-    def interval(p: Plan, i: int | None, point: float, scale=None) -> tuple[float, float]:
+    def interval(p: Plan, i: int | None, point: float, scale=None, noise_cv: float = 0.0) -> tuple[float, float]:
         price = priced(predict, scale)
         plan = resolve_plan(p, price)
         if i is not None and forced[i] is not None:  # acceptance is fixed: the latency and measurement spreads
@@ -590,7 +590,7 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
     # AR runs around the plans show (0 when AR ran once)
     noise_cv = iv.measurement_cv(ar_runs)
     rows = [rows[0].with_interval(1.0, 1.0)] + \
-        [r.with_interval(*interval(p, i, r.predicted_speedup, median_round(runs[i]).scale))
+        [r.with_interval(*interval(p, i, r.predicted_speedup, median_round(runs[i]).scale, noise_cv))
          for i, (r, p) in enumerate(zip(rows[1:], plans))]
     strata_from = next(((p.exit_layer, p.exit_head) for p, a in zip(plans, forced)
                         if a is None and p.exit_layer is not None), None)
@@ -732,14 +732,7 @@ class RoundRun:
 def strata_summary(gens: list[dict], traces) -> dict[str, int]:
     """Per measured category, how many prediction prompts of that category predict it out of
     sample (sim/intervals.py: strata); 0: too few, every prediction prompt does."""
-    from sim import intervals as iv
-
-    cats = list(traces.categories or [])
-    out = {}
-    for c in dict.fromkeys(str(g.get("category")) for g in gens):
-        n = cats.count(c)
-        out[c] = n if n >= iv.MIN_STRATUM else 0
-    return out
+    return {c: len(traces.stratum(c)) for c in dict.fromkeys(str(g.get("category")) for g in gens)}
 
 
 def median_round(runs: list[RoundRun]) -> RoundRun:

@@ -127,9 +127,8 @@ def measure_and_predict(args, profile, model, plans: list[Plan], head: str, out:
             have = set()
         if set(ids) <= have:  # the measured profile sampled these prompts: in-sample twins
             max_new, twins = sampled_lengths(profile, temperature, head, gens), True
-    cats = tuple(None if g.get("category") is None else str(g["category"]) for g in gens)
-    targets = iv.Targets(tuple(float(len(p)) for p in prompts), tuple(max_new),
-                         cats if any(c is not None for c in cats) else None)
+    # the measured prompts' contexts and categories, each generating max_new[i] tokens
+    targets = replace(iv.Targets.from_generations(gens), lengths=tuple(max_new))
     where = {"sides": sides, "targets": targets, "head": head}
 
     def job(p: Plan, seed: int, warmup: int, repeats: int, timeline: bool) -> Job:

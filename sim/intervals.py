@@ -132,15 +132,18 @@ class PromptTraces:
     def __len__(self) -> int:
         return len(self.prompt_ids)
 
+    def stratum(self, category: str | None) -> list[int]:
+        """The prompts of `category` when it has at least MIN_STRATUM of them here, else [] (two
+        prompts' mean is noisier than the whole pool's bias: a category's prompts differ by up to
+        0.4 in acceptance among themselves)."""
+        if category is None or not self.categories:
+            return []
+        mine = [i for i, c in enumerate(self.categories) if c == category]
+        return mine if len(mine) >= MIN_STRATUM else []
+
     def by_category(self, category: str | None) -> list[int]:
-        """The prompts of `category`, when it has at least MIN_STRATUM of them here; else every prompt
-        (two prompts' mean is noisier than the whole pool's bias: a category's prompts differ by
-        up to 0.4 in acceptance among themselves)."""
-        if category is not None and self.categories:
-            mine = [i for i, c in enumerate(self.categories) if c == category]
-            if len(mine) >= MIN_STRATUM:
-                return mine
-        return list(range(len(self.prompt_ids)))
+        """The prompts that predict a target of `category`: its stratum, else every prompt."""
+        return self.stratum(category) or list(range(len(self.prompt_ids)))
 
     @property
     def alpha(self) -> float:

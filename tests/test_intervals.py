@@ -159,6 +159,7 @@ def test_targets_of_a_well_traced_category_are_predicted_from_it_alone(tmp_path)
     assert tr.categories == ["hi"] * 3 + ["lo"] * 3 + ["few"] * 2
     assert tr.by_category("hi") == [0, 1, 2] and tr.by_category("few") == list(range(8))  # < MIN_STRATUM
     assert tr.by_category(None) == list(range(8)) and tr.by_category("unseen") == list(range(8))
+    assert tr.stratum("hi") == [0, 1, 2] and tr.stratum("few") == [] and tr.stratum(None) == []
     only_hi = iv.Targets((40.0,), (16,), ("hi",))
     assert iv.pooled_stream(tr, only_hi).alpha == 1.0  # the pool is 3/8 "hi"; a "hi" workload accepts all
     assert iv.pooled_stream(tr, iv.Targets((40.0,), (16,))).alpha == pytest.approx(3 / 8)  # no category known
