@@ -11,8 +11,11 @@ Prints one line per package (version, where it was imported from); exits 2 with 
 Why transformers is pinned: the profiles, the stage code and the golden figures were made with
 transformers 5.24.0 (the decoder-layer call, the rotary module and the no-init helpers are
 version-sensitive); the lent GPU image has 5.17.0, so the pinned wheel is carried (.whl/, fetched by
-bench/fetch_gpu_wheels.sh). torch is not carried (far over the 64 MiB a device call may carry): the
-image's CUDA build is used and its version recorded beside the project's pin.
+bench/fetch_gpu_wheels.sh). With --allow-transformers-mismatch another version is accepted only
+once the calls ppsd makes check out against it (profiler/model.py `transformers_call_problems`: the
+decoder layers' argument names, the init helper, a cached step on tiny models). torch is not
+carried (far over the 64 MiB a device call may carry): the image's CUDA build is used and its
+version recorded beside the project's pin.
 gguf is not checked: it only converts `.gguf` models, and the GPU check times `random:ARCH` models.
 """
 
@@ -133,7 +136,18 @@ def check(cpu: bool, allow_transformers_mismatch: bool, wheel_dir: Path | None =
                    else "no transformers wheel is carried in .whl/")
             return fail(f"transformers {tf} is installed but ppsd pins {tf_pin} and {had}; "
                         f"{FETCH}, or pass --allow-transformers-mismatch to run with {tf} anyway")
-        print(f"  note: running with transformers {tf}, not the pinned {tf_pin} (--allow-transformers-mismatch)")
+        # the flag is only safe when every call ppsd makes still means the same: a renamed layer
+        # argument is swallowed by **kwargs (no error, no KV cache, wrong figures), so check them
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        from profiler.model import transformers_call_problems
+
+        broken = transformers_call_problems()
+        if broken:
+            return fail(f"transformers {tf} (ppsd pins {tf_pin}) breaks a call ppsd makes: {broken[0]}"
+                        + (f" (and {len(broken) - 1} more)" if len(broken) > 1 else "") + f"; {FETCH}")
+        print(f"  note: running with transformers {tf}, not the pinned {tf_pin} (--allow-transformers-mismatch): "
+              "the decoder-layer arguments, the init helper and a cached step checked out")
     import torch
 
     if not cpu and not torch.cuda.is_available():

@@ -446,3 +446,91 @@ def load_model(spec: str = EMBEDDED_MODEL, device: str = "cpu", dtype: str = "fl
     # only a folder's or a GGUF file's name
     adapter.load_spec = source if spec.endswith(".gguf") or Path(spec).expanduser().is_dir() else spec
     return adapter
+
+
+# --- the transformers calls ppsd relies on ------------------------------------------------------------
+
+# The keywords ModelAdapter.forward_layers and timed_step (profiler/latency.py) pass to every decoder
+# layer. The layers take everything by keyword and swallow unknown ones in **kwargs, so a renamed
+# argument would be dropped without an error: a cache argument under another name (transformers
+# called it `past_key_value`, then `past_key_values`, before `cache`) would run every step without
+# its KV cache, and every figure would be silently wrong.
+LAYER_KEYWORDS = ("hidden_states", "attention_mask", "position_ids", "cache", "use_cache", "position_embeddings")
+_LAYER_CLASSES = (("llama", "LlamaDecoderLayer"), ("qwen2", "Qwen2DecoderLayer"), ("mistral", "MistralDecoderLayer"))
+
+
+def transformers_call_problems() -> list[str]:
+    """What in the installed transformers breaks the calls ppsd makes, one line each ([] when none):
+    each supported decoder layer's forward signature (LAYER_KEYWORDS, by name), the init helper
+    `random:ARCH` models are built with (`transformers.initialization.no_init_weights`), and, on a
+    tiny seeded Llama and a tied-embedding Qwen2 built the way `random_model` builds them, that the
+    layers fill ppsd's KV cache and that a cached step equals the same tokens without a cache.
+    Cheap (a second on a CPU); nothing is downloaded."""
+    import importlib
+    import inspect
+    import json
+    import tempfile
+
+    problems = []
+    for module, name in _LAYER_CLASSES:
+        try:
+            cls = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+            params = inspect.signature(cls.forward).parameters
+        except Exception as exc:  # noqa: BLE001 - any failure to find the class is the finding
+            problems.append(f"transformers has no usable {name} ({exc.__class__.__name__}: {str(exc)[:80]})")
+            continue
+        missing = [k for k in LAYER_KEYWORDS if k not in params]
+        if missing:
+            problems.append(f"{name}.forward takes no argument named {', '.join(missing)} (ppsd passes "
+                            f"{', '.join(LAYER_KEYWORDS)} by name; a renamed one would be swallowed by **kwargs)")
+    try:
+        from transformers import initialization as hf_init
+
+        helper = hf_init.no_init_weights
+        if not callable(helper):
+            raise TypeError("not callable")
+    except Exception as exc:  # noqa: BLE001
+        problems.append(f"transformers.initialization.no_init_weights is unusable ({exc.__class__.__name__}); "
+                        "random:ARCH models are built under it")
+        return problems
+    if problems:
+        return problems  # the run below would only repeat them less clearly
+    shapes = {"llama": dict(architectures=["LlamaForCausalLM"], tie_word_embeddings=False),
+              "qwen2": dict(architectures=["Qwen2ForCausalLM"], tie_word_embeddings=True)}
+    with tempfile.TemporaryDirectory(prefix="ppsd-transformers-check-") as tmp:
+        for model_type, extra in shapes.items():
+            cfg = {"model_type": model_type, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+                   "max_position_embeddings": 256, **extra}
+            path = Path(tmp, model_type, "config.json")
+            path.parent.mkdir()
+            path.write_text(json.dumps(cfg))
+            try:
+                adapter = random_model(f"{RANDOM_PREFIX}{path}")
+                problems += [f"{model_type}: {p}" for p in _cached_step_problems(adapter)]
+                if extra["tie_word_embeddings"] and adapter.lm_head.weight is not adapter.embed_tokens.weight:
+                    problems.append(f"{model_type}: the LM head does not share the embedding after tie_weights()")
+            except Exception as exc:  # noqa: BLE001 - any failure here is what the check is for
+                first = (str(exc).strip().splitlines() or [""])[0][:120]
+                problems.append(f"{model_type}: building or running a random model failed "
+                                f"({exc.__class__.__name__}: {first})")
+    return problems
+
+
+def _cached_step_problems(adapter: ModelAdapter) -> list[str]:
+    """One step on ppsd's KV cache after a 4-token prefill must fill the cache and give what the
+    same 5 tokens give without any cache."""
+    n = adapter.num_layers
+    ids = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(0))
+    whole = adapter.forward_layers(adapter.embed(ids), 0, n, None, 0)
+    cache = adapter.new_cache()
+    adapter.forward_layers(adapter.embed(ids[:, :4]), 0, n, cache, 0)
+    filled = [cache.length(i) for i in range(n)]
+    if filled != [4] * n:
+        return [f"the decoder layers did not fill ppsd's KV cache (lengths {filled} after 4 tokens): the cache "
+                "argument is not reaching the attention"]
+    step = adapter.forward_layers(adapter.embed(ids[:, 4:]), 0, n, cache, 4)
+    if not torch.allclose(step[0, -1], whole[0, -1], atol=1e-4, rtol=1e-3):
+        gap = float((step[0, -1] - whole[0, -1]).abs().max())
+        return [f"a step on the KV cache differs from the same tokens without it (max gap {gap:.2g})"]
+    return []

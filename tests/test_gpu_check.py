@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,30 +78,52 @@ def test_profile_cli_refuses_unknown_random_arch(tmp_path, capsys):
 
 # --- the GPU check ---------------------------------------------------------------------------------
 
+RUN = "gpu_check-random-smollm2-135m-l4-cpu"
+
+
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu-check")
-    r = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--cpu-dry-run", "--out", str(out),
-                        "--archive", str(out.parent / "gpu-check.tgz")],
-                       env=_env(), capture_output=True, text=True, timeout=120)
+    """The whole check on CPU through gpu_check.sh, as a lent GPU machine runs it (no wheels carried
+    here: this Python has every pin). Returns (the unpacked result folder, stdout, the output folder)."""
+    root = tmp_path_factory.mktemp("gpu-check")
+    out = root / "out"
+    r = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--cpu-dry-run", "--out", str(out)],
+                       env=_env(PPSD_WHEELS=str(root / "no-wheels")), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return out, r.stdout
+    import tarfile
+
+    with tarfile.open(out / f"{RUN}.tgz") as tar:
+        tar.extractall(root / "unpacked", filter="data")
+    return root / "unpacked" / RUN, r.stdout, out
+
+
+def test_dry_run_brings_back_one_archive_and_its_summary(dry_run):
+    """A device brings back a few files: the output folder gets the archive and the summary, nothing
+    else; the archive (built outside the folder it packs) holds every result and the whole log."""
+    res, log, out = dry_run
+    assert sorted(p.name for p in out.iterdir()) == [f"{RUN}.json", f"{RUN}.tgz"]
+    assert json.loads((out / f"{RUN}.json").read_text()) == json.loads((res / f"{RUN}.json").read_text())
+    assert not list(res.rglob("*.tgz"))  # it did not pack itself (nor an earlier archive)
+    full = (res / "gpu_check.log").read_text()
+    assert "== 5 heads:" in full and "$ ppsd heads train" in full
+    # the carried wheels are the first thing said (seconds in), present or not
+    first = log.splitlines()[0]
+    assert first.startswith("gpu_check: no carried wheels in ") and "fetch_gpu_wheels.sh" in first
+    assert f"gpu_check: results: {out}/{RUN}.tgz" in log
 
 
 def test_dry_run_writes_every_result_with_the_device_in_the_names(dry_run):
     from profiler.schema import load_profile
 
-    out, log = dry_run
-    for phase in ("1 profile", "2 traces", "3 estimate", "4 validate"):
+    out, log, _ = dry_run
+    for phase in ("1 profile", "2 traces", "3 estimate", "4 validate", "5 heads"):
         assert f"== {phase}:" in log  # each phase timed
     assert "plan: 1 profile random:smollm2-135m?layers=4" in log
-    import tarfile
-
-    with tarfile.open(out.parent / "gpu-check.tgz") as tar:  # one file to bring back from a GPU machine
-        assert f"{out.name}/validation-random-smollm2-135m-l4-cpu/validation.json" in tar.getnames()
     prof = load_profile(out / "profile-random-smollm2-135m-l4-cpu")
     assert prof.kind == "measured" and prof.num_layers == 4 and prof.model_id == "random:smollm2-135m?layers=4"
     assert prof.has_acceptance and len(prof.generations()) == 2
+    # the hop and the pipeline probe ran: two spawned workers, as on one GPU
+    assert prof.latency["hop"]["backend"] == "gloo" and prof.latency["pipeline"]["backend"] == "gloo"
     est = load_profile(out / "estimate-smollm2-135m-l4-h200")
     assert est.kind == "estimated" and est.num_layers == 4 and est.has_acceptance
     assert load_profile(out / "estimate-smollm2-135m-l4-h200-calibrated").meta["calibration"]["reading"]
@@ -109,15 +132,33 @@ def test_dry_run_writes_every_result_with_the_device_in_the_names(dry_run):
     assert {"ar", "eesd"} <= modes
     assert ("ppsd" in modes) == (len(os.sched_getaffinity(0)) >= 2)
     assert val["forced_trace"] is True and val["model"] == "random:smollm2-135m?layers=4"
-    summary = json.loads((out / "gpu_check-random-smollm2-135m-l4-cpu.json").read_text())
-    assert summary["cpu_dry_run"] and set(summary["phases_s"]) == {"1 profile", "2 traces", "3 estimate", "4 validate"}
+    summary = json.loads((out / f"{RUN}.json").read_text())
+    assert summary["cpu_dry_run"] and set(summary["phases_s"]) == {"1 profile", "2 traces", "3 estimate",
+                                                                   "4 validate", "5 heads"}
     assert {r["plan"] for r in summary["estimate_vs_measured"]} == {r["plan"] for r in val["rows"]}
     fit = json.loads((out / "calibration-random-smollm2-135m-l4-cpu.json").read_text())
     assert len(fit["per_layer"]) == 4 and fit["mape_pct_after"] < fit["mape_pct_before"]
+    heads = out / "heads-tiny-llama-cpu"
+    lat = json.loads((heads / "latency.json").read_text())
+    assert set(lat["exit_heads"]) == {"trained", "vocab64"} and lat["shared"]["median_ms"][0] > 0
+    assert (heads / "eval.csv").read_text().startswith("exit_layer,head,category")
+    assert summary["heads"] == "heads-tiny-llama-cpu" and set(summary["heads_draft_ms_n1"]) == {"shared", "trained",
+                                                                                               "vocab64"}
+
+
+def test_dry_run_summary_says_which_paths_ran(dry_run):
+    out, log, _ = dry_run
+    paths = {p["path"]: p for p in json.loads((out / f"{RUN}.json").read_text())["paths"]}
+    assert set(paths) == {"cuda_event_timing", "spawn_workers", "hop", "pipeline_probe", "nccl", "spawn_stages",
+                          "runtime_ar_eesd", "heads"}
+    for name in ("cuda_event_timing", "spawn_workers", "hop", "pipeline_probe", "runtime_ar_eesd", "heads"):
+        assert paths[name]["ran"] and not paths[name]["on_cuda"], paths[name]
+    assert not paths["nccl"]["ran"] and not paths["spawn_stages"]["ran"]
+    assert "paths:" in log and "NOT run" in log
 
 
 def test_calibrate_reports_per_layer_error_before_and_after(dry_run):
-    out, _ = dry_run
+    out, _, _ = dry_run
     prof = out / "profile-random-smollm2-135m-l4-cpu"
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "calibrate.py"), "--measured", str(prof),
                         "--hardware", "h200"], env=_env(), capture_output=True, text=True, timeout=60)
@@ -165,9 +206,51 @@ def test_env_check_enforces_the_transformers_pin(tmp_path):
     assert err.startswith("gpu_check: error: transformers 5.17.0 is installed but ppsd pins 5.24.0")
     assert "no transformers wheel is carried" in err and "fetch_gpu_wheels.sh" in err
     assert "--allow-transformers-mismatch" in err
+    # the flag does not wave through a transformers whose calls differ: this one has no decoder layers
     r = _env_check("--allow-transformers-mismatch", pythonpath=shadow, wheels=tmp_path / "none")
-    assert r.returncode == 0, r.stderr
-    assert "not the pinned 5.24.0" in r.stdout
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "transformers 5.17.0 (ppsd pins 5.24.0) breaks a call ppsd makes" in r.stderr
+    assert "LlamaDecoderLayer" in r.stderr and "fetch_gpu_wheels.sh" in r.stderr
+
+
+def test_mismatch_flag_runs_once_the_calls_check_out(monkeypatch, tmp_path, capsys):
+    """Another version whose calls are ppsd's (here: the real one under another version number)."""
+    import transformers
+
+    env = _gpu_check_module("gpu_check_env")
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    assert env.check(True, False, tmp_path) == 2
+    assert "--allow-transformers-mismatch" in capsys.readouterr().err
+    assert env.check(True, True, tmp_path) == 0
+    assert "not the pinned 5.24.0 (--allow-transformers-mismatch): the decoder-layer arguments" in capsys.readouterr().out
+
+
+def test_transformers_call_problems_catch_a_renamed_cache_argument(monkeypatch):
+    """The silent failure the mismatch flag risks: a layer whose cache argument has another name takes
+    ppsd's `cache=` into **kwargs and runs without a KV cache. Both the signature and a cached step
+    catch it; so does a missing init helper."""
+    from transformers import initialization as hf_init
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    from profiler.model import _cached_step_problems, load_model, transformers_call_problems
+
+    assert transformers_call_problems() == []
+    real = LlamaDecoderLayer.forward
+
+    def renamed(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
+                position_embeddings=None, **kwargs):
+        return real(self, hidden_states, attention_mask=attention_mask, position_ids=position_ids,
+                    cache=past_key_values, use_cache=use_cache, position_embeddings=position_embeddings)
+
+    monkeypatch.setattr(LlamaDecoderLayer, "forward", renamed)
+    problems = transformers_call_problems()
+    assert len(problems) == 1 and problems[0].startswith("LlamaDecoderLayer.forward takes no argument named cache")
+    tiny = load_model("tiny-llama")
+    assert _cached_step_problems(tiny)[0].startswith("the decoder layers did not fill ppsd's KV cache")
+    monkeypatch.setattr(LlamaDecoderLayer, "forward", real)
+    assert _cached_step_problems(tiny) == []
+    monkeypatch.delattr(hf_init, "no_init_weights")
+    assert transformers_call_problems()[-1].startswith("transformers.initialization.no_init_weights is unusable")
 
 
 def test_env_check_names_the_fix_for_a_missing_package(tmp_path):
@@ -215,7 +298,9 @@ def test_carried_wheels_this_python_lacks_are_installed_first(tmp_path):
                        env=_env(PPSD_WHEELS=str(wheels), PPSD_SITE=str(tmp_path / "site")),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "installing carried wheels" in r.stdout and "simpy-9.9.9" in r.stdout and "rich-" not in r.stdout
+    assert r.stdout.startswith(f"gpu_check: carried wheels in {wheels}/: rich-")  # said first
+    installing = next(line for line in r.stdout.splitlines() if "installing carried wheels" in line)
+    assert "simpy-9.9.9" in installing and "rich-" not in installing
     simpy_line = next(line for line in r.stdout.splitlines() if line.split()[:1] == ["simpy"])
     assert "9.9.9" in simpy_line and str(tmp_path / "site") in simpy_line
     assert "environment ready" in r.stdout
@@ -237,11 +322,12 @@ def test_scripts_parse_and_the_wheel_fetch_dry_run_prints_pinned_downloads():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
-def _gpu_check_module():
+def _gpu_check_module(name: str = "gpu_check"):
     import importlib
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    return importlib.import_module("gpu_check")
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    return importlib.import_module(name)
 
 
 def test_phase_4_tokens_fit_the_budget_or_it_is_skipped():
@@ -251,13 +337,18 @@ def test_phase_4_tokens_fit_the_budget_or_it_is_skipped():
     size = dict(gc.SIZES["gpu"])
     measured = SimpleNamespace(latency={"whole_step": {"median_ms": 25.0}})
     plans = ["eesd:8:3", "eesd:16:3"]  # one GPU: no PPSD
-    assert gc.fit_tokens(size, plans, measured, 60.0, cpu=False) == (64, None)
-    tokens, why = gc.fit_tokens(size, plans, measured, 350.0, cpu=False)
+    heads = size["heads_s"]  # phase 5 runs after phase 4: its time is kept
+    assert gc.fit_tokens(size, plans, measured, 60.0, cpu=False, reserve_s=heads) == (64, None)
+    tokens, why = gc.fit_tokens(size, plans, measured, 200.0, cpu=False, reserve_s=heads)
     assert 8 <= tokens < 64 and "cut from 64" in why
-    tokens, why = gc.fit_tokens(size, plans, measured, 420.0, cpu=False)  # under the budget, but no room left
-    assert tokens is None and "would not fit" in why
-    # the bracketing AR runs count: 56 runs of 64 tokens at 25 ms × 1.3, plus start-up, within 450 s
-    assert 20 + 56 * 64 * 0.025 * 1.3 < size["budget_s"]
+    assert gc.fit_tokens(size, plans, measured, 200.0, cpu=False) == (64, None)  # without phase 5: room enough
+    tokens, why = gc.fit_tokens(size, plans, measured, 300.0, cpu=False, reserve_s=heads)  # no room left
+    assert tokens is None and "would not fit" in why and "kept for phase 5" in why
+    # by the estimate, one H200: ~60 s start-up, profile ~90 s (grid ~10 s, two workers loading the
+    # model ~40 s), 56 runs of 64 tokens at 25 ms × 1.3 and 20 s fixed, heads 60 s, packing 10 s:
+    # within the budget, and the whole within the 8 minutes a device call is given
+    phases = 90 + 10 + (20 + 56 * 64 * 0.025 * 1.3) + heads
+    assert phases < size["budget_s"] and 60 + size["budget_s"] + 10 <= 8 * 60
 
 
 def test_summary_records_a_phase_that_raises(tmp_path, monkeypatch, capsys):
@@ -269,17 +360,20 @@ def test_summary_records_a_phase_that_raises(tmp_path, monkeypatch, capsys):
     def ppsd(*argv):
         if argv[0] == "validate":
             raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+        if argv[0] == "profile":  # the dry run covers the hop and the probe; spare this test their 20 s
+            argv = (*argv, "--no-hop")
         return real(*argv)
 
     monkeypatch.setattr(gc, "ppsd", ppsd)
     monkeypatch.setenv("PPSD_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("OUT", raising=False)
-    assert gc.main(["--cpu-dry-run", "--out", str(tmp_path / "out")]) == 1
+    assert gc.main(["--cpu-dry-run", "--no-heads", "--out", str(tmp_path / "out")]) == 1
     summary = json.loads((tmp_path / "out" / "gpu_check-random-smollm2-135m-l4-cpu.json").read_text())
     phases = summary["phases"]
-    assert [phases[p]["status"] for p in gc.PHASES] == ["ok", "ok", "ok", "failed"]
+    assert [phases[p]["status"] for p in gc.PHASES] == ["ok", "ok", "ok", "failed", "skipped"]
     assert phases["4 validate"]["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
-    assert summary["validation"] is None and set(summary["phases_s"]) == set(gc.PHASES)
+    assert summary["validation"] is None and set(summary["phases_s"]) == set(gc.PHASES) - {"5 heads"}
+    assert {p["path"]: p["detail"] for p in summary["paths"]}["spawn_stages"] == "phase 4 did not finish"
     assert summary["versions"]["installed"]["torch"] == torch.__version__
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("gpu_check: error: phase 4 validate failed (RuntimeError: CUDA error")
@@ -293,4 +387,77 @@ def test_summary_skips_the_phases_after_a_failed_profile(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "out" / "gpu_check-random-smollm2-135m-l4-cpu.json").read_text())
     assert summary["phases"]["1 profile"]["status"] == "failed"
     assert "exited with code 2" in summary["phases"]["1 profile"]["error"]
+    assert {summary["phases"][p]["status"] for p in ("2 traces", "3 estimate", "4 validate")} == {"skipped"}
+    # the heads smoke needs no profile: it still ran (and failed here, as every ppsd call does)
+    assert summary["phases"]["5 heads"]["error"] == "ppsd heads train exited with code 2 (see the log above)"
+    paths = {p["path"]: p for p in summary["paths"]}
+    assert not any(p["ran"] for p in paths.values())
+    assert paths["hop"]["detail"] == "phase 1 did not finish"
+
+
+def test_the_hard_stop_ends_the_running_phase_and_keeps_the_summary(tmp_path, monkeypatch, capsys):
+    """--stop-after-s (gpu_check.sh sets it so that packing happens before the device's limit):
+    the phase running then fails with the reason, the rest are skipped, exit 1, and no alarm is left."""
+    import signal
+
+    gc = _gpu_check_module()
+
+    def slow(*argv):
+        time.sleep(30)
+        return 0
+
+    monkeypatch.setattr(gc, "ppsd", slow)
+    monkeypatch.delenv("OUT", raising=False)
+    before = signal.getsignal(signal.SIGTERM)
+    t0 = time.monotonic()
+    assert gc.main(["--cpu-dry-run", "--stop-after-s", "1", "--out", str(tmp_path / "out")]) == 1
+    assert time.monotonic() - t0 < 20
+    assert signal.alarm(0) == 0 and signal.getsignal(signal.SIGTERM) == before
+    summary = json.loads((tmp_path / "out" / "gpu_check-random-smollm2-135m-l4-cpu.json").read_text())
+    assert summary["phases"]["1 profile"] == {"status": "failed", "seconds": summary["phases"]["1 profile"]["seconds"],
+                                              "error": "stopped: the --stop-after-s deadline passed"}
     assert {summary["phases"][p]["status"] for p in gc.PHASES[1:]} == {"skipped"}
+    assert summary["stopped"].endswith("the --stop-after-s deadline passed")
+    assert "gpu_check: error: phase 1 profile failed (stopped" in capsys.readouterr().err
+
+
+def test_path_reports_on_one_and_on_two_gpus():
+    """What the summary says about each CUDA path: on one GPU the hop and the probe run (two workers
+    over gloo) and the heads smoke, NCCL and the PPSD stage spawn cannot; on two GPUs they all can."""
+    gc = _gpu_check_module()
+    one = gc.RunState(cpu=False, gpus=1, profile_ok=True, hop={"backend": "gloo"}, pipeline={"backend": "gloo"},
+                      validated_modes=("ar", "eesd"), heads_ok=True)
+    got = {r.path: r for r in gc.path_reports(one)}
+    for name in ("cuda_event_timing", "spawn_workers", "hop", "pipeline_probe", "runtime_ar_eesd", "heads"):
+        assert got[name].ran and got[name].on_cuda, got[name]
+    assert not got["nccl"].ran and "needs 2 GPUs" in got["nccl"].detail
+    assert not got["spawn_stages"].ran and "test_launch.py" in got["spawn_stages"].detail
+    two = gc.RunState(cpu=False, gpus=2, profile_ok=True, hop={"backend": "nccl"}, pipeline={"backend": "nccl"},
+                      validated_modes=("ar", "eesd", "ppsd"), heads_ok=True)
+    got = {r.path: r for r in gc.path_reports(two)}
+    assert all(r.ran and r.on_cuda for r in got.values()), got
+    failed = gc.RunState(cpu=False, gpus=1, profile_ok=True, profile_warnings=("pipeline probe failed (x); kept",))
+    got = {r.path: r for r in gc.path_reports(failed)}
+    assert not got["pipeline_probe"].ran and got["pipeline_probe"].detail.startswith("pipeline probe failed")
+
+
+def test_probe_clock_waits_for_its_compute_stream_only(monkeypatch):
+    """The pipeline probe's stage clock (profiler/latency.py `_ProbeStage._now`) synchronises the
+    stage's own compute stream, as a runtime stage does, never the whole device (which would also
+    wait for a pending NCCL send); checked on a CPU with fakes that record the calls."""
+    from types import SimpleNamespace
+
+    from profiler.latency import _ProbeStage
+
+    log = []
+
+    class Stream:
+        def synchronize(self):
+            log.append("stream sync")
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: log.append(("stream of", str(d))) or Stream())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: log.append("device-wide sync"))
+    stage = object.__new__(_ProbeStage)
+    stage.cuda, stage.adapter = True, SimpleNamespace(device=torch.device("cuda:1"))
+    assert isinstance(stage._now(), float)
+    assert log == [("stream of", "cuda:1"), "stream sync"]

@@ -205,18 +205,38 @@ def test_drafter_heads_follow_the_model_dtype(trained, tiny):
     assert q.shape == (320,) and abs(float(q.sum()) - 1.0) < 1e-3
 
 
-def test_time_ms_synchronises_a_cuda_device_around_each_call(monkeypatch):
+def test_time_ms_uses_the_profilers_cuda_event_clock(monkeypatch):
+    """On a CUDA device an exit head's draft is timed with the clock the profiler times the shared
+    head with (profiler/latency.py StepClock: CUDA events, read after the call), never perf_counter;
+    checked on a CPU with a fake clock that records what it is asked."""
+    import profiler.latency as latency
     from profiler.heads.vocab import time_ms
 
     log = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: log.append(("sync", str(d))))
+
+    class FakeClock:
+        def __init__(self, device):
+            log.append(("clock", str(device)))
+
+        def start(self):
+            log.append("start")
+
+        def mark(self):
+            log.append("mark")
+
+        def lap_ms(self):
+            log.append("read")
+            return [2.5]
+
+    monkeypatch.setattr(latency, "StepClock", FakeClock)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: log.append("device-wide sync"))
     stats = time_ms(lambda: log.append("call"), repeats=3, warmup=1, device="cuda:1")
-    assert set(stats) == {"median_ms", "p10_ms", "p90_ms"}
-    assert log == ["call"] + [("sync", "cuda:1"), "call", ("sync", "cuda:1")] * 3
+    assert stats == {"median_ms": 2.5, "p10_ms": 2.5, "p90_ms": 2.5}  # the events' reading, not a wall clock
+    assert log == ["call", ("clock", "cuda:1")] + ["start", "call", "mark", "read"] * 3
     log.clear()
     time_ms(lambda: log.append("call"), repeats=2, warmup=0, device=torch.device("cpu"))
     time_ms(lambda: log.append("call"), repeats=2, warmup=0)
-    assert log == ["call"] * 4  # CPU: nothing to wait for
+    assert log == ["call"] * 4  # CPU: perf_counter, nothing to wait for
 
 
 def test_head_latency_times_heads_in_their_dtype(trained, tiny):

@@ -144,3 +144,26 @@ def test_local_stage_sets_its_device_before_loading_and_init(calls, monkeypatch,
     assert p.exitcode == 1
     err = Path(tmp_path, "rank1.err").read_text().splitlines()[0]
     assert err == "_Stop: calls=[('set_device', 'cuda:1')] device=cuda:1", err
+
+
+def test_spawned_stages_load_their_own_model_and_stay_lossless():
+    """The spawn start method every CUDA PPSD run uses (`run_local` picks it for CUDA), on CPU with
+    tiny-llama: each stage process starts fresh, loads the job's model itself (nothing inherited)
+    and the pipeline's greedy tokens equal AR's. The launcher is handed a model with other weights:
+    a stage that used it (as forked stages do) would decode other tokens."""
+    from profiler.model import load_model
+    from runtime.acceptance import Sampler
+    from runtime.decoding import generate_ar
+    from runtime.measure import records_from_logs
+
+    torch.set_num_threads(1)
+    tiny = load_model("tiny-llama")
+    prompts = [tiny.encode_prompt(t) for t in ("Hello world, spawned stages.", "x")]
+    ar = [generate_ar(tiny, p, 12, Sampler.make(0, 0)).tokens for p in prompts]
+    other = load_model("tiny-llama", seed=1)
+    assert [generate_ar(other, p, 12, Sampler.make(0, 0)).tokens for p in prompts] != ar  # the check can fail
+    job = PipelineJob("tiny-llama", (0, 3, 6), prompts, [12] * len(prompts), warmup=0, repeats=1, timeout_s=60)
+    logs = launch.run_local(job, model=other, start_method="spawn")
+    recs = records_from_logs(job, logs)[0]
+    assert [r.tokens for r in recs] == ar
+    assert all(r.verified == len(r.tokens) for r in recs)

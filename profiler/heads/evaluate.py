@@ -79,20 +79,22 @@ def score(heads: ExitHeads, records, exits: list[int], vocab_sizes: list[int], c
     n = len(records)
     cols: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {
         (name, e): (np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.float32)) for name, _ in scorers for e in exits}
+    # probabilities in fp32 whatever the heads' dtype (a bf16 model's heads draft in bf16): β sums
+    # tens of thousands of small terms, and numpy has no bfloat16
     for i in range(0, n, chunk):
         sl = slice(i, min(i + chunk, n))
-        p_full = torch.softmax(frozen.logits(records.final[sl].to(dev)), -1)
+        p_full = torch.softmax(frozen.logits(records.final[sl].to(dev)).float(), -1)
         target = records.target[sl].to(dev)
         for e in exits:
             h = records.exits[e][sl].to(dev)
             for name, head in scorers:
                 if isinstance(head, VocabHead):
-                    p_sub = torch.softmax(head.logits(h, e), -1)
+                    p_sub = torch.softmax(head.logits(h, e).float(), -1)
                     draft = head.subset[p_sub.argmax(-1)]
                     beta = torch.minimum(p_full.index_select(-1, head.subset), p_sub).sum(-1)
                 else:
                     logits = frozen.logits(h) if head is None else head.logits(h, e)
-                    p_exit = torch.softmax(logits, -1)
+                    p_exit = torch.softmax(logits.float(), -1)
                     draft = p_exit.argmax(-1)
                     beta = torch.minimum(p_full, p_exit).sum(-1)
                 m, b = cols[(name, e)]

@@ -74,25 +74,30 @@ class VocabHead:
 
 
 def time_ms(fn, repeats: int = 30, warmup: int = 5, device=None) -> dict:
-    """median / p10 / p90 wall time of `fn()` in ms. On a CUDA `device` the GPU is synchronised
-    before each start and after each call: kernels run asynchronously, so the clock would otherwise
-    time their launches only (and a call would be billed for the previous one's tail)."""
+    """median / p10 / p90 time of `fn()` in ms. On a CUDA `device`: CUDA events around each call on
+    the device's current stream, read after the call's own synchronise — the clock the profiler
+    times the shared head with (profiler/latency.py `StepClock`), so an exit head's cost and the
+    shared head's come from one clock (host-side perf_counter would add launch gaps and the sync's
+    own latency to every call). On a CPU: perf_counter (ops are synchronous)."""
     dev = None if device is None else torch.device(device)
-    if dev is not None and dev.type == "cuda":
-        def sync():
-            torch.cuda.synchronize(dev)
-    else:
-        def sync():
-            pass
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1e3)
+    if dev is not None and dev.type == "cuda":
+        from profiler.latency import StepClock
+
+        clock = StepClock(dev)
+        times = []
+        for _ in range(repeats):
+            clock.start()
+            fn()
+            clock.mark()
+            times.append(clock.lap_ms()[0])
+    else:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
     a = np.asarray(times)
     return {"median_ms": float(np.median(a)), "p10_ms": float(np.percentile(a, 10)),
             "p90_ms": float(np.percentile(a, 90))}
