@@ -2,8 +2,8 @@
 
 Each page asks here; this module fetches Results (sweeps from dashboard/sweep_cache.py, cached per
 setting and warmed in the background; single plans through `sim.api.simulate`), lets the simulator
-choose (`sim.api.recommend`, `sim.planning`, `sim.heads.comparison`) and caches the tables
-dashboard/tables.py makes of them. The planner must answer a control change within half a second:
+choose (`sim.verdict` through `sim.api.recommend` and `verdict`, `sim.planning`, `sim.heads.comparison`)
+and caches the tables dashboard/tables.py makes of them. The planner must answer a control change within half a second:
 exit layer, draft length and stage count only pick rows out of a cached sweep.
 """
 
@@ -76,8 +76,9 @@ def _results(k: sweep_cache.Key, devices: int, preview: bool):
 def _answer(fields: tuple, devices: int, preview: bool) -> Answer:
     from sim import api
 
-    results, closed = _results(sweep_cache.Key(*fields), devices, preview)
-    best, reason = api.recommend(results)
+    k = sweep_cache.Key(*fields)
+    results, closed = _results(k, devices, preview)
+    best, reason = api.recommend(results, sweep_cache.profile(k.path, k.stamp))
     if preview:
         reason = (f"closed-form preview (i.i.d. acceptance at the smallest context): "
                   f"{tables.short_label(best.plan.label())} at {best.speedup_vs_ar:.2f}× AR; the trace-driven "
@@ -135,18 +136,27 @@ def _by_head(head_keys: tuple, devices: int) -> dict:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _best_over_heads(head_keys: tuple, devices: int) -> tuple[str, dict, str]:
-    from sim import planning
+def _verdict(head_keys: tuple, devices: int):
+    from sim.heads import decide_over_heads
 
-    head, best, reason = planning.best_over_heads(_by_head(head_keys, devices))
-    return head, tables.result_row(best), reason
+    path, stamp = head_keys[0][0][:2]
+    return decide_over_heads(_by_head(head_keys, devices), sweep_cache.profile(path, stamp))
+
+
+def verdict(path: str, heads: list[str], devices: int | None = None, hop_ms: float | None = None,
+            alpha_scale: float = 1.0, temperature: float = 0.0, exact: bool = True):
+    """`sim.verdict.Verdict` over these exit heads' sweeps of one setting: with the defaults, exactly
+    `ppsd plan`'s verdict (same sweeps, same function). exact=False judges a head not swept at this
+    setting yet by its closed-form preview."""
+    devices = _devices(path, devices)
+    return _verdict(_head_keys(path, heads, hop_ms, alpha_scale, temperature, devices, exact), devices)
 
 
 def best_over_heads(path: str, heads: list[str], devices: int | None = None) -> tuple[str, dict, str]:
-    """(head, best plan row, reason) of the fastest plan over every head at `ppsd plan`'s defaults,
-    as `ppsd plan` chooses (`sim.planning.best_over_heads`)."""
-    devices = _devices(path, devices)
-    return _best_over_heads(_head_keys(path, heads, None, 1.0, 0.0, devices, exact=True), devices)
+    """(head, recommended plan row, verdict text) over every head at `ppsd plan`'s defaults, as
+    `ppsd plan` chooses (`sim.heads.decide_over_heads`)."""
+    v = verdict(path, heads, devices)
+    return v.head, tables.result_row(v.recommended), v.text
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

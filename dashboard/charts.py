@@ -99,7 +99,9 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
     curves: columns mode (Mode.EESD / Mode.PPSD), k, exit_layer, speedup, detail, and optionally
             speedup_lo / speedup_hi (the 90% interval, sim/intervals.py: drawn as a band)
     closed: columns mode, k, exit_layer, speedup
-    best / each selected: {exit_layer, speedup, label}"""
+    best / each selected: {exit_layer, speedup, label}; best with exit_layer None is plain AR, and
+            may name the plan to mark as the closest ("closest": {exit_layer, speedup, label}) and
+            the note to show ("note")"""
     fig = _fig("Predicted speedup over AR versus exit layer", "exit layer E", "speedup over AR (×)", height=480,
                legend="right")
     fig.add_hline(y=1.0, line_color=theme.MODE_COLOURS[Mode.AR], line_width=1.5,
@@ -137,16 +139,22 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
                         text=[f"best: {best['label']}"], textposition="top center",
                         hovertemplate=f"best: {best['label']}<br>%{{y:.2f}}×<extra></extra>")
     elif best is not None:
-        # AR wins: still mark the closest speculative plan, it is what the user would try next
-        spec = curves.loc[curves["speedup"].idxmax()] if not curves.empty else None
-        if spec is not None:
-            label = ("EESD" if spec["mode"] == Mode.EESD else f"PPSD k={int(spec['k'])}") + \
-                f" E={int(spec['exit_layer'])}"
-            fig.add_scatter(x=[spec["exit_layer"]], y=[spec["speedup"]], mode="markers+text",
+        # AR wins: still mark the closest speculative plan, it is what the user would try next; the
+        # verdict names it (best["closest"], sim/verdict.py: never a degenerate plan), else the top curve
+        closest = best.get("closest")
+        if closest is None and not curves.empty:
+            spec = curves.loc[curves["speedup"].idxmax()]
+            closest = {"exit_layer": spec["exit_layer"], "speedup": spec["speedup"],
+                       "label": ("EESD" if spec["mode"] == Mode.EESD else f"PPSD k={int(spec['k'])}")
+                       + f" E={int(spec['exit_layer'])}"}
+        if closest is not None:
+            label = closest["label"]
+            fig.add_scatter(x=[closest["exit_layer"]], y=[closest["speedup"]], mode="markers+text",
                             name="best speculative plan", text=[f"closest: {label}"], textposition="top center",
                             marker=dict(size=18, symbol="star-open", color=theme.OKABE_ITO["black"], line=dict(width=2)),
-                            hovertemplate=f"best speculative: {label}<br>%{{y:.2f}}× (slower than AR)<extra></extra>")
-        fig.add_annotation(text="best plan: plain AR (no scheme beats it here)", xref="paper", yref="paper",
+                            hovertemplate=f"best speculative: {label}<br>%{{y:.2f}}× AR on one thread<extra></extra>")
+        fig.add_annotation(text=best.get("note") or "best plan: plain AR (no scheme beats it here)", xref="paper",
+                           yref="paper",
                            x=0.99, y=0.02, xanchor="right", yanchor="bottom", showarrow=False,
                            bgcolor="#FFF8DC")
     fig.update_xaxes(range=[0.5, num_layers - 0.5], dtick=max(1, num_layers // 15))

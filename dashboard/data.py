@@ -19,7 +19,7 @@ import pandas as pd
 
 from ppsd import validation_folder as vf
 from ppsd.errors import UserError
-from ppsd.paths import EXAMPLES_DIR, RUNS_DIR, cache_dir
+from ppsd.paths import EXAMPLES_DIR, PROJECT_ROOT, RUNS_DIR, cache_dir
 from profiler.schema import PROFILE_FILE
 from sim.plan import Event, Plan
 
@@ -152,6 +152,60 @@ class Validation:
 def load_validation(path: Path) -> Validation:
     doc = vf.read_doc(path)
     return Validation(Path(path), doc, pd.DataFrame(vf.read_rows(path, doc)))
+
+
+@dataclass(frozen=True)
+class ValidationInfo:
+    """What the Validation page's picker needs of a folder, read from its validation.json alone."""
+
+    path: Path
+    profile: str | None  # the profile it validated, as `ppsd validate --profile` was given it
+    created: str         # ISO time ("" when unknown)
+    emulated: bool       # `ppsd validate --emulate`: devices emulated from the profile, not real decoding
+
+
+def validation_info(path: Path) -> ValidationInfo:
+    """The picker's facts of one folder; a folder whose validation.json cannot be read gets empty ones
+    (the page shows the one-line error when it is picked)."""
+    try:
+        doc = json.loads((Path(path) / vf.JSON_FILE).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    return ValidationInfo(Path(path), doc.get("profile"), str(doc.get("created") or ""), bool(doc.get("emulated")))
+
+
+def belongs_to(info: ValidationInfo, profile_path: str | Path | None, roots: list[Path] | None = None) -> bool:
+    """Whether a validation ran on this profile folder: its recorded `profile` names the same folder
+    (relative to the project root, where `ppsd validate` usually runs, or absolute) or the folder's
+    display name."""
+    if not info.profile or profile_path is None:
+        return False
+    want = Path(profile_path).resolve()
+    named = Path(info.profile).expanduser()
+    candidates = [named] if named.is_absolute() else [PROJECT_ROOT / named, *((r.parent / named) for r in
+                                                                            (roots or data_roots()))]
+    return any(c.resolve() == want for c in candidates) or info.profile == display_name(want, roots)
+
+
+def validation_order(folders: list[Path], profile_path: str | Path | None,
+                     profile_created: str | None = None, roots: list[Path] | None = None) -> list[ValidationInfo]:
+    """The picker's order: the selected profile's real (not emulated) validations first, those made
+    from this version of it (created after the profile) before older ones, newest first; then its
+    emulated runs; then everything else, real before emulated, newest first. The page opens on the
+    first, so it shows what the profile's predictions measured on real hardware whenever there is one."""
+    def key(info: ValidationInfo):
+        mine = belongs_to(info, profile_path, roots)
+        current = bool(profile_created) and info.created >= str(profile_created)
+        # newest first inside each group: negate the ISO time character by character
+        return (not mine, info.emulated, not current, [-ord(c) for c in info.created])
+
+    return sorted((validation_info(p) for p in folders), key=key)
+
+
+def validation_label(info: ValidationInfo, roots: list[Path] | None = None) -> str:
+    """The picker's label: the folder's display name, "· emulated" for emulated runs."""
+    return display_name(info.path, roots) + (" · emulated (not real decoding)" if info.emulated else "")
 
 
 def default_recording(names: list[str], plan: Plan) -> int:

@@ -55,24 +55,6 @@ def _num(v) -> float:
     return float(v) if v is not None else float("nan")
 
 
-def same_budget_sentence(table: pd.DataFrame) -> tuple[str, bool] | None:
-    """(one plain sentence on the same-budget comparison, whether AR on the whole budget wins), or
-    None when the profile has no tables at more threads / GPUs."""
-    if "speedup_tp" not in table or table["speedup_tp"].isna().all():
-        return None
-    budget = table["budget"].dropna().iloc[0]
-    spec = table[(table["mode"] != Mode.AR) & table["speedup_tp"].notna()]
-    if spec.empty:
-        return None
-    top = spec.loc[spec["speedup_tp"].idxmax()]
-    if top["speedup_tp"] <= 1.0:
-        return (f"On the same hardware, plain AR using all {budget} wins: the best speculative plan, "
-                f"{short_label(top['plan'])}, reaches {top['speedup_tp']:.2f}× of it "
-                f"({top['speedup']:.2f}× AR on one thread).", True)
-    return (f"Against AR using all {budget}, {short_label(top['plan'])} is {top['speedup_tp']:.2f}× faster "
-            f"({top['speedup']:.2f}× AR on one thread).", False)
-
-
 def results_table(results: Iterable[Result]) -> pd.DataFrame:
     """One row per plan, in the order given."""
     return pd.DataFrame([result_row(r) for r in results], columns=TABLE_COLUMNS)

@@ -178,3 +178,17 @@ def heads_table_columns() -> dict:
     num = st.column_config.NumberColumn
     return {"draft head (ms)": num(format="%.2f"), "best α": num(format="%.3f"), "EESD ×": num(format="%.2f×"),
             "PPSD ×": num(format="%.2f×"), "speedup": num(format="%.2f×"), "tokens/s": num(format="%.1f")}
+
+
+def show_verdict(verdict) -> None:
+    """The verdict box every page shows the same way: `sim.verdict.Verdict.text` (word for word what
+    `ppsd plan` prints), green for a win, blue for a tie, orange when AR stays ahead; beneath it the
+    noise band it was judged with and the degenerate plans it passed over."""
+    from sim.verdict import Outcome
+
+    box = {Outcome.WIN: st.success, Outcome.TIE: st.info}.get(verdict.outcome, st.warning)
+    box(verdict.text, icon=":material/balance:")
+    st.caption(f"Noise band {verdict.band.describe()}: a plan within it of {verdict.baseline} is a tie, "
+               "and AR stays the recommendation." + (" Not named best, degenerate: " + "; ".join(verdict.notes[:3])
+                                                    + (f"; and {len(verdict.notes) - 3} more" if len(verdict.notes) > 3
+                                                       else "") + "." if verdict.notes else ""))

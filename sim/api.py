@@ -1,5 +1,5 @@
-"""The simulator's public API (torch-free): resolve a plan, simulate it, sweep every plan, recommend,
-price it by the closed form.
+"""The simulator's public API (torch-free): resolve a plan, simulate it, sweep every plan, recommend
+one (`sim/verdict.py`), price it by the closed form.
 
 Each scheme (AR, EESD, PPSD) keeps its whole timing model in one home under `sim/schemes/`, with
 two engines and an oracle behind one interface (`sim/schemes/base.py`):
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from sim.plan import Plan, Result
 from sim.run import ENGINES  # re-exported
@@ -74,14 +73,15 @@ def sweep(profile, *, devices: int = 4, gammas: Iterable[int] = range(1, 9), hop
                   alpha_by_exit=alpha_by_exit, budget=budget, prompt_len=prompt_len)
 
 
-def recommend(results: Sequence[Result]) -> tuple[Result, str]:
-    """The fastest plan and a one-line reason (names the runner-up scheme and AR's speed); ranked
-    by the same-budget speedup when the results carry it (a plan must beat AR on every core it uses)."""
-    from sim.run import recommend as _recommend
+def recommend(results: Sequence[Result], profile=None) -> tuple[Result, str]:
+    """The plan to run and its one-line verdict (`sim.verdict.decide`, the one recommendation every
+    surface uses): ranked by the same-budget speedup when the results carry it (a plan must beat AR
+    on every core it uses), degenerate plans never named, and a plan within the noise band of its
+    baseline (the profile's, else the floor) a tie that keeps AR."""
+    from sim.verdict import decide
 
-    if not results:
-        raise UserError("no simulated plans to choose from", "run a sweep over a profile first")
-    return _recommend(results)
+    v = decide(results, profile)
+    return v.recommended, v.text
 
 
 def closed_form(profile, plan: Plan, alpha: float, context: float | None = None) -> dict:

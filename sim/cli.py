@@ -327,13 +327,16 @@ def plan_cmd(args) -> int:
     attach_sweep_intervals(profile, results, prompts_n=args.prompts_n, category=args.category,
                            temperature=args.temperature, alpha_scale=args.alpha_scale,
                            given_alpha=alpha_by_exit is not None)
-    best, reason = api.recommend(results)
+    from sim.verdict import decide, degenerate_reason
+
+    verdict = decide(results, profile)
     if args.json:  # best first; per head, the object with head_rank 1 is its best plan
-        print(json.dumps([r.to_json_dict() for r in results]))
+        print(json.dumps(_plan_rows(results, verdict)))
         return 0
     drawn = "trace-driven" if alpha_by_exit is None else "Bernoulli(α)"
     print(f"{profile.model_id} on {profile.device_name}: {len(results)} plans, {args.tokens} {drawn} tokens each"
           + (f", exit heads {', '.join(by_head)}" if len(by_head) > 1 else ""))
+    _print_verdict(verdict)
     budget = results[0].details.budget if results and results[0].speedup_vs_ar_tp is not None else None
     if budget:
         unit = "GPU" if "GPU" in budget else "thread"
@@ -349,16 +352,43 @@ def plan_cmd(args) -> int:
         iv = f"{lo:.2f}–{hi:.2f}" if lo is not None and r.plan.mode.speculative else "-"
         print(f"{i:>4}  {r.plan.label():<36} {r.speedup_vs_ar:>7.3f}× {iv:>13}{tp} {r.tokens_per_s:>9.2f} "
               f"{alpha:>5.2f} {r.mean_accepted:>9.2f}")
-    print("best per mode:")
+    print("best per mode (one thread; degenerate plans left out):")
     for mode in Mode:
-        rs = [r for r in results if r.plan.mode is mode]
+        rs = [r for r in results if r.plan.mode is mode and degenerate_reason(r) is None]
         if rs:
             r = rs[0]
-            print(f"  {mode.name:<5} {r.plan.label():<36} {r.speedup_vs_ar:.3f}× {r.tokens_per_s:.2f} tokens/s")
+            tp = f", {r.speedup_vs_ar_tp:.3f}× AR on all {budget}" if budget else ""
+            print(f"  {mode.name:<5} {r.plan.label():<36} {r.speedup_vs_ar:.3f}× {r.tokens_per_s:.2f} tokens/s{tp}")
     if len(by_head) > 1:
         print("best per exit head (draft ms: the head's cost per drafted token, paid in stage 1):")
         print("\n".join("  " + line for line in hd.format_comparison(hd.comparison(profile, by_head)).splitlines()))
     print(f"90% intervals: a run over {args.prompts_n} prompts like the profile's (--prompts-n), from "
           "prompt-to-prompt acceptance and the profile's latency spread")
-    print(f"recommendation: {gpus.recommendation(profile, best, reason)}")
+    print(f"recommendation: {gpus.recommendation(profile, verdict.recommended, verdict.text)}")
     return 0
+
+
+def _plan_rows(results, verdict) -> list[dict]:
+    """`ppsd plan --json`: the Results (best first) as objects, each with the verdict's noise band,
+    whether it is the recommendation and why it is degenerate (null: usable); the recommended
+    object also carries the whole verdict (`sim.verdict.Verdict.to_json_dict`)."""
+    from sim.verdict import degenerate_reason
+
+    rows = []
+    for r in results:
+        row = {**r.to_json_dict(), "noise_band": verdict.band.rel, "degenerate": degenerate_reason(r),
+               "recommended": r is verdict.recommended}
+        if r is verdict.recommended:
+            row["verdict"] = verdict.to_json_dict()
+        rows.append(row)
+    return rows
+
+
+def _print_verdict(verdict) -> None:
+    """The answer first: the verdict, the noise band it was judged with, and the plans it passed over."""
+    print(f"verdict ({verdict.outcome.value}): {verdict.text}")
+    print(f"noise band: {verdict.band.describe()}; a plan within it of {verdict.baseline} is a tie")
+    for line in verdict.notes[:3]:
+        print(f"  not named best: {line}")
+    if len(verdict.notes) > 3:
+        print(f"  ... and {len(verdict.notes) - 3} more degenerate plans ranked above it")

@@ -65,12 +65,31 @@ def merge(by_head: dict) -> list:
     return merged
 
 
+def decide_over_heads(by_head: dict, profile=None):
+    """`sim.verdict.decide` over several exit heads' sweeps ({head: Results}, ranked together by
+    `merge`: AR once), with `Verdict.head` set: the recommendation's head, the first head for AR."""
+    from dataclasses import replace
+
+    from sim.verdict import decide
+
+    if not by_head:
+        raise UserError("no exit head was swept", "sweep at least the shared head")
+    v = decide(merge(dict(by_head)), profile)
+    head = v.recommended.plan.exit_head if v.recommended.plan.mode.speculative else next(iter(by_head))
+    return replace(v, head=head)
+
+
 def comparison(profile, by_head: dict) -> list[dict]:
-    """One row per head: its drafting cost, best α over exits, best EESD, best PPSD and the best plan."""
+    """One row per head: its drafting cost, best α over exits, best EESD, best PPSD and the best plan
+    (one-thread speedups; degenerate plans, `sim.verdict.degenerate_reason`, are never a head's best)."""
+    from sim.verdict import degenerate_reason
+
     rows = []
     for h, results in by_head.items():
         entry = (profile.latency.get("exit_heads") or {}).get(h, {})
-        best = {m: next((r for r in results if r.plan.mode is m), None) for m in Mode if m.speculative}
+        ranked = sorted(results, key=lambda r: -(r.speedup_vs_ar or 0.0))
+        best = {m: next((r for r in ranked if r.plan.mode is m and degenerate_reason(r) is None), None)
+                for m in Mode if m.speculative}
         spec = [r for r in best.values() if r is not None]
         top = max(spec, key=lambda r: r.speedup_vs_ar or 0.0) if spec else None
         alphas = profile.alpha_by_exit(head=h) if profile.has_acceptance else {}

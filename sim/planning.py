@@ -5,9 +5,9 @@ Works on Plans and Results only (no tables, no UI), through the simulator's publ
   closed_form_sweep    every plan of a sweep priced by the closed forms, as Results: milliseconds
                        for a whole sweep, the planner's instant preview of a setting not swept yet
   stage_breakdown      where one token's time goes in each stage of a PPSD plan
-  best_over_heads      the best plan over several exit heads' sweeps (`ppsd plan`'s choice)
+  best_over_heads      the recommendation over several exit heads' sweeps (`ppsd plan`'s, sim/verdict.py)
   round_robin          placement of more stages than devices
-Recommendations come from `sim.api.recommend`, head comparisons from `sim.heads.comparison`.
+Recommendations come from `sim.verdict` (`sim.api.recommend`), head comparisons from `sim.heads.comparison`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
-from sim import api, heads
+from sim import api
 from sim.modes import Mode
 from sim.plan import Plan, Result, SimulatedDetails
 from sim.schemes.eesd import expected_tokens_per_round
@@ -128,15 +128,14 @@ def stage_breakdown(profile, plan: Plan) -> list[StagePart]:
     return parts
 
 
-def best_over_heads(by_head: Mapping[str, Sequence[Result]]) -> tuple[str, Result, str]:
-    """(exit head, best Result, one-line reason) over every head's sweep, as `ppsd plan` chooses:
-    `sim.heads.merge` ranks them together, `sim.api.recommend` picks (AR, with the first head,
-    when no plan beats it)."""
-    if not by_head:
-        raise UserError("no exit head was swept", "sweep at least the shared head")
-    best, reason = api.recommend(heads.merge(dict(by_head)))
-    head = next(iter(by_head)) if best.plan.mode is Mode.AR else best.plan.exit_head
-    return head, best, reason
+def best_over_heads(by_head: Mapping[str, Sequence[Result]], profile=None) -> tuple[str, Result, str]:
+    """(exit head, recommended Result, one-line verdict) over every head's sweep, as `ppsd plan`
+    chooses: `sim.heads.decide_over_heads`, i.e. `sim.verdict.decide` (AR, with the first head, when no
+    plan beats it beyond the profile's noise band)."""
+    from sim.heads import decide_over_heads
+
+    v = decide_over_heads(by_head, profile)
+    return v.head, v.recommended, v.text
 
 
 def round_robin(stages: int, devices: int) -> tuple[int, ...] | None:

@@ -1,4 +1,4 @@
-"""simulate / sweep / recommend behind sim/api.py: streams in, a scheme's engine runs, Results out.
+"""simulate / sweep behind sim/api.py (the recommendation is sim/verdict.py): streams in, a scheme's engine runs, Results out.
 
 Nothing here knows how any scheme decodes: each plan's scheme comes from the registry
 (`sim.schemes.scheme(plan.mode)`), which prices its work and runs its event model or its replay.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -216,67 +216,3 @@ def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=Non
     return results
 
 
-def recommend(results: Sequence[Result]) -> tuple[Result, str]:
-    """The fastest plan and a one-line reason. When the results carry same-budget figures
-    (`speedup_vs_ar_tp`, sim/budget.py) plans are ranked by them: a plan must beat AR running on
-    every core or GPU it uses, not AR on one. Otherwise by `speedup_vs_ar`."""
-    same_budget = all(r.speedup_vs_ar_tp is not None for r in results)
-    if same_budget:
-        return _recommend_same_budget(results)
-    best = max(results, key=lambda r: r.speedup_vs_ar or 0.0)
-    by_mode = _best_per_mode(results, lambda r: r.speedup_vs_ar or 0.0)
-    # nothing beats plain decoding: recommend AR and name the best speculative plan
-    if not best.plan.mode.speculative or (best.speedup_vs_ar or 0) <= 1.0:
-        others = [r for m, r in by_mode.items() if m.speculative]
-        if others:
-            o = max(others, key=lambda r: r.speedup_vs_ar or 0)
-            reason = (f"stay with AR: no early-exit plan beats plain decoding here "
-                      f"(best is {o.plan.label()} at {o.speedup_vs_ar:.2f}× AR, α={_alpha(o)})")
-        else:
-            reason = "AR is the only plan simulated"
-        ar = by_mode.get(Mode.AR, best)
-        return ar, reason
-    tail = "".join(f"; best {m.name} is {o.plan.label()} at {o.speedup_vs_ar:.2f}×"
-                   for m, o in sorted(by_mode.items(), key=lambda mo: list(Mode).index(mo[0]))
-                   if m.speculative and m is not best.plan.mode)
-    reason = (f"{best.plan.label()} is fastest: {best.speedup_vs_ar:.2f}× AR, {best.tokens_per_s:.1f} tokens/s, "
-              f"α={_alpha(best)}, {best.mean_accepted:.2f} tokens per round{tail}")
-    return best, reason
-
-
-def _best_per_mode(results: Sequence[Result], key) -> dict[Mode, Result]:
-    by_mode: dict[Mode, Result] = {}
-    for r in results:
-        m = r.plan.mode
-        if m not in by_mode or key(r) > key(by_mode[m]):
-            by_mode[m] = r
-    return by_mode
-
-
-def _recommend_same_budget(results: Sequence[Result]) -> tuple[Result, str]:
-    key = lambda r: r.speedup_vs_ar_tp or 0.0  # noqa: E731
-    by_mode = _best_per_mode(results, key)
-    best = max(results, key=key)
-    d = best.details
-    where = d.budget if d is not None and d.budget else "the same budget"
-    ar = by_mode.get(Mode.AR, best)
-    ar_tp = ar.details.ar_tp_tokens_per_s if ar.details is not None else None
-    if not best.plan.mode.speculative or key(best) <= 1.0:
-        others = [r for m, r in by_mode.items() if m.speculative]
-        if not others:
-            return ar, "AR is the only plan simulated"
-        o = max(others, key=key)
-        return ar, (f"stay with AR on all {where} ({ar_tp:.1f} tokens/s): no early-exit plan beats it "
-                    f"(best is {o.plan.label()} at {key(o):.2f}× of it, {o.speedup_vs_ar:.2f}× AR on one "
-                    f"{'thread' if 'cores' in where else 'device'}, α={_alpha(o)})")
-    tail = "".join(f"; best {m.name} is {o.plan.label()} at {key(o):.2f}×"
-                   for m, o in sorted(by_mode.items(), key=lambda mo: list(Mode).index(mo[0]))
-                   if m.speculative and m is not best.plan.mode)
-    return best, (f"{best.plan.label()} is fastest: {key(best):.2f}× AR on all {where} "
-                  f"({best.speedup_vs_ar:.2f}× AR on one), {best.tokens_per_s:.1f} tokens/s, α={_alpha(best)}, "
-                  f"{best.mean_accepted:.2f} tokens per round{tail}")
-
-
-def _alpha(r: Result) -> str:
-    a = r.details.stream_alpha if isinstance(r.details, SimulatedDetails) else None
-    return "?" if a is None else f"{a:.2f}"

@@ -106,6 +106,71 @@ def test_every_page_renders_on_the_example_profile(monkeypatch, data_root):
     assert probe and "×" in probe[0] and "jitter" in probe[0]
 
 
+def test_overview_states_ppsd_plans_verdict_on_the_example_profile(monkeypatch, capsys):
+    """One verdict (sim/verdict.py): the Overview of the committed profile names the plan, the figures
+    (one thread and same budget), the words and the noise band `ppsd plan --json` gives."""
+    from ppsd.cli import main
+
+    assert main(["plan", "--profile", str(EXAMPLE), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    v = next(r for r in rows if r["recommended"])["verdict"]
+    at = _app(monkeypatch, [EXAMPLE.parent], "examples/smollm2-135m-cpu")
+    assert not _problems(at)
+    rec = v["recommended"]
+    assert at.metric[0].value == rec["label"].split(" [")[0]
+    assert at.metric[1].value == f"{rec['speedup_vs_ar']:.2f}×"
+    if v["metric"] == "speedup_vs_ar_tp":
+        assert at.metric[2].value == f"{rec['speedup_vs_ar_tp']:.2f}×" and v["budget"] in at.metric[2].label
+    boxes = [e.value for e in [*at.success, *at.info, *at.warning]]
+    assert v["text"] in boxes, boxes
+    captions = " ".join(c.value for c in at.caption)
+    assert f"±{v['noise_band']:.1%}" in captions
+    # the best speculative plan it names is never a degenerate one, and the page names that plan too
+    spec = v["best_speculative"]
+    if spec is not None:
+        assert next(r for r in rows if r["label"] == spec["label"])["degenerate"] is None
+        assert spec["label"] in v["text"]
+
+
+def test_validation_page_opens_on_the_profiles_real_validation(monkeypatch):
+    at = _app(monkeypatch, [EXAMPLE.parent], "examples/smollm2-135m-cpu")
+    at.switch_page("views/validation.py").run()
+    assert not _problems(at)
+    picker = next(s for s in at.selectbox if s.label == "validation run")
+    first = picker.value
+    assert first.startswith("examples/smollm2-135m-cpu") and "emulated" not in first, first
+    doc = json.loads((PROJECT_ROOT / first / "validation.json").read_text())
+    assert doc["profile"] == "examples/smollm2-135m-cpu" and not doc.get("emulated")
+    emulated = [o for o in picker.options if "ppsd-conformance-emulated" in o]
+    assert emulated and all("emulated (not real decoding)" in o for o in emulated)
+    picker.set_value(emulated[0]).run()
+    assert not _problems(at) and any("Emulated run" in w.value for w in at.warning)
+
+
+def test_validation_order_prefers_real_runs_of_this_version_of_the_profile(tmp_path):
+    def folder(name, profile, created, emulated=False):
+        out = tmp_path / "runs" / name
+        out.mkdir(parents=True)
+        (out / "validation.json").write_text(json.dumps({"profile": profile, "created": created,
+                                                         **({"emulated": True} if emulated else {})}))
+        return out
+
+    prof = tmp_path / "examples" / "p"
+    prof.mkdir(parents=True)
+    folders = [folder("emulated", str(prof), "2026-12-05T00:00:00+00:00", emulated=True),
+               folder("other", str(tmp_path / "elsewhere"), "2026-12-06T00:00:00+00:00"),
+               folder("old", str(prof), "2026-11-01T00:00:00+00:00"),
+               folder("new", "examples/p", "2026-12-03T00:00:00+00:00"),
+               folder("newer", str(prof), "2026-12-04T00:00:00+00:00")]
+    roots = [tmp_path / "examples", tmp_path / "runs"]
+    order = [i.path.name for i in data.validation_order(folders, prof, "2026-12-02T00:00:00+00:00", roots)]
+    # this profile's real runs made after it was measured, newest first; then its older real run;
+    # then its emulated run; then other profiles' runs
+    assert order == ["newer", "new", "old", "emulated", "other"]
+    assert data.validation_order(folders, None, None, roots)[0].path.name == "other"  # no profile: newest real
+    assert "emulated" in data.validation_label(data.validation_info(folders[0]), roots)
+
+
 def test_every_page_renders_on_a_synthetic_profile_with_badge(monkeypatch, data_root):
     at = _app(monkeypatch, [data_root / "examples", data_root / "runs"])
     assert at.session_state["profile_path"] == "examples/synth"

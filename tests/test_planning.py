@@ -95,8 +95,12 @@ def test_head_comparison_of_closed_form_results(multihead):
                for h in heads.available_heads(multihead)}
     rows = heads.comparison(multihead, by_head)
     assert [r["head"] for r in rows] == ["shared", "trained", "vocab4096"]
+    from sim.verdict import degenerate_reason
+
     for r, (h, results) in zip(rows, by_head.items()):
-        top = max((x for x in results if x.plan.mode != Mode.AR), key=lambda x: x.speedup_vs_ar)
+        # a head's best plan is never a degenerate one (sim/verdict.py: its drafts rarely match)
+        top = max((x for x in results if x.plan.mode != Mode.AR and degenerate_reason(x) is None),
+                  key=lambda x: x.speedup_vs_ar)
         if top.speedup_vs_ar > 1.0:
             assert r["best_plan"] == top.plan.label() and r["best_speedup"] == round(top.speedup_vs_ar, 4)
         else:

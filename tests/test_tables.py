@@ -1,5 +1,5 @@
-"""dashboard/tables.py: Results as the pages' tables, and the plain same-budget sentence the Overview
-and What-if pages show."""
+"""The plain same-budget verdict the Overview and What-if pages show (sim/verdict.py, shown by
+dashboard/ui.show_verdict) on sweeps where AR on both cores wins and where a plan does."""
 
 from __future__ import annotations
 
@@ -8,20 +8,26 @@ import pytest
 from dashboard import tables
 from profiler.synthetic import write_synthetic_profile
 from sim import api
+from sim.verdict import Outcome, decide
 
 
 @pytest.mark.parametrize("alpha, thread_speedup, ar_wins", [(0.02, 1.65, True), (0.98, 1.0, False)])
-def test_same_budget_sentence(tmp_path, alpha, thread_speedup, ar_wins):
+def test_same_budget_verdict(tmp_path, alpha, thread_speedup, ar_wins):
     p = write_synthetic_profile(tmp_path / "p", alpha_by_exit=lambda e: alpha, num_layers=12,
                                 layer_ms=2.0, head_ms=12.0, hop_ms=0.2, thread_speedup={2: thread_speedup})
-    table = tables.results_table(api.sweep(p, devices=2, tokens=300))
-    text, wins = tables.same_budget_sentence(table)
-    spec = table[table["mode"] != "ar"]
-    assert wins is ar_wins is bool(spec["speedup_tp"].max() <= 1.0) and "2 cores" in text
-    assert text.startswith("On the same hardware, plain AR using all 2 cores wins") == ar_wins
+    results = api.sweep(p, devices=2, tokens=300)
+    v = decide(results, p)
+    table = tables.results_table(results)
+    assert v.same_budget and v.budget == "2 cores" and table["speedup_tp"].notna().all()
+    assert (v.outcome is not Outcome.WIN) is ar_wins
+    assert v.text.startswith("stay with AR on all 2 cores") == ar_wins
+    if not ar_wins:
+        assert v.recommended is v.best_speculative and "same-budget win on this machine" in v.text
 
 
-def test_no_sentence_without_thread_tables(tmp_path):
+def test_no_same_budget_verdict_without_thread_tables(tmp_path):
     p = write_synthetic_profile(tmp_path / "p", alpha_by_exit=lambda e: 0.5, num_layers=8)
-    table = tables.results_table(api.sweep(p, devices=2, tokens=200))
-    assert table["speedup_tp"].isna().all() and tables.same_budget_sentence(table) is None
+    results = api.sweep(p, devices=2, tokens=200)
+    assert tables.results_table(results)["speedup_tp"].isna().all()
+    v = decide(results, p)
+    assert not v.same_budget and v.baseline == "AR on one thread"

@@ -1,9 +1,8 @@
-"""Overview: the answer first. The recommended plan for the selected profile (same sweep and
-defaults as `ppsd plan`), its predicted speedup, AR tokens/s, and why."""
+"""Overview: the answer first. The verdict on the selected profile (the same sweeps, defaults and
+function as `ppsd plan`: sim/verdict.py), its figures against AR on one thread and on the whole
+budget, AR tokens/s, and why."""
 
 from __future__ import annotations
-
-import math
 
 import streamlit as st
 
@@ -21,66 +20,59 @@ facts = data.source_summary(profile.meta)
 st.caption(f"Versions: {facts['versions'] or '–'}")
 
 HEADS = available_heads(profile)
-if len(HEADS) > 1:  # like `ppsd plan`: every exit head the profile has, the best plan over all of them
-    best_head, best, reason = cached.best_over_heads(path, HEADS)
-    table, _, _, closed = cached.sweep(path, exit_head=best_head)
-else:
-    best_head, (table, best, reason, closed) = HEADS[0], cached.sweep(path)
-ar = table[table["mode"] == Mode.AR]
-ar_tps = float(ar["tokens_per_s"].iloc[0]) if not ar.empty else None
+# like `ppsd plan`: every exit head the profile has, one verdict over all of them (sim/verdict.py)
+verdict = cached.verdict(path, HEADS)
+rec, spec = verdict.recommended, verdict.best_speculative
+# the head whose curves the page draws: the recommendation's, else the best speculative plan's
+chart_head = (spec.plan.exit_head if spec is not None and not rec.plan.mode.speculative else verdict.head) or HEADS[0]
+table, _, _, closed = cached.sweep(path, exit_head=chart_head)
+ar_tps = verdict.ar.tokens_per_s if verdict.ar is not None else None
 
-m = st.columns(4)
-m[0].metric("recommended plan", tables.short_label(best["plan"]),
-            help="The fastest plan in the sweep (same as `ppsd plan`). " + theme.GLOSSARY["eesd"] + " "
-            + theme.GLOSSARY["ppsd"])
-m[1].metric("predicted speedup", theme.fmt_x(best["speedup"]), help=theme.GLOSSARY["speedup"])
-m[2].metric("AR decoding", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
-m[3].metric("with the recommended plan", theme.fmt_tps(best["tokens_per_s"]))
-same = tables.same_budget_sentence(table)
-if same is not None:  # the speedup that counts: against AR on every core / GPU the plan uses
-    (st.warning if same[1] else st.info)(same[0], icon=":material/balance:")
+m = st.columns(5 if verdict.same_budget else 4)
+m[0].metric("recommended plan", tables.short_label(rec.plan.label()),
+            help="The verdict of `ppsd plan` on this profile (the same function, sim/verdict.py). "
+            + theme.GLOSSARY["eesd"] + " " + theme.GLOSSARY["ppsd"])
+m[1].metric("predicted speedup (vs AR, one thread)", theme.fmt_x(rec.speedup_vs_ar), help=theme.GLOSSARY["speedup"])
+if verdict.same_budget:
+    m[2].metric(f"vs AR on all {verdict.budget}", theme.fmt_x(rec.speedup_vs_ar_tp),
+                help="Same budget: the plan using every core / GPU against AR using all of them (sim/budget.py).")
+m[-2].metric("AR decoding", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
+rec_tps = rec.details.budget_tokens_per_s if verdict.same_budget else rec.tokens_per_s
+m[-1].metric("with the recommended plan" + (f" (all {verdict.budget})" if verdict.same_budget else ""),
+             theme.fmt_tps(rec_tps))
+ui.show_verdict(verdict)
 
 
 def explain() -> str:
-    """One paragraph: acceptance at the chosen exit against what a draft costs there."""
+    """One paragraph: acceptance at the plan's exit against what a draft costs there."""
     n = profile.num_layers
     layers = [profile.layer_ms(l, 1) for l in range(n)]
     head, embed = profile.head_ms(1), profile.embed_ms(1)
     full = sum(layers) + head + embed
-    draft_head = profile.exit_head_ms(best_head, 1)  # what a draft pays for its head
-    if best["mode"] == Mode.AR or best.get("exit_layer") is None or (isinstance(best["exit_layer"], float)
-                                                                    and math.isnan(best["exit_layer"])):
-        spec = table[table["mode"] != Mode.AR].sort_values("speedup", ascending=False)
-        if spec.empty:
-            return f"Only plain decoding was simulated. {reason}"
-        alt = spec.iloc[0]
-        e = int(alt["exit_layer"])
-        alpha = acceptance_by_exit(profile, head=best_head).get(e)
-        draft = sum(layers[:e]) + draft_head + embed
-        return (f"No speculative plan beats plain decoding on this profile; the closest is {alt['plan']} at "
-                f"{theme.fmt_x(alt['speedup'])}. At exit layer {e} of {n} the draft matches the full model only "
-                f"{'α = ' + format(alpha, '.2f') if alpha is not None else 'rarely'} of the time, while a draft costs "
-                f"{theme.fmt_ms(draft)} ({draft / full:.0%} of a {theme.fmt_ms(full)} full pass; the exit head alone is "
-                f"{theme.fmt_ms(head)}, as much as {head / (sum(layers) / n):.1f} layers). Every rejected draft is "
-                f"paid for and thrown away, so speculation loses. Earlier exits are cheaper but agree even less. "
-                f"A better exit head (try the acceptance scale on the What-if planner) is what would change this.")
-    e = int(best["exit_layer"])
-    alpha = acceptance_by_exit(profile, head=best_head).get(e)
+    if spec is None:
+        return f"No usable speculative plan was simulated. {verdict.text}"
+    e, h = spec.plan.exit_layer, spec.plan.exit_head
+    alpha = acceptance_by_exit(profile, head=h).get(e)
+    draft_head = profile.exit_head_ms(h, 1)  # what a draft pays for its head
     draft = sum(layers[:e]) + draft_head + embed
     a_txt = f"α = {alpha:.2f}" if alpha is not None else "the measured acceptance"
-    text = (f"At exit layer {e} of {n}, the draft matches the full model's token at {a_txt} of positions. "
-            f"A draft costs {theme.fmt_ms(draft)} ({draft / full:.0%} of a {theme.fmt_ms(full)} full pass, "
-            f"of which the exit head ({head_label(best_head)}) is {theme.fmt_ms(draft_head)}). ")
-    if best["mode"] == Mode.PPSD:
-        text += (f"In a {int(best['stages'])}-stage pipeline (stages {best['stage_bounds']}) an accepted draft lets "
-                 f"stage 1 start the next token while the later stages verify, so accepted tokens cost about one "
-                 f"stage's time and a rejection costs a full pass plus the flush. ")
-    elif best["mode"] == Mode.EESD:
-        g = int(best["draft_len"])
-        if alpha is not None and alpha < 1:
-            per_round = (1 - alpha ** (g + 1)) / (1 - alpha)
-            text += f"Drafting γ = {g} tokens per round commits about {per_round:.2f} tokens per verification. "
-    return text + f"Simulator: {reason}"
+    text = (f"At exit layer {e} of {n} the draft ({head_label(h)} head) matches the full model's token at {a_txt} of "
+            f"positions, and a draft costs {theme.fmt_ms(draft)} ({draft / full:.0%} of a {theme.fmt_ms(full)} full "
+            f"pass, of which the exit head is {theme.fmt_ms(draft_head)}). ")
+    if spec.plan.mode is Mode.PPSD:
+        text += (f"In a {spec.plan.num_stages}-stage pipeline an accepted draft lets stage 1 start the next token "
+                 "while the later stages verify, so accepted tokens cost about one stage's time and a rejection "
+                 "costs a full pass plus the flush. ")
+    elif spec.plan.mode is Mode.EESD and alpha is not None and alpha < 1:
+        g = spec.plan.draft_len
+        text += (f"Drafting γ = {g} tokens per round commits about {(1 - alpha ** (g + 1)) / (1 - alpha):.2f} tokens "
+                 "per verification. ")
+    if rec.plan.mode.speculative:
+        return text + f"That makes {tables.short_label(spec.plan.label())} the plan to run here."
+    return (text + f"Even so, {tables.short_label(spec.plan.label())} does not beat {verdict.baseline} by more than the "
+            f"noise band: every rejected draft is paid for and thrown away"
+            + (", and a second core speeds plain decoding up as well" if verdict.same_budget else "")
+            + ". A better exit head (try the acceptance scale on the What-if planner) is what would change this.")
 
 
 st.subheader("Why")
@@ -93,14 +85,21 @@ if len(HEADS) > 1:
     st.plotly_chart(charts.heads_bars(comp), key="chart_heads_overview")
     st.dataframe(comp.drop(columns=["head", "source"]), hide_index=True, width="stretch", key="table_heads_overview",
                  column_config=ui.heads_table_columns())
-    st.caption(f"The recommendation drafts with the {head_label(best_head)} head; the chart below is that head's. "
-               "Pick another head on the What-if planner.")
+    st.caption(f"The chart below is the {head_label(chart_head)} head's (the verdict's best speculative plan "
+               "drafts with it). Pick another head on the What-if planner.")
 
-st.subheader("Speedup at every exit layer" + (f" ({head_label(best_head)} head)" if len(HEADS) > 1 else ""),
+st.subheader("Speedup at every exit layer" + (f" ({head_label(chart_head)} head)" if len(HEADS) > 1 else ""),
              help=theme.GLOSSARY["speedup"])
-fig = charts.speedup_vs_exit(tables.curves(table), closed,
-                             {"exit_layer": best["exit_layer"] if best["mode"] != Mode.AR else None,
-                              "speedup": best["speedup"], "label": best["plan"]}, [], profile.num_layers)
+def _point(r) -> dict | None:
+    # a plan on this chart (its head's curves), at its one-thread speedup like the curves
+    if r is None or not r.plan.mode.speculative or r.plan.exit_head != chart_head:
+        return None
+    return {"exit_layer": r.plan.exit_layer, "speedup": r.speedup_vs_ar, "label": tables.short_label(r.plan.label())}
+
+
+star = _point(rec) or {"exit_layer": None, "speedup": 1.0, "label": "AR", "closest": _point(spec),
+                       "note": f"recommended: plain {verdict.baseline} ({verdict.outcome.value})"}
+fig = charts.speedup_vs_exit(tables.curves(table), closed, star, [], profile.num_layers)
 st.plotly_chart(fig, key="chart_overview")
 st.caption(f"Defaults: up to {cached.default_devices(path)} devices"
            + (" (this CPU's cores: a stage is a process that wants a core)" if profile.cpu_cores else "") + ", "

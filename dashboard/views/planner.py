@@ -27,10 +27,11 @@ stamp = cached.mtime(path)
 pk = hashlib.sha1(path.encode()).hexdigest()[:8]
 
 HEADS = available_heads(profile)
-if len(HEADS) > 1:  # start on the head `ppsd plan` recommends (it compares every head)
-    head0, best0, _ = cached.best_over_heads(path, HEADS)
-else:
-    head0, (_, best0, _, _) = HEADS[0], cached.sweep(path)
+# start on `ppsd plan`'s verdict over every head: its recommendation, or when AR stays ahead the best
+# speculative plan it names (sim/verdict.py), the plan a user would look at next
+verdict0 = cached.verdict(path, HEADS)
+start = verdict0.recommended if verdict0.recommended.plan.mode.speculative else verdict0.best_speculative
+head0 = start.plan.exit_head if start is not None else verdict0.head or HEADS[0]
 measured_hop = round(profile.hop_ms(), 3)
 # Discrete steps for the controls that need a new sweep: each value one step away is swept in
 # the background (dashboard/sweep_cache.py), so moving one of them answers from the cache.
@@ -65,7 +66,7 @@ with left:
         head = st.selectbox("exit head", HEADS, HEADS.index(head0), key=f"pl_head_{pk}", format_func=head_label,
                             help=theme.GLOSSARY["exit_head"])
     st.markdown("**Plan**")
-    e0 = int(best0["exit_layer"]) if best0["mode"] != Mode.AR else N // 2
+    e0 = int(start.plan.exit_layer) if start is not None else N // 2
     exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
     gamma = st.slider("draft length γ (EESD)", 1, max(cached.DEFAULT_GAMMAS), 4, key=f"pl_gamma_{pk}",
                       help=theme.GLOSSARY["draft_len"])
@@ -123,11 +124,10 @@ with right:
                 delta_color="off", delta_arrow="off", help=theme.GLOSSARY["eesd"])
     if preview:
         st.caption(f":material/hourglass_top: Preview: {reason}.")
-    else:
-        st.caption(f"Simulator: {reason}")
-    same = tables.same_budget_sentence(table)
-    if same is not None:
-        (st.warning if same[1] else st.info)(same[0], icon=":material/balance:")
+    else:  # this setting's verdict, by the function `ppsd plan` uses (sim/verdict.py)
+        st.caption(f"Simulator: the trace-driven sweep of this setting ({head_label(head)} head, up to {devices} "
+                   "devices) says:")
+        ui.show_verdict(cached.verdict(path, [head], devices, hop_key, scale, temp))
 
 st.subheader("Where the selected PPSD plan spends a token", help=theme.GLOSSARY["stages"])
 with ui.guard("stage breakdown"):

@@ -3,6 +3,7 @@ Reads validation folders written by `ppsd validate`."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import streamlit as st
@@ -22,12 +23,31 @@ if not folders:
             + ", ".join(f"`{r}`" for r in data.data_roots()) + ".")
     st.stop()
 
-labels = {data.display_name(p): p for p in folders}
-choice = st.selectbox("validation run", list(labels), key="val_choice",
-                      help="Folders holding validation.json under the data roots.")
+# open on a real validation of the selected profile when there is one (data.validation_order)
+profile_path = ui.selected_path()
+profile_created = None
+if profile_path is not None:
+    with ui.guard("profile"):
+        profile_created = ui.load(profile_path).meta.get("created")
+ordered = data.validation_order(folders, profile_path, profile_created)
+labels = {data.validation_label(i): i.path for i in ordered}
+mine = [i for i in ordered if data.belongs_to(i, profile_path)]
+# the picker's key carries the profile, so choosing another profile opens on that profile's runs
+pk = hashlib.sha1(str(profile_path).encode()).hexdigest()[:8]
+choice = st.selectbox("validation run", list(labels), index=0, key=f"val_choice_{pk}",
+                      help="Folders holding validation.json under the data roots: the selected profile's real "
+                           "validations first (newest first), then its emulated runs, then the others. Emulated "
+                           "runs (`ppsd validate --emulate`) wait out the profile's times instead of decoding.")
+if profile_path is not None and not any(not i.emulated for i in mine):
+    st.caption(f"No real validation of `{data.display_name(Path(profile_path))}` was found; make one with "
+               f"`ppsd validate --profile {data.display_name(Path(profile_path))} --out runs/NAME`.")
 val = data.load_validation(Path(labels[choice]))
 meta = val.meta
 rows = val.rows
+if meta.get("emulated"):
+    st.warning("Emulated run (`ppsd validate --emulate`): the devices waited out the profile's times and only the "
+               "control plane was real, so it checks the simulator's bookkeeping, not real decoding speed.",
+               icon=":material/science:")
 
 m = st.columns(4)
 m[0].metric("MAPE, speedup", theme.fmt_pct(meta.get("mape_speedup_pct")), help=theme.GLOSSARY["mape"])
