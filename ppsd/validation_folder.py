@@ -204,14 +204,18 @@ class ValidationRow:
         return {k: v for k, v in d.items()
                 if not (k in OPTIONAL_FIELDS and v is None)}
 
-    def with_interval(self, lo: float | None, hi: float | None) -> ValidationRow:
-        """This row with the predicted speedup's interval (and the same-budget one, scaled alike)."""
+    def with_interval(self, lo: float | None, hi: float | None, tp_cv: float = 0.0) -> ValidationRow:
+        """This row with the predicted speedup's interval, and the same-budget one scaled alike and
+        widened by `tp_cv` (how unsteady AR's thread speedup was: `sim.intervals.budget_cv`)."""
+        from sim.intervals import widened
+
         if lo is None or hi is None:
             return self
         tp_lo = tp_hi = None
         if self.predicted_speedup_vs_ar_tp is not None and self.predicted_speedup:
-            tp_lo = round(self.predicted_speedup_vs_ar_tp * lo / self.predicted_speedup, 4)
-            tp_hi = round(self.predicted_speedup_vs_ar_tp * hi / self.predicted_speedup, 4)
+            tp_lo, tp_hi = widened(lo / self.predicted_speedup, hi / self.predicted_speedup,
+                                   self.predicted_speedup_vs_ar_tp, tp_cv)
+            tp_lo, tp_hi = round(tp_lo, 4), round(tp_hi, 4)
         return replace(self, predicted_speedup_lo=round(lo, 4), predicted_speedup_hi=round(hi, 4),
                        predicted_speedup_vs_ar_tp_lo=tp_lo, predicted_speedup_vs_ar_tp_hi=tp_hi)
 

@@ -86,8 +86,9 @@ def register(subparsers) -> None:
                         "measured, since on a CPU the cost is not smooth in n)")
     p.add_argument("--context-values", type=_int_list, default=[64, 256, 1024], metavar="64,256,1024",
                    help="tokens already in the KV cache per timed step")
-    p.add_argument("--repeats", type=int, default=10, help="timed repeats per latency cell (10)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps before each latency cell (2)")
+    p.add_argument("--repeats", type=int, default=10, help="timed rounds of the latency grid, each timing every cell once at every thread count, "
+                   "interleaved so that every cell sees the same states of a shared machine (10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds of the latency grid first (2)")
     p.add_argument("--corun-max", type=int, default=None, metavar="K",
                    help="measure the co-run slowdown with 2..K concurrent processes (default: cores, at most 4; "
                         "1 turns it off)")
@@ -456,9 +457,13 @@ def _latency_tables(adapter, cfg, bar, phases: dict[str, float]) -> dict:
     t0 = time.perf_counter()
     cells = len(cfg.n_values) * len(cfg.context_values)
     bar.phase("latency grid", cells * (1 + len(cfg.thread_counts)))
-    grid = lat.measure_grid(adapter, cfg, tick=lambda: bar.advance("latency grid"))
+    # every thread count in the same interleaved rounds: the same-budget tables then see the machine
+    # in the same states as the main ones (profiler/latency.py, "the grid")
+    grids = lat.measure_grids(adapter, cfg, (cfg.threads, *cfg.thread_counts),
+                              tick=lambda: bar.advance("latency grid"))
+    grid = dict(grids[int(cfg.threads)])
     if cfg.thread_counts:
-        grid["parallel"] = lat.measure_thread_tables(adapter, cfg, tick=lambda: bar.advance("latency grid"))
+        grid["parallel"] = lat.thread_tables_block(grids, cfg.threads)
     grid["prefill"] = lat.measure_prefill(adapter, cfg)
     phases["latency"] = time.perf_counter() - t0
     return grid
@@ -689,9 +694,20 @@ def print_summary(profile) -> None:
                   f"max {max(layer_ms):.2f}), head {profile.head_ms(1):.2f} ms, embedding {profile.embed_ms(1):.3f} ms")
     whole = lat.get("whole_step")
     if whole:
-        flag = "  [red]FLAGGED[/]" if whole.get("flagged") else ""
-        console.print(f"whole step {whole['median_ms']:.1f} ms; sum of parts {whole['sum_of_parts_ms']:.1f} ms "
-                      f"(ratio {whole['ratio']:.3f}){flag}")
+        if whole.get("method") == "paired":  # the tables are already scaled to the whole step
+            spread = (f", p10-p90 {whole['p10_ms']:.1f}-{whole['p90_ms']:.1f} ms over the grid"
+                      if whole.get("p10_ms") is not None else "")
+            console.print(f"whole step {whole['median_ms']:.1f} ms{spread}; timed in pieces beside it "
+                          f"{whole['sum_of_parts_ms']:.1f} ms (ratio {whole['ratio']:.3f}): tables scaled by "
+                          f"{whole['calibration']:.3f}")
+        else:
+            flag = "  [red]FLAGGED[/]" if whole.get("flagged") else ""
+            console.print(f"whole step {whole['median_ms']:.1f} ms; sum of parts {whole['sum_of_parts_ms']:.1f} ms "
+                          f"(ratio {whole['ratio']:.3f}){flag}")
+        for units, t in sorted(((lat.get("parallel") or {}).get("tables") or {}).items()):
+            if t.get("speedup_vs_base"):
+                console.print(f"AR at {units} threads: {t['speedup_vs_base']:.2f}x one thread, round by round "
+                              f"(spread {100 * (t.get('speedup_cv') or 0):.1f}%)")
     hop, corun = lat.get("hop"), lat.get("corun")
     if hop:
         console.print(f"hop ({hop['backend']}, {hop['bytes']} B) {hop['median_ms']:.3f} ms "

@@ -96,8 +96,11 @@ def time_pieces(profile, adapter, heads=None, repeats: int = 30, warmup: int = 5
     # laps columns: embedding, position setup, the layers, head (as the profiler's grid reads them)
     now = {"embedding": float(np.median(laps[:, 0])), "layers": float(np.median(laps[:, 2:-1].sum(axis=1))),
            "head": float(np.median(laps[:, -1]))}
-    then = {"embedding": float(profile.embed_ms(1)), "head": float(profile.head_ms(1)),
-            "layers": float(sum(profile.layer_ms(layer, 1, context) for layer in range(profile.num_layers)))}
+    # the pieces are timed here as the profiler times them, before its calibration to whole steps
+    # (latency.whole_step.calibration): compare like with like
+    cal = profile.piece_calibration
+    then = {"embedding": float(profile.embed_ms(1)) / cal, "head": float(profile.head_ms(1)) / cal,
+            "layers": float(sum(profile.layer_ms(layer, 1, context) for layer in range(profile.num_layers))) / cal}
     priced = (profile.latency.get("exit_heads") or {}) if heads is not None else {}
     if priced:
         from profiler.heads.evaluate import measure_latency

@@ -29,6 +29,12 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
     corun: {processes: [1, 2, ...], slowdown: [1.0, ...], p10: [...], p90: [...]}
            per-layer time with p processes working at once / time alone
     whole_step: {context, median_ms, sum_of_parts_ms, ratio, note}
+               optional (profiles from 2026-12-04, `method: "paired"`): the whole step is timed right
+               after the same step timed piece by piece, in every round of the interleaved grid;
+               ratio = the median paired parts / whole, calibration = 1 / ratio, and every table
+               (layers, embedding, head, at this and at each parallel thread count, each by its own
+               factor) is already scaled by it; ratio_cv (the pairs' robust log spread), samples_ms
+               (the whole steps in time order: the machine's speed over the profiling window)
     pipeline: optional (null or absent: the simulator falls back to hop and corun). Two stage
               processes run as a 2-stage PPSD pipeline split at E = N // 2:
               {exit_layer, stage_bounds, backend, passes, slowdown (median pass time in the pipeline
@@ -455,6 +461,33 @@ class Profile:
         n1 = int(np.argmin(np.abs(self.n_values - 1)))
         return float(embedding.median_ms[n1] + head.median_ms[n1] + layers.median_ms[:, n1, 0].sum())
 
+    @property
+    def piece_calibration(self) -> float:
+        """The factor the main tables were scaled by so that their pieces sum to a whole step timed
+        beside them (`latency.whole_step.calibration`, profiles measured from 2026-12-04); 1.0 for
+        older and estimated profiles, whose tables are the pieces as timed."""
+        return float((self.latency.get("whole_step") or {}).get("calibration") or 1.0)
+
+    def calibration_doubt(self) -> float:
+        """How far a plan's price may be off because the tables were scaled uniformly to the whole
+        step (`piece_calibration`): the distortion the scaling removes may sit in some pieces only,
+        so any share of it, either way, is as likely: uniform on ±|log ratio|, whose sd is
+        |log ratio| / √3. 0 for profiles without a paired whole step."""
+        ws = self.latency.get("whole_step") or {}
+        ratio = ws.get("ratio")
+        if ws.get("method") != "paired" or not ratio or ratio <= 0:
+            return 0.0
+        return float(abs(np.log(float(ratio))) / np.sqrt(3.0))
+
+    def thread_speedup_cv(self, units: int) -> float:
+        """How unsteady AR's speedup from `units` threads was over the profile's interleaved rounds
+        (robust log spread of each round's whole step at the base over the one at `units`); 0 for
+        the base, for estimated tables and for profiles measured before 2026-12-04."""
+        if int(units) == self.parallel_base:
+            return 0.0
+        tables = ((self.latency.get("parallel") or {}).get("tables") or {}).get(str(int(units))) or {}
+        return float(tables.get("speedup_cv") or 0.0)
+
     def whole_step_consistency(self, units: int) -> float:
         """How much the tables measured at `units` threads are scaled so that, against the main
         tables, they price a whole decode step as the profiler measured it at each thread count:
@@ -472,6 +505,14 @@ class Profile:
         whole_main = (self.latency.get("whole_step") or {}).get("median_ms")
         if units == self.parallel_base or tables is None or not tables.get("whole_step_ms") or not whole_main:
             return 1.0
+        if tables.get("speedup_vs_base"):
+            # Paired rounds (profiles from 2026-12-04): AR at `units` threads costs the main tables' step
+            # over the round-by-round speedup, a ratio of neighbours in time. The ratio of the two series'
+            # medians carries the machine's drift between samples (AMD VM, 2026-12-04: 1.05x from the
+            # medians, 1.006x paired, 0.97x measured by the validation that followed).
+            parts = self._parts_ms(tables["layers"], tables["embedding"], tables["head"])
+            return float(self._parts_ms(self.layers, self.embedding, self.head)
+                         / float(tables["speedup_vs_base"]) / parts) if parts > 0 else 1.0
         main = whole_main / self._parts_ms(self.layers, self.embedding, self.head)
         other = float(tables["whole_step_ms"]) / self._parts_ms(tables["layers"], tables["embedding"], tables["head"])
         return float(other / main)
@@ -763,6 +804,8 @@ def _load_parallel_tables(lat: dict, shape3, shape1, path: Path) -> None:
             "embedding": StatTable.from_json(t["embedding"], shape1, path, f"parallel.{units}.embedding"),
             "head": StatTable.from_json(t["head"], shape1, path, f"parallel.{units}.head"),
             "whole_step_ms": t.get("whole_step_ms"),
+            "speedup_vs_base": t.get("speedup_vs_base"),
+            "speedup_cv": t.get("speedup_cv"),
         }
     lat["parallel"] = {**par, "tables": parsed}
 

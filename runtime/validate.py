@@ -589,8 +589,9 @@ def _measure_and_predict(args, profile, model, plans, gens, acc, heads_dir, head
     # it is meant to hold a measured speedup, so it also carries the measurement's own noise, which the
     # AR runs around the plans show (0 when AR ran once)
     noise_cv = iv.measurement_cv(ar_runs)
+    tp_cv = iv.budget_cv(predict, cores) if cores > 1 and cores in predict.parallel_units() else 0.0
     rows = [rows[0].with_interval(1.0, 1.0)] + \
-        [r.with_interval(*interval(p, i, r.predicted_speedup, median_round(runs[i]).scale, noise_cv))
+        [r.with_interval(*interval(p, i, r.predicted_speedup, median_round(runs[i]).scale, noise_cv), tp_cv=tp_cv)
          for i, (r, p) in enumerate(zip(rows[1:], plans))]
     strata_from = next(((p.exit_layer, p.exit_head) for p, a in zip(plans, forced)
                         if a is None and p.exit_layer is not None), None)

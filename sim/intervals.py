@@ -63,15 +63,32 @@ class Interval:
     def covers(self, x: float | None) -> bool:
         return x is not None and self.lo <= x <= self.hi
 
-    def scaled(self, point: float | None, other: float | None) -> tuple[float | None, float | None]:
-        """The same relative interval around another point (`other`, e.g. the same-budget speedup)."""
-        if other is None or not point:
-            return None, None
-        return other * self.lo / point, other * self.hi / point
+    def scaled(self, point: float | None, other: float | None, extra_cv: float = 0.0) -> tuple[float | None, float | None]:
+        """The same relative interval around another point (`other`, e.g. the same-budget speedup),
+        each side widened in log space by a further independent spread `extra_cv` (`budget_cv`)."""
+        return widened(self.lo / point if point else None, self.hi / point if point else None, other, extra_cv)
 
     def to_dict(self) -> dict:
         return {"lo": self.lo, "hi": self.hi, "level": self.level, "prompts_n": self.prompts_n, "draws": self.draws,
                 "method": self.method, "latency_cv": round(self.latency_cv, 5)}
+
+
+def widened(lo_rel: float | None, hi_rel: float | None, point: float | None,
+            extra_cv: float = 0.0, level: float = LEVEL) -> tuple[float | None, float | None]:
+    """point × [lo_rel, hi_rel] with each side's log half-width combined in quadrature with a further
+    independent relative spread `extra_cv` at `level`."""
+    if point is None or lo_rel is None or hi_rel is None or lo_rel <= 0 or hi_rel <= 0:
+        return None, None
+    z = float(_ZQ(level)) * max(float(extra_cv), 0.0)
+    down = np.hypot(max(-np.log(lo_rel), 0.0), z)
+    up = np.hypot(max(np.log(hi_rel), 0.0), z)
+    return float(point * np.exp(-down)), float(point * np.exp(up))
+
+
+def _ZQ(level: float) -> float:
+    """The normal quantile a two-sided `level` interval reaches (1.645 at 90%)."""
+    from statistics import NormalDist
+    return NormalDist().inv_cdf(0.5 + level / 2)
 
 
 def check_prompts_n(n) -> int:
@@ -107,13 +124,22 @@ def step_cv(profile) -> float:
 
 def latency_cv(profile, plan: Plan) -> float:
     """The relative latency spread applied to a plan's speedup: 0 for AR (its own baseline), the
-    step's spread for EESD, at least the pipeline probe's pass spread for PPSD."""
+    step's spread for EESD, at least the pipeline probe's pass spread for PPSD; and, where the
+    profile scaled its pieces to a whole step timed beside them, the doubt that scaling leaves
+    (`Profile.calibration_doubt`: a profile whose pieces disagree with the whole step says so here,
+    on a machine the model was never shaped on)."""
     if plan.mode is Mode.AR:
         return 0.0
     cv = step_cv(profile)
     if plan.mode is Mode.PPSD:
         cv = max(cv, profile.pass_jitter_cv())
-    return float(cv)
+    return float(np.hypot(cv, profile.calibration_doubt()))
+
+
+def budget_cv(profile, units: int) -> float:
+    """The extra relative spread of a same-budget speedup at `units` threads: how unsteady AR's
+    thread speedup was over the profile's rounds (`Profile.thread_speedup_cv`; 0 when unknown)."""
+    return profile.thread_speedup_cv(units) if units and units > 1 else 0.0
 
 
 # --- the predicting profile's prompts -------------------------------------------------------------

@@ -21,6 +21,7 @@ class _Profile:
     def __init__(self, layer_ms, head_ms):
         self.context_values = [64]
         self.num_layers = 2
+        self.piece_calibration = 1.0  # tables as timed (no paired whole step)
         self._layer, self._head = layer_ms, head_ms
 
     def embed_ms(self, n):

@@ -1,0 +1,287 @@
+"""The whole profile -> validate -> report chain on this machine, in one command (issue 27 item 4).
+
+    .venv/bin/python bench/machine_check.py --out examples/smollm2-135m-machine-check-<machine>
+        [--heads DIR] [--profile DIR] [--prompt-set N] [--limit 8] [--cores C] [--plans SPEC] [--retime]
+
+A timing model shaped on one machine must be checked on the next one a user brings. This script does
+what a new user would do there, out of sample, and writes what it found beside the machine's name:
+
+  1. exit heads: `ppsd heads train --exits 15,20,24,27` into the cache (reused when `--heads` is given
+     or the cache already holds them);
+  2. a fresh profile: `ppsd profile --heads H --heldout` on `--per-category` Spec-Bench prompts a
+     category that the heads were not trained on (reused with `--profile DIR`);
+  3. the measured prompts: the Spec-Bench prompts that neither the profile traced nor the heads were
+     trained on, taken round-robin over categories; `--prompt-set N` skips the first N × limit of
+     them, so set 0 and set 1 are disjoint (look at one while changing the model, confirm on the other);
+  4. `ppsd validate --prompts <those> --unseen --heads H --cores C --plans PLANS` (10 plans by default:
+     4 EESD, 5 PPSD with real acceptance, 1 PPSD with forced acceptance);
+  5. the report: `machine_check.json` (machine, each step's duration, the headline figures, every
+     plan) and `NOTE.md`, next to the `profile/` and `validation/` folders, all under `--out`.
+
+The headline figures are the ones issue 27 sets targets for: speedup MAPE (target <= 5%, over
+>= 10 plans with >= 3 EESD), same-budget MAPE (<= 5%), 90% interval coverage (>= 80%), and every greedy
+output identical to AR. The script reports them; it does not judge the machine by them (a bench, not a
+test). Run it on an idle machine: on the 2-core AMD EPYC VM it takes about 35-40 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+EXITS = "15,20,24,27"
+# Ten plans that span what a user would try: EESD with a cheap and a shared draft head (>= 3 EESD
+# plans, as the targets ask), PPSD at three exits with each kind of head, and one forced-acceptance
+# PPSD plan (a timing check that does not depend on the heads).
+DEFAULT_PLANS = ";".join([
+    "eesd:24:3:head=vocab4096", "eesd:27:2:head=shared", "eesd:20:3:head=trained", "eesd:27:1:head=vocab16384",
+    "ppsd:24:2:head=vocab4096", "ppsd:27:2:head=vocab4096", "ppsd:24:2:head=trained", "ppsd:20:2:head=trained",
+    "ppsd:24:2:head=shared", "ppsd:15:2:alpha=0.9",
+])
+TARGETS = {"mape_speedup_pct": 5.0, "mape_speedup_vs_ar_tp_pct": 5.0, "coverage": 0.80}
+
+
+def log(msg: str) -> None:
+    print(f"[machine-check {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def machine_facts() -> dict:
+    """The machine a check ran on, as a reader of the note needs it (CPU model, cores, memory)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gib = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem_gib, "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def ppsd(args: list[str], step: str) -> None:
+    """Run `python -m ppsd ARGS`, its progress on our stderr; stop the check with its one-line error."""
+    log(f"{step}: ppsd {' '.join(args)}")
+    res = subprocess.run([sys.executable, "-m", "ppsd", *args], cwd=ROOT)
+    if res.returncode:
+        sys.exit(f"machine-check: {step} failed (exit {res.returncode}); see the message above")
+
+
+def measured_prompt_file(profile_dir: Path, heads_dir: Path | None, prompt_set: int, limit: int, out: Path) -> list[str]:
+    """Write set `prompt_set` of the unseen Spec-Bench prompts (round-robin over categories, the first
+    prompt_set × limit skipped) as a Spec-Bench JSONL at `out`; returns their ids."""
+    from profiler.prompts import load_prompts
+    from profiler.schema import load_profile
+    from runtime.validate import pick_round_robin, unseen_exclusions
+
+    drop = set().union(*unseen_exclusions(load_profile(profile_dir), str(heads_dir) if heads_dir else None))
+    prompts = [p for p in load_prompts("spec-bench") if str(p.prompt_id) not in drop and p.text not in drop]
+    rows = [{"prompt_id": p.prompt_id, "category": p.category, "prompt": p.text} for p in prompts]
+    ordered = pick_round_robin(rows, len(rows))
+    chosen = ordered[prompt_set * limit:(prompt_set + 1) * limit]
+    if len(chosen) < limit:
+        sys.exit(f"machine-check: --prompt-set {prompt_set} needs {limit} unseen prompts past the first "
+                 f"{prompt_set * limit}, only {len(chosen)} are left; give a smaller --prompt-set or --limit")
+    out.write_text("".join(json.dumps({"question_id": r["prompt_id"], "category": r["category"],
+                                       "turns": [r["prompt"]]}) + "\n" for r in chosen))
+    return [str(r["prompt_id"]) for r in chosen]
+
+
+def headline(doc: dict) -> dict:
+    """The figures issue 27 sets targets for, from a validation.json."""
+    rows = [r for r in doc["rows"] if r["mode"] != "ar"]
+    eesd = [r for r in rows if r["mode"] == "eesd"]
+    matches = [r.get("outputs_match_ar") for r in rows if r.get("outputs_match_ar") is not None]
+
+    def mape(rs, key="speedup_error_pct"):
+        vals = [abs(r[key]) for r in rs if r.get(key) is not None]
+        return round(sum(vals) / len(vals), 2) if vals else None
+
+    # with --retime the row's prediction is priced with the pieces timed right before it; what a
+    # user's `ppsd plan` would have said is the profile-priced one beside it
+    priced = [r for r in rows if r.get("predicted_speedup_profile") is not None]
+    profile_errors = [abs(r["predicted_speedup_profile"] / r["measured_speedup"] - 1) * 100 for r in priced]
+    covered = [r["predicted_speedup_lo"] * r["predicted_speedup_profile"] / r["predicted_speedup"] <= r["measured_speedup"]
+               <= r["predicted_speedup_hi"] * r["predicted_speedup_profile"] / r["predicted_speedup"]
+               for r in priced if r.get("predicted_speedup_lo") is not None]
+    return {"plans": len(rows), "eesd_plans": len(eesd), "mape_speedup_pct": doc.get("mape_speedup_pct"),
+            "mape_speedup_profile_pct": round(sum(profile_errors) / len(profile_errors), 2) if priced else None,
+            "coverage_profile": round(sum(covered) / len(covered), 3) if covered else None,
+            "mape_speedup_eesd_pct": mape(eesd), "mape_speedup_ppsd_pct": mape([r for r in rows if r["mode"] == "ppsd"]),
+            "mape_speedup_vs_ar_tp_pct": doc.get("mape_speedup_vs_ar_tp_pct"), "coverage": doc.get("coverage"),
+            "coverage_plans": doc.get("coverage_plans"), "lossless": all(matches) if matches else None,
+            "lossless_plans": len(matches), "signed_mean_error_pct":
+                round(sum(r["speedup_error_pct"] for r in rows) / len(rows), 2) if rows else None}
+
+
+def note(report: dict) -> str:
+    h, m = report["headline"], report["machine"]
+    lines = [f"# Machine check: {m['cpu']} ({m['cores']} cores)", "",
+             f"`bench/machine_check.py`, {report['started']} to {report['finished']} UTC "
+             f"({report['minutes']:.0f} min), prompt set {report['prompt_set']} "
+             f"({', '.join(report['measured_prompt_ids'])}).", "",
+             "| figure | measured | target |", "|---|---|---|"]
+    for key, label, fmt in (("mape_speedup_profile_pct", "speedup MAPE, priced from the profile alone", "{:.1f}%"),
+                            ("coverage_profile", "  its 90% intervals cover", "{:.0%}"),
+                            ("mape_speedup_pct", "speedup MAPE" + (", pieces re-timed before each plan (--retime)"
+                                                                   if h.get("mape_speedup_profile_pct") is not None
+                                                                   else ""), "{:.1f}%"),
+                            ("mape_speedup_eesd_pct", "  EESD plans", "{:.1f}%"),
+                            ("mape_speedup_ppsd_pct", "  PPSD plans", "{:.1f}%"),
+                            ("signed_mean_error_pct", "mean signed error (predicted - measured)", "{:+.1f}%"),
+                            ("mape_speedup_vs_ar_tp_pct", "same-budget MAPE", "{:.1f}%"),
+                            ("coverage", "90% interval coverage", "{:.0%}")):
+        v = h.get(key)
+        target = TARGETS.get({"mape_speedup_profile_pct": "mape_speedup_pct", "coverage_profile": "coverage"}.get(key, key))
+        tgt = "" if target is None else ("≥ " + f"{target:.0%}" if key.startswith("coverage") else f"≤ {target:.0f}%")
+        lines.append(f"| {label} | {'n/a' if v is None else fmt.format(v)} | {tgt} |")
+    lines.append(f"| greedy outputs identical to AR | {h['lossless']} ({h['lossless_plans']} plans) | all |")
+    lines += ["", "| plan | predicted | measured | error | interval | profile-priced | same budget pred / meas "
+                  "| acceptance pred / meas |", "|---|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        if r["mode"] == "ar":
+            continue
+        lo, hi = r.get("predicted_speedup_lo"), r.get("predicted_speedup_hi")
+        lines.append(f"| {r['plan']} | {r['predicted_speedup']:.3f} | {r['measured_speedup']:.3f} | "
+                     f"{r['speedup_error_pct']:+.1f}% | {'' if lo is None else f'{lo:.3f}-{hi:.3f}'} | "
+                     f"{'' if r.get('predicted_speedup_profile') is None else format(r['predicted_speedup_profile'], '.3f')} | "
+                     f"{r.get('predicted_speedup_vs_ar_tp') or 0:.3f} / {r.get('measured_speedup_vs_ar_tp') or 0:.3f} | "
+                     f"{r.get('predicted_acceptance_rate') or 0:.3f} / {r.get('measured_acceptance_rate') or 0:.3f} |")
+    lines += ["", "Steps (minutes): " + ", ".join(f"{k} {v:.1f}" for k, v in report["step_minutes"].items()), ""]
+    return "\n".join(lines) + "\n"
+
+
+def repoint(file: Path, old: str, new: str) -> None:
+    """validation.json names its profile by the path it had while the check ran (the `.partial`
+    work folder): name the folder it ended in, so the dashboard pairs them."""
+    doc = json.loads(file.read_text())
+    for key in ("profile", "predicted_from", "measured_prompts", "note"):
+        if isinstance(doc.get(key), str):
+            doc[key] = doc[key].replace(old, new)
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(file)
+
+
+def rewrite_report(out: Path) -> int:
+    """The report of an existing check folder again, from its validation.json (after a change to
+    how the report reads it); the runs and the rest of machine_check.json stay."""
+    file = out / "machine_check.json"
+    if not file.is_file() or not (out / "validation" / "validation.json").is_file():
+        sys.exit(f"machine-check: {out} holds no machine_check.json and validation/; give a folder this script wrote")
+    report = json.loads(file.read_text())
+    doc = json.loads((out / "validation" / "validation.json").read_text())
+    report.update(headline=headline(doc), rows=doc["rows"], targets=TARGETS)
+    file.write_text(json.dumps(report, indent=1) + "\n")
+    (out / "NOTE.md").write_text(note(report))
+    print(note(report))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="folder for profile/, validation/, machine_check.json, NOTE.md")
+    ap.add_argument("--heads", metavar="DIR", help="exit heads to reuse (default: train into the cache if absent)")
+    ap.add_argument("--profile", metavar="DIR", help="a profile of this machine to reuse instead of profiling")
+    ap.add_argument("--per-category", type=int, default=2, help="profiled prompts a Spec-Bench category (default 2)")
+    ap.add_argument("--prompt-set", type=int, default=0, help="which disjoint set of unseen prompts to measure")
+    ap.add_argument("--limit", type=int, default=8, help="measured prompts (default 8)")
+    ap.add_argument("--cores", type=int, default=min(os.cpu_count() or 1, 2), help="same-budget cores (default 2)")
+    ap.add_argument("--plans", default=DEFAULT_PLANS, help="plans to validate (ppsd validate --plans syntax)")
+    ap.add_argument("--retime", action="store_true", help="also price each plan with the pieces timed before it")
+    ap.add_argument("--profile-repeats", type=int, default=20,
+                    help="interleaved rounds of the latency grid (default 20: a bursty shared machine needs them)")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="timed runs of each plan after one warm-up (default 1: AR is measured again around "
+                         "every plan, which is what removes the machine's drift; 3 triples the time)")
+    ap.add_argument("--force", action="store_true", help="overwrite --out")
+    ap.add_argument("--report-only", action="store_true",
+                    help="re-write machine_check.json's headline and NOTE.md from --out's validation (no runs)")
+    args = ap.parse_args(argv)
+    if args.report_only:
+        return rewrite_report(Path(args.out))
+
+    from ppsd.paths import cache_dir
+    from profiler.heads.store import HEADS_FILE
+
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.force:
+        sys.exit(f"machine-check: {out} is not empty; give another --out or --force")
+    if args.limit < 1 or args.prompt_set < 0:
+        sys.exit("machine-check: --limit must be >= 1 and --prompt-set >= 0")
+    work = out.with_name(out.name + ".partial")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    started, t_start = _dt.datetime.now(_dt.timezone.utc), time.monotonic()
+    minutes: dict[str, float] = {}
+
+    heads = Path(args.heads).expanduser() if args.heads else cache_dir() / "heads" / "smollm2-135m"
+    t = time.monotonic()
+    if not (heads / HEADS_FILE).is_file() and not args.heads:
+        ppsd(["heads", "train", "--model", "smollm2-135m", "--exits", EXITS, "--out", str(heads)], "exit heads")
+    elif not heads.is_dir():
+        sys.exit(f"machine-check: --heads {heads} is not a folder; give one written by `ppsd heads train`")
+    minutes["heads"] = (time.monotonic() - t) / 60
+
+    t = time.monotonic()
+    profile = work / "profile"
+    if args.profile:
+        shutil.copytree(args.profile, profile)
+    else:
+        ppsd(["profile", "--model", "smollm2-135m", "--device", "cpu", "--dtype", "float32", "--prompts", "spec-bench",
+              "--per-category", str(args.per_category), "--max-new-tokens", "64", "--heads", str(heads), "--heldout",
+              "--repeats", str(args.profile_repeats),
+              "--out", str(profile)], "profile")
+    minutes["profile"] = (time.monotonic() - t) / 60
+
+    prompt_file = work / "measured_prompts.jsonl"
+    ids = measured_prompt_file(profile, heads, args.prompt_set, args.limit, prompt_file)
+    log(f"prompt set {args.prompt_set}: {', '.join(ids)}")
+
+    t = time.monotonic()
+    validation = work / "validation"
+    ppsd(["validate", "--profile", str(profile), "--heads", str(heads), "--prompts", str(prompt_file), "--unseen",
+          "--limit", str(args.limit), "--cores", str(args.cores), "--plans", args.plans, "--out", str(validation),
+          "--repeats", str(args.runs), "--warmup", "1",
+          *(["--retime"] if args.retime else [])], "validate")
+    minutes["validate"] = (time.monotonic() - t) / 60
+
+    doc = json.loads((validation / "validation.json").read_text())
+    finished = _dt.datetime.now(_dt.timezone.utc)
+    report = {"machine": machine_facts(), "started": started.strftime("%Y-%m-%d %H:%M"),
+              "finished": finished.strftime("%H:%M"), "minutes": (time.monotonic() - t_start) / 60,
+              "step_minutes": {k: round(v, 2) for k, v in minutes.items()}, "prompt_set": args.prompt_set,
+              "measured_prompt_ids": ids, "plans": args.plans, "targets": TARGETS, "headline": headline(doc),
+              "rows": doc["rows"]}
+    (work / "machine_check.json").write_text(json.dumps(report, indent=1) + "\n")
+    (work / "NOTE.md").write_text(note(report))
+    if out.exists():
+        shutil.rmtree(out)
+    work.rename(out)
+    repoint(out / "validation" / "validation.json", str(work), str(out))
+    print(note(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

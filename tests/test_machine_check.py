@@ -1,0 +1,70 @@
+"""bench/machine_check.py: the measured prompt sets and the report (the chain itself is a bench)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from ppsd.paths import SPEC_BENCH_PATH
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("machine_check", ROOT / "bench" / "machine_check.py")
+mc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mc)
+EXAMPLE = ROOT / "examples" / "smollm2-135m-cpu"
+
+
+@pytest.mark.skipif(not SPEC_BENCH_PATH.is_file(), reason="needs ../shared/datasets/spec_bench (CI has it)")
+def test_prompt_sets_are_unseen_and_disjoint(tmp_path):
+    profiled = {str(g["prompt_id"]) for g in json.loads("[" + ",".join(
+        (EXAMPLE / "generations.jsonl").read_text().splitlines()) + "]")}
+    a = mc.measured_prompt_file(EXAMPLE, None, 0, 8, tmp_path / "a.jsonl")
+    b = mc.measured_prompt_file(EXAMPLE, None, 1, 8, tmp_path / "b.jsonl")
+    assert len(a) == len(b) == 8 and not set(a) & set(b)
+    assert not (set(a) | set(b)) & profiled
+    rows = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert [str(r["question_id"]) for r in rows] == a and all(r["turns"] and r["category"] for r in rows)
+    assert len({r["category"] for r in rows}) == 8  # round-robin over categories
+    with pytest.raises(SystemExit, match="prompt-set 1000"):
+        mc.measured_prompt_file(EXAMPLE, None, 1000, 8, tmp_path / "c.jsonl")
+
+
+def _row(plan, mode, pred, meas, lo, hi, profile=None, match=True):
+    return {"plan": plan, "mode": mode, "predicted_speedup": pred, "measured_speedup": meas,
+            "speedup_error_pct": (pred / meas - 1) * 100, "predicted_speedup_lo": lo, "predicted_speedup_hi": hi,
+            "predicted_speedup_profile": profile, "outputs_match_ar": match,
+            "predicted_speedup_vs_ar_tp": pred * 0.9, "measured_speedup_vs_ar_tp": meas * 0.9}
+
+
+def test_headline_and_note_report_both_pricings():
+    doc = {"mape_speedup_pct": 5.0, "mape_speedup_vs_ar_tp_pct": 4.0, "coverage": 0.5, "coverage_plans": 2,
+           "rows": [{"plan": "AR", "mode": "ar", "predicted_speedup": 1.0, "measured_speedup": 1.0,
+                     "speedup_error_pct": 0.0},
+                    _row("EESD E=24 γ=3", "eesd", 0.95, 1.0, 0.9, 1.0, profile=0.9),
+                    _row("PPSD E=24 k=2", "ppsd", 1.1, 1.0, 1.05, 1.2, profile=1.05, match=False)]}
+    h = mc.headline(doc)
+    assert h["plans"] == 2 and h["eesd_plans"] == 1 and h["lossless"] is False and h["lossless_plans"] == 2
+    assert h["mape_speedup_profile_pct"] == pytest.approx(7.5)  # |0.9/1 - 1| and |1.05/1 - 1|
+    # the intervals moved to the profile-priced point: [0.853, 0.947] misses 1.0, [1.002, 1.145] too
+    assert h["coverage_profile"] == 0.0
+    assert h["signed_mean_error_pct"] == pytest.approx(2.5)
+    report = {"headline": h, "machine": {"cpu": "Test CPU", "cores": 2}, "started": "2026-12-04 05:00",
+              "finished": "05:40", "minutes": 40.0, "prompt_set": 1, "measured_prompt_ids": ["1", "2"],
+              "rows": doc["rows"], "step_minutes": {"profile": 6.0, "validate": 34.0}}
+    text = mc.note(report)
+    assert text.startswith("# Machine check: Test CPU (2 cores)")
+    assert "| speedup MAPE, priced from the profile alone | 7.5% | ≤ 5% |" in text
+    assert "| greedy outputs identical to AR | False (2 plans) | all |" in text
+    assert "| PPSD E=24 k=2 | 1.100 | 1.000 | +10.0% | 1.050-1.200 | 1.050 | 0.990 / 0.900 |" in text
+
+
+def test_repoint_names_the_folder_the_check_ended_in(tmp_path):
+    f = tmp_path / "validation.json"
+    f.write_text(json.dumps({"profile": "runs/x.partial/profile", "predicted_from": "runs/x.partial/profile",
+                             "measured_prompts": "file runs/x.partial/measured_prompts.jsonl", "rows": []}))
+    mc.repoint(f, "runs/x.partial", "examples/x")
+    doc = json.loads(f.read_text())
+    assert doc["profile"] == doc["predicted_from"] == "examples/x/profile"
+    assert doc["measured_prompts"] == "file examples/x/measured_prompts.jsonl" and doc["rows"] == []
