@@ -87,16 +87,18 @@ def ppsd(args: list[str], step: str) -> None:
         sys.exit(f"machine-check: {step} failed (exit {res.returncode}); see the message above")
 
 
-def measured_prompt_file(profile_dir: Path, heads_dir: Path | None, prompt_set: int, limit: int, out: Path) -> list[str]:
-    """Write set `prompt_set` of the unseen Spec-Bench prompts (round-robin over categories, the first
-    prompt_set × limit skipped) as a Spec-Bench JSONL at `out`; returns their ids."""
+def measured_prompt_file(profile_dir: Path, heads_dir: Path | None, prompt_set: int, limit: int, out: Path,
+                         prompts: str = "spec-bench") -> list[str]:
+    """Write set `prompt_set` of the unseen prompts of `prompts` (spec-bench or a Spec-Bench-format
+    JSONL; round-robin over categories, the first prompt_set × limit skipped) as a Spec-Bench JSONL
+    at `out`; returns their ids."""
     from profiler.prompts import load_prompts
     from profiler.schema import load_profile
     from runtime.validate import pick_round_robin, unseen_exclusions
 
     drop = set().union(*unseen_exclusions(load_profile(profile_dir), str(heads_dir) if heads_dir else None))
-    prompts = [p for p in load_prompts("spec-bench") if str(p.prompt_id) not in drop and p.text not in drop]
-    rows = [{"prompt_id": p.prompt_id, "category": p.category, "prompt": p.text} for p in prompts]
+    unseen = [p for p in load_prompts(prompts) if str(p.prompt_id) not in drop and p.text not in drop]
+    rows = [{"prompt_id": p.prompt_id, "category": p.category, "prompt": p.text} for p in unseen]
     ordered = pick_round_robin(rows, len(rows))
     chosen = ordered[prompt_set * limit:(prompt_set + 1) * limit]
     if len(chosen) < limit:
@@ -119,14 +121,18 @@ def headline(doc: dict) -> dict:
 
     # with --retime the row's prediction is priced with the pieces timed right before it; what a
     # user's `ppsd plan` would have said is the profile-priced one beside it
+    from sim.intervals import coverage
+
     priced = [r for r in rows if r.get("predicted_speedup_profile") is not None]
     profile_errors = [abs(r["predicted_speedup_profile"] / r["measured_speedup"] - 1) * 100 for r in priced]
-    covered = [r["predicted_speedup_lo"] * r["predicted_speedup_profile"] / r["predicted_speedup"] <= r["measured_speedup"]
-               <= r["predicted_speedup_hi"] * r["predicted_speedup_profile"] / r["predicted_speedup"]
-               for r in priced if r.get("predicted_speedup_lo") is not None]
+    # each interval moved to the profile-priced point (the same relative interval)
+    moved = [{**r, "predicted_speedup_lo": r["predicted_speedup_lo"] * r["predicted_speedup_profile"] / r["predicted_speedup"],
+              "predicted_speedup_hi": r["predicted_speedup_hi"] * r["predicted_speedup_profile"] / r["predicted_speedup"]}
+             for r in priced if r.get("predicted_speedup_lo") is not None]
+    covered, _ = coverage(moved)
     return {"plans": len(rows), "eesd_plans": len(eesd), "mape_speedup_pct": doc.get("mape_speedup_pct"),
             "mape_speedup_profile_pct": round(sum(profile_errors) / len(profile_errors), 2) if priced else None,
-            "coverage_profile": round(sum(covered) / len(covered), 3) if covered else None,
+            "coverage_profile": round(covered, 3) if covered is not None else None,
             "mape_speedup_eesd_pct": mape(eesd), "mape_speedup_ppsd_pct": mape([r for r in rows if r["mode"] == "ppsd"]),
             "mape_speedup_vs_ar_tp_pct": doc.get("mape_speedup_vs_ar_tp_pct"), "coverage": doc.get("coverage"),
             "coverage_plans": doc.get("coverage_plans"), "lossless": all(matches) if matches else None,
@@ -208,6 +214,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", metavar="DIR", help="a profile of this machine to reuse instead of profiling")
     ap.add_argument("--per-category", type=int, default=2, help="profiled prompts a Spec-Bench category (default 2)")
     ap.add_argument("--prompt-set", type=int, default=0, help="which disjoint set of unseen prompts to measure")
+    ap.add_argument("--prompts", default="spec-bench",
+                    help="where the measured prompts come from: spec-bench (default) or a Spec-Bench-format JSONL "
+                         "(a held-out task); the profile and the heads always use Spec-Bench")
     ap.add_argument("--limit", type=int, default=8, help="measured prompts (default 8)")
     ap.add_argument("--cores", type=int, default=min(os.cpu_count() or 1, 2), help="same-budget cores (default 2)")
     ap.add_argument("--plans", default=DEFAULT_PLANS, help="plans to validate (ppsd validate --plans syntax)")
@@ -258,7 +267,7 @@ def main(argv=None) -> int:
     minutes["profile"] = (time.monotonic() - t) / 60
 
     prompt_file = work / "measured_prompts.jsonl"
-    ids = measured_prompt_file(profile, heads, args.prompt_set, args.limit, prompt_file)
+    ids = measured_prompt_file(profile, heads, args.prompt_set, args.limit, prompt_file, args.prompts)
     log(f"prompt set {args.prompt_set}: {', '.join(ids)}")
 
     t = time.monotonic()

@@ -287,12 +287,6 @@ def measure_grids(adapter: ModelAdapter, cfg: LatencyConfig, thread_counts, tick
     return out
 
 
-def measure_grid(adapter: ModelAdapter, cfg: LatencyConfig, tick=lambda: None) -> dict:
-    """Per-layer, embedding and head tables over the (n, context) grid at `cfg.threads`, plus the
-    whole step (`measure_grids` at one thread count)."""
-    return measure_grids(adapter, cfg, (cfg.threads,), tick)[int(cfg.threads)]
-
-
 @torch.inference_mode()
 def measure_prefill(adapter: ModelAdapter, cfg: LatencyConfig, tick=lambda: None) -> dict | None:
     """The `latency.prefill` block: a whole prefill (embed + every layer over the prompt + the head on
@@ -336,13 +330,6 @@ def thread_tables_block(grids: dict[int, dict], base: int) -> dict:
     return {"kind": "threads", "base": int(base), "tables": tables,
             "method": "the latency grid measured in the profiling process at each thread count, in the same "
                       "interleaved rounds as the main tables, each calibrated to its own paired whole step"}
-
-
-def measure_thread_tables(adapter: ModelAdapter, cfg: LatencyConfig, tick=lambda: None) -> dict:
-    """The `latency.parallel` block alone: the grid at `cfg.threads` and each of `cfg.thread_counts`,
-    interleaved (`measure_grids`), keeping the further thread counts' tables."""
-    grids = measure_grids(adapter, cfg, (cfg.threads, *cfg.thread_counts), tick)
-    return thread_tables_block(grids, cfg.threads)
 
 
 # --- co-run slowdown and hop time: worker processes -------------------------------------------------
@@ -719,7 +706,7 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
                           warnings: list[str] | None = None) -> tuple[dict | None, dict | None, dict | None]:
     """Co-run slowdown for p = 1..corun_max, the hop time and the two-stage pipeline probe, from
     one pool of worker processes (loading the model into workers is the slow part, so the three
-    share them). `tick()` is called after each round (progress); `grid` (from `measure_grid`)
+    share them). `tick()` is called after each round (progress); `grid` (one thread count's tables from `measure_grids`)
     prices the probe's passes as the simulator will.
     Returns (corun, hop, pipeline); any may be None.
 

@@ -109,9 +109,8 @@ def noise_band(profile=None) -> NoiseBand:
         # whole steps 56-85 ms, AR run to run 3.5%). What the profile cannot pin down about a
         # predicted ratio is the calibration's doubt and the round-by-round thread speedup's
         # standard error (the same-budget baseline): their 90% band.
-        tables = ((profile.latency.get("parallel") or {}).get("tables") or {}).values()
         rounds = max(int(ws.get("repeats") or 1), 1)
-        se = max([float(t.get("speedup_cv") or 0.0) for t in tables] + [0.0]) / rounds ** 0.5
+        se = max([profile.thread_speedup_cv(u) for u in profile.parallel_units()] + [0.0]) / rounds ** 0.5
         doubt = 1.6448536 * (profile.calibration_doubt() ** 2 + se ** 2) ** 0.5
         return NoiseBand(max(NOISE_FLOOR, doubt), measured=doubt, paired=True)
     half = (p90 - p10) / (2 * med)

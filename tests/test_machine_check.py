@@ -7,28 +7,42 @@ from pathlib import Path
 
 import pytest
 
-from ppsd.paths import SPEC_BENCH_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("machine_check", ROOT / "bench" / "machine_check.py")
 mc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mc)
-EXAMPLE = ROOT / "examples" / "smollm2-135m-cpu"
 
 
-@pytest.mark.skipif(not SPEC_BENCH_PATH.is_file(), reason="needs ../shared/datasets/spec_bench (CI has it)")
+def _spec_bench_file(path, per_category: int = 4, categories: int = 9) -> Path:
+    """A small Spec-Bench-format prompt file: `categories` categories of `per_category` prompts."""
+    rows = [{"question_id": 1000 + 10 * c + i, "category": f"cat{c}", "turns": [f"prompt {c}-{i}: say something"]}
+            for c in range(categories) for i in range(per_category)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 def test_prompt_sets_are_unseen_and_disjoint(tmp_path):
-    profiled = {str(g["prompt_id"]) for g in json.loads("[" + ",".join(
-        (EXAMPLE / "generations.jsonl").read_text().splitlines()) + "]")}
-    a = mc.measured_prompt_file(EXAMPLE, None, 0, 8, tmp_path / "a.jsonl")
-    b = mc.measured_prompt_file(EXAMPLE, None, 1, 8, tmp_path / "b.jsonl")
+    from profiler.synthetic import write_synthetic_profile
+
+    source = _spec_bench_file(tmp_path / "prompts.jsonl")
+    prof = write_synthetic_profile(tmp_path / "prof", alpha_by_exit=lambda e: 0.5, num_layers=4)
+    # the profile traced 1000 and 1010 (by id) and one prompt by its text alone
+    gens = [{"prompt_id": "1000", "category": "cat0", "prompt": "x", "prompt_tokens": [1], "token_ids": [2]},
+            {"prompt_id": "1010", "category": "cat1", "prompt": "y", "prompt_tokens": [1], "token_ids": [2]},
+            {"prompt_id": "p9", "category": "cat2", "prompt": "prompt 2-0: say something", "prompt_tokens": [1],
+             "token_ids": [2]}]
+    (tmp_path / "prof" / "generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gens))
+    profiled = {"1000", "1010", "1020"}
+    a = mc.measured_prompt_file(prof.path, None, 0, 8, tmp_path / "a.jsonl", str(source))
+    b = mc.measured_prompt_file(prof.path, None, 1, 8, tmp_path / "b.jsonl", str(source))
     assert len(a) == len(b) == 8 and not set(a) & set(b)
     assert not (set(a) | set(b)) & profiled
     rows = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert [str(r["question_id"]) for r in rows] == a and all(r["turns"] and r["category"] for r in rows)
     assert len({r["category"] for r in rows}) == 8  # round-robin over categories
     with pytest.raises(SystemExit, match="prompt-set 1000"):
-        mc.measured_prompt_file(EXAMPLE, None, 1000, 8, tmp_path / "c.jsonl")
+        mc.measured_prompt_file(prof.path, None, 1000, 8, tmp_path / "c.jsonl", str(source))
 
 
 def _row(plan, mode, pred, meas, lo, hi, profile=None, match=True):
