@@ -73,7 +73,7 @@ def with_traces(src: Path, dst: Path, alpha: float, exits: list[int], prompt_ids
     import numpy as np
     import pandas as pd
 
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     prof = load_profile(dst)
     rng = np.random.default_rng(seed)
@@ -195,7 +195,7 @@ def main() -> int:
     import numpy as np
 
     from ppsd.validation_folder import ValidationRow, make_doc, write_validation
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
     from runtime.control_plane import measure_control_plane, with_control_plane
     from runtime.emulate import EmulatedModel, emulated_prompts, profile_traces
     from runtime.measure import Job, measure

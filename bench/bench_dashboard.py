@@ -61,7 +61,8 @@ def _fresh_server() -> None:
     """Forget everything a previous run cached in this process, as a restarted server would."""
     import streamlit as st
 
-    from sim import costs, streams
+    from sim.model import cost_model as costs
+    from sim.model import streams
 
     sweep_cache.CACHE.shutdown()
     sweep_cache.CACHE = sweep_cache.SweepCache()

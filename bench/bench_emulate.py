@@ -48,10 +48,10 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64, help="tokens per prompt in the accept-all runs")
     args = ap.parse_args()
 
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
     from profiler.synthetic import write_synthetic_profile
-    from sim.schemes.ppsd.costs import stage_ms
-    from sim.costs import cost_model
+    from sim.schemes.ppsd.stage_costs import stage_ms
+    from sim.model.cost_model import cost_model
     import numpy as np
 
     base = Path(args.out or tempfile.mkdtemp(prefix="ppsd-emulate-"))

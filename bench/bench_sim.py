@@ -23,7 +23,7 @@ from ppsd.paths import EXAMPLES_DIR  # noqa: E402
 def profile_dir(tmp: str) -> tuple[str, str]:
     example = Path(EXAMPLES_DIR) / "smollm2-135m-cpu"
     if (example / "profile.json").exists():
-        from profiler.schema import load_profile
+        from ppsd.profile import load_profile
 
         if load_profile(example).has_acceptance:
             return str(example), "example SmolLM2 profile"
@@ -48,7 +48,7 @@ def main() -> int:
         print(out.stdout.rstrip())
         print(f"FIGURE plan_sweep_end_to_end_s = {dt:.2f}  (target <= 3 s)")
 
-        from profiler.schema import load_profile
+        from ppsd.profile import load_profile
         from sim import api
         from sim.modes import Mode
         from sim.plan import Plan

@@ -71,7 +71,7 @@ def calibrate(measured_dir, arch: str | None = None, hardware: str | None = None
     from profiler.estimated_profile import analytic_profile_meta
     from profiler.hardware import normalize_dtype, resolve_hardware
     from profiler.roofline import layer_bytes
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     meas = load_profile(measured_dir)
     if meas.kind != "measured":

@@ -209,7 +209,7 @@ def attach_traces(profile_dir: Path, curve: Path, prompts: int, tokens: int, see
     from ppsd.paths import atomic_dir
     from profiler.acceptance_transfer import curve_acceptance
     from profiler.prompts import load_prompts
-    from profiler.schema import load_profile, save_profile
+    from ppsd.profile import load_profile, save_profile
 
     prof = load_profile(profile_dir)
     chosen = load_prompts(None, limit=prompts)
@@ -253,7 +253,7 @@ def choose_plans(n_layers: int, gpus: int, cpu: bool, cores: int) -> tuple[list[
 def estimate_vs_measured(est_dir: Path, val_dir: Path) -> list[dict]:
     """Each validated plan predicted from the estimate too, and from the calibrated estimate (same
     traces, same prompts)."""
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     rows = _predict_rows(load_profile(est_dir), val_dir)
     cal_dir = est_dir.with_name(est_dir.name + "-calibrated")
@@ -265,21 +265,15 @@ def estimate_vs_measured(est_dir: Path, val_dir: Path) -> list[dict]:
 
 
 def _predict_rows(est, val_dir: Path) -> list[dict]:
-    from runtime.validate import parse_plans
     from sim.api import resolve_plan, simulate
-    from sim.modes import Mode
     from sim.plan import Plan
 
     doc = json.loads((val_dir / "validation.json").read_text())
     ids = [g["prompt_id"] for g in est.generations()]
     rows = []
     for r in doc["rows"]:
-        mode = Mode.parse(r["mode"])
-        if mode is Mode.AR:
-            plan = Plan(Mode.AR)
-        else:
-            x = r["draft_len"] if mode is Mode.EESD else r["stages"]
-            plan = parse_plans(f"{r['mode']}:{r['exit_layer']}:{x}", est.num_layers, [])[0]
+        plan = Plan.from_dict({"mode": r["mode"], "exit_layer": r["exit_layer"], "draft_len": r.get("draft_len") or 1,
+                               "stages": r.get("stages") or 1})
         pred = simulate(est, resolve_plan(plan, est), acceptance="trace", prompt_ids=ids, engine="fast")
         rows.append({"plan": r["plan"], "measured_tokens_per_s": r["measured_tokens_per_s"],
                      "predicted_from_measured_profile": r["predicted_tokens_per_s"],
@@ -520,7 +514,7 @@ def _phases(args, size, cpu, torch, device_name, gpus, cores, out, hw, mslug, ds
 
     ok, _ = ph.run("1 profile", profile, exit_code("profile"))
     if ok:
-        from profiler.schema import load_profile
+        from ppsd.profile import load_profile
 
         prof = load_profile(prof_dir)
         state.profile_ok = True
@@ -542,7 +536,7 @@ def _phases(args, size, cpu, torch, device_name, gpus, cores, out, hw, mslug, ds
         heads()
         return
     df, gens, _ = got
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     measured = load_profile(prof_dir)
     n_layers = measured.num_layers
@@ -553,7 +547,7 @@ def _phases(args, size, cpu, torch, device_name, gpus, cores, out, hw, mslug, ds
             return None
         from ppsd.paths import atomic_dir
         from profiler.estimated_profile import analytic_profile_meta
-        from profiler.schema import save_profile
+        from ppsd.profile import save_profile
 
         fit = calibrate(prof_dir, None, hw, None)
         print(format_report(fit))
@@ -606,7 +600,7 @@ def _phases(args, size, cpu, torch, device_name, gpus, cores, out, hw, mslug, ds
 
 
 def _validate(size, tokens, plans, prof_dir, val_dir, curve, est_dir, ph, state, summary, note, exit_code) -> None:
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     def validate():
         if tokens != size["tokens"]:  # shorter traces, and the estimates replay the very same ones
@@ -614,7 +608,7 @@ def _validate(size, tokens, plans, prof_dir, val_dir, curve, est_dir, ph, state,
             new_df, new_gens, _ = attach_traces(prof_dir, curve, size["prompts"], tokens)
             if est_dir is not None:
                 from ppsd.paths import atomic_dir
-                from profiler.schema import save_profile
+                from ppsd.profile import save_profile
 
                 acc = dict(load_profile(prof_dir).meta["acceptance"])
                 for d in (est_dir, est_dir.with_name(est_dir.name + "-calibrated")):

@@ -38,7 +38,7 @@ NEEDED = [
     ("transformers", "transformers", "the decoder layers (Llama / Qwen2 / Mistral)"),
     ("simpy", "simpy", "the simulator's event engine"),
     ("numpy", "numpy", "tables and statistics"),
-    ("scipy", "scipy", "the restart rule (sim/restart.py)"),
+    ("scipy", "scipy", "the restart rule (sim/model/restart.py)"),
     ("pandas", "pandas", "acceptance tables"),
     ("rich", "rich", "progress bars and tables"),
     ("huggingface_hub", "huggingface-hub", "transformers' configs and tokenizers"),

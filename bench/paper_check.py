@@ -7,7 +7,7 @@ k = 2..4 stages with the exit at E = N/k), print
     the slowest stage, a rejected one the whole pipeline's latency (all stages + hops):
         S = T_AR / (α · max_i s_i + (1 − α) · (Σ s_i + (k − 1) · hop))
     where stage 1 = embedding + layers [0, E) + the exit head (shared: final norm + LM head) and
-    the last stage carries the final head; later cuts from sim.partition.balanced_bounds
+    the last stage carries the final head; later cuts from sim.schemes.ppsd.partition.balanced_bounds
   - the simulator's number when `sim.api` exists (Bernoulli acceptance at the same α).
 
 α comes from a "measured-like" curve over relative depth anchored at the paper's one published
@@ -40,8 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from profiler.estimated_profile import write_analytic_profile  # noqa: E402
-from sim.acceptance_forms import alpha_from_acceptance_rate  # noqa: E402  (LayerSkip's R -> α, i.i.d.)
-from sim.partition import balanced_bounds  # noqa: E402
+from sim.model.acceptance_forms import alpha_from_acceptance_rate  # noqa: E402  (LayerSkip's R -> α, i.i.d.)
+from sim.modes import Mode  # noqa: E402
+from sim.plan import Plan  # noqa: E402
+from sim.planner.breakdown import stage_breakdown  # noqa: E402
+from sim.schemes.ar import step_ms  # noqa: E402
+from sim.schemes.ppsd.closed_form import ideal_speedup  # noqa: E402
 
 MODELS = ("vicuna-7b", "vicuna-13b", "llama-2-13b", "llama-2-70b")
 GPUS = ("a100-80gb", "h100-sxm")
@@ -158,31 +162,26 @@ def print_layerskip(res: dict) -> None:
           f"±{res['tolerance_pct']:.0f}%  (τ = tokens per round = 1 + R·γ)")
 
 
-def closed_form(alpha: float, exit_fraction: float) -> float:
-    return 1.0 / (1.0 - alpha * (1.0 - exit_fraction))
+def stage_times(profile, plan: Plan) -> tuple[tuple[int, ...], list[float], float]:
+    """(stage bounds, ms per stage for one token, the hop) of a balanced PPSD plan at the profile's
+    smallest context, as the PPSD scheme prices them (`sim.planner.breakdown.stage_breakdown`)."""
+    from sim.api import resolve_plan
 
-
-def stage_times(profile, bounds, exit_head_ms: float) -> list[float]:
-    """ms per stage for one token at the profile's smallest context."""
-    times = []
-    k = len(bounds) - 1
-    for i in range(k):
-        t = sum(profile.layer_ms(l, 1) for l in range(bounds[i], bounds[i + 1]))
-        if i == 0:
-            t += profile.embed_ms(1) + exit_head_ms  # stage 1 embeds and drafts
-        if i == k - 1:
-            t += profile.head_ms(1)  # the last stage produces the verified token
-        times.append(t)
-    return times
+    plan = resolve_plan(plan, profile)
+    per_stage: dict[str, float] = {}
+    hop = 0.0
+    for part in stage_breakdown(profile, plan):
+        if part.part == "hop":
+            hop = part.ms
+        else:
+            per_stage[part.stage] = per_stage.get(part.stage, 0.0) + part.ms
+    return plan.stage_bounds, list(per_stage.values()), hop
 
 
 def stage_aware_speedup(profile, exit_layer: int, k: int, alpha: float) -> dict:
-    n = profile.num_layers
-    layer_cost = [profile.layer_ms(l, 1) for l in range(n)]
-    bounds = balanced_bounds(exit_layer, n, k, layer_cost=layer_cost, head_cost=profile.head_ms(1))
-    s = stage_times(profile, bounds, profile.exit_head_ms("shared", 1))
-    hop = profile.hop_ms()
-    t_ar = profile.embed_ms(1) + sum(layer_cost) + profile.head_ms(1)
+    """Accepted tokens at the slowest stage's pace, rejected ones through every stage and hop."""
+    bounds, s, hop = stage_times(profile, Plan(Mode.PPSD, exit_layer=exit_layer, stages=k))
+    t_ar = float(step_ms(profile, np.array([float(profile.context_values[0])]))[0])
     accepted = max(s)
     rejected = sum(s) + (k - 1) * hop
     per_token = alpha * accepted + (1 - alpha) * rejected
@@ -229,7 +228,7 @@ def main(argv=None) -> int:
                     sim = simulated_speedup(prof, e, k, a)
                     rows.append({"model": model, "gpu": gpu, "k": k, "exit_layer": e, "num_layers": n,
                                  "alpha": a, "alpha_trace": alpha_trace.get(e),
-                                 "closed_form": closed_form(a, e / n), "estimate": est["speedup"],
+                                 "closed_form": ideal_speedup(a, e, n), "estimate": est["speedup"],
                                  "simulated": sim, "bounds": est["bounds"],
                                  "stage_ms": [round(x, 3) for x in est["stage_ms"]],
                                  "ar_tokens_per_s": est["ar_tokens_per_s"], "min_gpus_for_weights": min_gpus,
@@ -238,7 +237,7 @@ def main(argv=None) -> int:
         print(json.dumps({"ppsd_paper": rows, "layerskip": layerskip}, indent=1))
         return 0
     p = PAPER_POINT
-    print(f"paper: α = {p['alpha']} at E/N = 1/4 -> closed form {closed_form(p['alpha'], 0.25):.2f}×, "
+    print(f"paper: α = {p['alpha']} at E/N = 1/4 -> closed form {ideal_speedup(p['alpha'], 1, 4):.2f}×, "
           f"reported {p['reported_speedup']}×; range over benchmarks {PAPER_RANGE[0]}–{PAPER_RANGE[1]}×")
     print("estimates: analytic roofline profiles (bf16, NVLink, one GPU per stage), context 64\n")
     head = f"{'model':<12} {'gpu':<10} {'k':>2} {'E/N':>6} {'α':>6} {'closed':>7} {'stage-aware':>11} " \

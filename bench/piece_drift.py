@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ppsd.errors import UserError
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     try:
         if args.repeats < 3:

@@ -2,7 +2,7 @@
 
 Each page asks here; this module fetches Results (sweeps from dashboard/sweep_cache.py, cached per
 setting and warmed in the background; single plans through `sim.api.simulate`), lets the simulator
-choose (`sim.verdict` through `sim.api.recommend` and `verdict`, `sim.planning`, `sim.heads.comparison`)
+choose (`sim.planner.verdict` through `sim.api.recommend` and `verdict`, `sim.planner.closed_forms`, `sim.planner.heads.comparison`)
 and caches the tables dashboard/tables.py makes of them. The planner must answer a control change within half a second:
 exit layer, draft length and stage count only pick rows out of a cached sweep.
 """
@@ -17,8 +17,7 @@ import streamlit as st
 
 from dashboard import sweep_cache, tables, ui
 from ppsd.exit_heads import SHARED
-from profiler.schema import PROFILE_FILE
-from sim.modes import Mode
+from ppsd.profile import PROFILE_FILE
 from sim.plan import Plan
 
 # The same defaults `ppsd plan` uses, so the Overview's recommendation is the CLI's.
@@ -41,9 +40,9 @@ def key(path: str, hop_ms: float | None = None, alpha_scale: float = 1.0, temper
 
 
 def default_devices(path: str) -> int:
-    """`ppsd plan`'s default stage count for this profile (`sim.gpus.default_devices`: an estimate's
+    """`ppsd plan`'s default stage count for this profile (`sim.planner.gpus.default_devices`: an estimate's
     GPUs, a CPU profile's cores, else 4)."""
-    from sim import gpus
+    from sim.planner import gpus
 
     return gpus.default_devices(sweep_cache.profile(path, mtime(path)))
 
@@ -105,7 +104,7 @@ def plans(path: str, devices: int | None = None, hop_ms: float | None = None, al
     if _previewed(k, devices):
         pv = _answer(astuple(k), devices, True)
         # no speculative plan to preview (no acceptance for this head): the exact path says why
-        if (pv[0]["mode"] != Mode.AR).any():
+        if tables.speculative(pv[0]).any():
             return (*pv, True)
     return (*_answer(astuple(k), devices, False), False)
 
@@ -137,7 +136,7 @@ def _by_head(head_keys: tuple, devices: int) -> dict:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _verdict(head_keys: tuple, devices: int):
-    from sim.heads import decide_over_heads
+    from sim.planner.heads import decide_over_heads
 
     path, stamp = head_keys[0][0][:2]
     return decide_over_heads(_by_head(head_keys, devices), sweep_cache.profile(path, stamp))
@@ -145,7 +144,7 @@ def _verdict(head_keys: tuple, devices: int):
 
 def verdict(path: str, heads: list[str], devices: int | None = None, hop_ms: float | None = None,
             alpha_scale: float = 1.0, temperature: float = 0.0, exact: bool = True):
-    """`sim.verdict.Verdict` over these exit heads' sweeps of one setting: with the defaults, exactly
+    """`sim.planner.verdict.Verdict` over these exit heads' sweeps of one setting: with the defaults, exactly
     `ppsd plan`'s verdict (same sweeps, same function). exact=False judges a head not swept at this
     setting yet by its closed-form preview."""
     devices = _devices(path, devices)
@@ -154,15 +153,15 @@ def verdict(path: str, heads: list[str], devices: int | None = None, hop_ms: flo
 
 def best_over_heads(path: str, heads: list[str], devices: int | None = None) -> tuple[str, dict, str]:
     """(head, recommended plan row, verdict text) over every head at `ppsd plan`'s defaults, as
-    `ppsd plan` chooses (`sim.heads.decide_over_heads`)."""
+    `ppsd plan` chooses (`sim.planner.heads.decide_over_heads`)."""
     v = verdict(path, heads, devices)
     return v.head, tables.result_row(v.recommended), v.text
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _head_comparison(head_keys: tuple, devices: int) -> pd.DataFrame:
-    from sim import heads as sim_heads
-    from sim import planning
+    from sim.planner import heads as sim_heads
+    from sim.planner import closed_forms as planning
 
     by_head = _by_head(head_keys, devices)
     path, stamp = head_keys[0][0][:2]
@@ -174,7 +173,7 @@ def _head_comparison(head_keys: tuple, devices: int) -> pd.DataFrame:
 
 def head_comparison(path: str, heads: list[str], devices: int | None = None, hop_ms: float | None = None,
                     alpha_scale: float = 1.0, temperature: float = 0.0, exact: bool = True) -> pd.DataFrame:
-    """One row per exit head (`sim.heads.comparison`): the best plan drafting with each. exact=False
+    """One row per exit head (`sim.planner.heads.comparison`): the best plan drafting with each. exact=False
     shows a head not swept at this setting yet by its closed-form preview (source column says so)."""
     devices = _devices(path, devices)
     return _head_comparison(_head_keys(path, heads, hop_ms, alpha_scale, temperature, devices, exact), devices)
@@ -205,7 +204,8 @@ def warm(path: str, hop_options, scale_options, temperature_options, hop_ms, alp
 def simulate_one(path: str, stamp: float, plan_dict: dict, alpha_scale: float = 1.0, temperature: float = 0.0,
                  tokens: int = DEFAULT_TOKENS, timeline: bool = False, engine: str = "fast") -> dict:
     """One plan through the simulator, as Result.to_json_dict(timeline=...) (cacheable)."""
-    from sim import api, planning
+    from sim import api
+    from sim.planner import closed_forms as planning
 
     profile = ui.load(path)
     plan = Plan.from_dict(plan_dict)
@@ -221,9 +221,11 @@ def simulate_one(path: str, stamp: float, plan_dict: dict, alpha_scale: float = 
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def stage_breakdown(path: str, stamp: float, plan_dict: dict) -> tuple[str, pd.DataFrame]:
-    """(resolved plan's label, per-stage time table) of one PPSD plan (`sim.planning.stage_breakdown`)."""
-    from sim import api, planning
+    """(resolved plan's label, per-stage time table) of one PPSD plan, as its scheme prices it
+    (`sim.planner.breakdown.stage_breakdown`)."""
+    from sim.api import resolve_plan
+    from sim.planner.breakdown import stage_breakdown as breakdown
 
     profile = ui.load(path)
-    plan = api.resolve_plan(Plan.from_dict(plan_dict), profile)
-    return plan.label(), tables.stage_table(planning.stage_breakdown(profile, plan))
+    plan = resolve_plan(Plan.from_dict(plan_dict), profile)
+    return plan.label(), tables.stage_table(breakdown(profile, plan))

@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 from dashboard import theme
 from ppsd.exit_heads import SHARED
 from sim.modes import Mode
-from sim.plan import Event
+from sim.schemes import scheme
+from sim.timeline import Event
 
 _LAYOUT = dict(template="plotly_white", hovermode="closest")
 # a few entries: one row between title and plot; many entries: a column on the right, so a
@@ -97,7 +98,7 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
     controls select (open markers).
 
     curves: columns mode (Mode.EESD / Mode.PPSD), k, exit_layer, speedup, detail, and optionally
-            speedup_lo / speedup_hi (the 90% interval, sim/intervals.py: drawn as a band)
+            speedup_lo / speedup_hi (the 90% interval, sim/intervals/: drawn as a band)
     closed: columns mode, k, exit_layer, speedup
     best / each selected: {exit_layer, speedup, label}; best with exit_layer None is plain AR, and
             may name the plan to mark as the closest ("closest": {exit_layer, speedup, label}) and
@@ -108,20 +109,16 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
                   annotation_text="AR = 1×", annotation_position="bottom right")
     for (mode, k), sub in curves.groupby(["mode", "k"], sort=True):
         sub = sub.sort_values("exit_layer")
-        if mode == Mode.EESD:
-            name, colour = "EESD (best γ)", theme.MODE_COLOURS[Mode.EESD]
-        else:
-            name, colour = f"PPSD k = {int(k)}", theme.ppsd_colour(int(k))
+        name, colour = scheme(mode).curve_name(int(k)), theme.curve_colour(mode, int(k))
         interval_band(fig, sub["exit_layer"], sub.get("speedup_lo"), sub.get("speedup_hi"), colour, name)
         fig.add_scatter(x=sub["exit_layer"], y=sub["speedup"], mode="lines+markers", name=name,
                         line=dict(color=colour, width=2.5), marker=dict(size=5), customdata=sub["detail"],
                         hovertemplate="E = %{x}: %{y:.2f}× (%{customdata})<extra>" + name + "</extra>")
     for (mode, k), sub in closed.groupby(["mode", "k"], sort=True):
         sub = sub.sort_values("exit_layer")
-        if mode == Mode.EESD:
-            name, colour = "EESD closed form", theme.MODE_COLOURS[Mode.EESD]
-        else:
-            name, colour = f"PPSD k = {int(k)} closed form", theme.ppsd_colour(int(k))
+        sch = scheme(mode)
+        name = (sch.curve_name(int(k)) if sch.curve_per_size else sch.curve_name(int(k), short=True)) + " closed form"
+        colour = theme.curve_colour(mode, int(k))
         fig.add_scatter(x=sub["exit_layer"], y=sub["speedup"], mode="lines", name=name,
                         line=dict(color=colour, width=1.5, dash="dash"), legendgroup="closed",
                         hovertemplate="E = %{x}: %{y:.2f}× (formula)<extra>" + name + "</extra>")
@@ -140,12 +137,12 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
                         hovertemplate=f"best: {best['label']}<br>%{{y:.2f}}×<extra></extra>")
     elif best is not None:
         # AR wins: still mark the closest speculative plan, it is what the user would try next; the
-        # verdict names it (best["closest"], sim/verdict.py: never a degenerate plan), else the top curve
+        # verdict names it (best["closest"], sim/planner/verdict.py: never a degenerate plan), else the top curve
         closest = best.get("closest")
         if closest is None and not curves.empty:
             spec = curves.loc[curves["speedup"].idxmax()]
             closest = {"exit_layer": spec["exit_layer"], "speedup": spec["speedup"],
-                       "label": ("EESD" if spec["mode"] == Mode.EESD else f"PPSD k={int(spec['k'])}")
+                       "label": scheme(spec["mode"]).curve_name(int(spec["k"]), short=True)
                        + f" E={int(spec['exit_layer'])}"}
         if closest is not None:
             label = closest["label"]
@@ -187,11 +184,13 @@ def _translucent(colour: str, alpha: float = 0.18) -> str:
 
 
 def stage_times(rows: pd.DataFrame, title: str) -> go.Figure:
-    """Per-stage time for one token (stacked: layers, head, hop) so an unbalanced stage stands out.
-    rows: columns stage, part, ms"""
+    """Per-stage time for one token (stacked: layers, embedding, heads, draws, per-pass overhead, hop)
+    so an unbalanced stage stands out. rows: columns stage, part, ms"""
     fig = _fig(title, "stage", "time per token (ms)", height=320)
-    colours = {"layers": theme.OKABE_ITO["blue"], "exit head": theme.OKABE_ITO["orange"],
-               "head": theme.OKABE_ITO["vermillion"], "hop": theme.OKABE_ITO["yellow"]}
+    colours = {"layers": theme.OKABE_ITO["blue"], "embedding": theme.OKABE_ITO["sky"],
+               "exit head": theme.OKABE_ITO["orange"], "head": theme.OKABE_ITO["vermillion"],
+               "draw": theme.OKABE_ITO["purple"], "overhead": theme.OKABE_ITO["green"],
+               "hop": theme.OKABE_ITO["yellow"]}
     for part, sub in rows.groupby("part", sort=False):
         fig.add_bar(x=sub["stage"], y=sub["ms"], name=part, marker_color=colours.get(part, theme.OTHER_EVENT_COLOUR),
                     hovertemplate="%{x}: %{y:.2f} ms<extra>" + str(part) + "</extra>")
@@ -303,7 +302,7 @@ def heads_bars(comp: pd.DataFrame) -> go.Figure:
 
 def heldout_curves(table: pd.DataFrame, measure_label: str) -> go.Figure:
     """Held-out α or β per exit layer, one line per exit head (table: exit layers × heads)."""
-    from sim.heads import head_label
+    from sim.planner.heads import head_label
 
     fig = _fig(f"Held-out {measure_label} per exit layer, by exit head", "exit layer E", measure_label)
     colours = [theme.OKABE_ITO["black"], *theme.PPSD_COLOURS]

@@ -20,8 +20,9 @@ import pandas as pd
 from ppsd import validation_folder as vf
 from ppsd.errors import UserError
 from ppsd.paths import EXAMPLES_DIR, PROJECT_ROOT, RUNS_DIR, cache_dir
-from profiler.schema import PROFILE_FILE
-from sim.plan import Event, Plan
+from ppsd.profile import PROFILE_FILE
+from sim.plan import Plan
+from sim.timeline import Event
 
 DATA_DIRS_ENV = "PPSD_DATA_DIRS"
 # Deep enough for runs/<name>/<sub>/ but bounded, so a huge tree under runs/ cannot stall a page.

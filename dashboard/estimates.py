@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dashboard.heldout import norm_model
+from sim.schemes.ar import step_ms as ar_step_ms
 
 
 def norm_device(name: str | None) -> str:
@@ -66,9 +67,10 @@ def _context(measured, estimated) -> float:
     return float(shared[0] if shared else measured.context_values[0])
 
 
-def compare(measured, estimated, n: int = 1) -> tuple[pd.DataFrame, dict]:
-    """(per-layer table, summary) at n new tokens and the smallest shared context: layer times,
-    head, embedding and the AR step (sum of the parts) with relative errors of the estimate."""
+def compare(measured, estimated) -> tuple[pd.DataFrame, dict]:
+    """(per-layer table, summary) at one new token and the smallest shared context: layer times,
+    head, embedding and the AR step (`sim.schemes.ar.step_ms`) with relative errors of the estimate."""
+    n = 1
     if measured.num_layers != estimated.num_layers:
         from ppsd.errors import UserError
 
@@ -81,8 +83,8 @@ def compare(measured, estimated, n: int = 1) -> tuple[pd.DataFrame, dict]:
         rows.append({"layer": layer, "measured_ms": m, "estimated_ms": e, "rel_err_pct": _err(e, m)})
     table = pd.DataFrame(rows)
 
-    def step(p):
-        return sum(p.layer_ms(l, n, c) for l in range(p.num_layers)) + p.head_ms(n) + p.embed_ms(n)
+    def step(p):  # AR's step, as its scheme prices it (one new token)
+        return float(ar_step_ms(p, np.array([c]))[0])
 
     sm, se = step(measured), step(estimated)
     summary = {

@@ -57,7 +57,7 @@ def load_heldout(path: Path) -> pd.DataFrame:
 
 
 def head_order(heads) -> list[str]:
-    from sim.heads import _order
+    from sim.planner.heads import _order
 
     return sorted(set(heads), key=_order)
 

@@ -1,13 +1,13 @@
 """The planner's sweep cache, with background warming (no Streamlit here): Results, per setting.
 
 One trace-driven sweep (`sim.api.sweep`, the exact fast path) of a 30-layer profile takes about
-0.3 s at 4 devices and 0.5 s at 8 on this machine (it was 0.6–1 s before sim/costs.py cached its
+0.3 s at 4 devices and 0.5 s at 8 on this machine (it was 0.6–1 s before sim/model/cost_model.py cached its
 interpolation), and the planner must answer a control change in half a second. So:
   * a sweep is cached per (profile, hop, acceptance scale, temperature, exit head); the device
     count only filters it (PPSD plans with k ≤ devices; each plan's result does not depend on how
     many devices exist beyond its own stages), so one sweep at the most devices serves them all;
   * a setting not swept yet is answered at once by `preview` (every plan priced by the closed
-    forms, `sim.planning.closed_form_sweep`, ~20 ms) while the worker sweeps exactly that setting
+    forms, `sim.planner.closed_forms.closed_form_sweep`, ~20 ms) while the worker sweeps exactly that setting
     first; the page reruns when it lands (dashboard/cached.py `plans`, the planner's refresh fragment);
   * after each page run the planner asks `warm()` for the settings one control step away; a
     single worker *process* computes them (a process, so it never holds the server's GIL while a
@@ -30,12 +30,14 @@ from functools import lru_cache
 
 from ppsd.exit_heads import SHARED
 from ppsd.paths import PROJECT_ROOT
-from sim.modes import Mode
 from sim.plan import Result
+from sim.planner.sweep_spec import MAX_DEVICES as MAX_SWEEP_DEVICES
+from sim.planner.sweep_spec import SweepSpec
 
-MAX_DEVICES = 8
-GAMMAS = tuple(range(1, 9))
-TOKENS = 2000
+SPEC = SweepSpec()  # `ppsd plan`'s defaults: the planner sweeps as the command line does
+MAX_DEVICES = MAX_SWEEP_DEVICES
+GAMMAS = SPEC.gammas
+TOKENS = SPEC.tokens
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,8 @@ class Key:
 
 
 def within(results: list[Result], devices: int) -> list[Result]:
-    """The results whose plan fits on `devices` (PPSD with k ≤ devices; AR and EESD always)."""
-    return [r for r in results if r.plan.mode != Mode.PPSD or r.plan.num_stages <= devices]
+    """The results whose plan fits on `devices` (PPSD with k ≤ devices; single-stage plans always)."""
+    return [r for r in results if r.plan.num_stages <= devices]
 
 
 @dataclass
@@ -66,21 +68,19 @@ class Entry:
 
 @lru_cache(maxsize=8)
 def profile(path: str, stamp: float):
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     return load_profile(path)
 
 
 def compute(key: Key, devices: int) -> Entry:
     """Run the sweep and the closed forms for one setting (in the server or in the worker)."""
-    from sim import api
-
+    from sim.api import sweep
     from sim.intervals import attach_sweep_intervals
 
     prof = profile(key.path, key.stamp)
-    results = api.sweep(prof, devices=devices, gammas=GAMMAS, hop_ms=key.hop_ms,
-                        alpha_scale=key.alpha_scale, temperature=key.temperature, tokens=key.tokens,
-                        exit_head=key.exit_head)
+    results = sweep(prof, SPEC, devices=devices, hop_ms=key.hop_ms, alpha_scale=key.alpha_scale,
+                    temperature=key.temperature, tokens=key.tokens, exit_head=key.exit_head)
     # 90% intervals for a run over the default number of prompts (as `ppsd plan`)
     attach_sweep_intervals(prof, results, alpha_scale=key.alpha_scale, temperature=key.temperature)
     closed = preview(key, devices)
@@ -90,14 +90,14 @@ def compute(key: Key, devices: int) -> Entry:
 
 
 def preview(key: Key, devices: int) -> list[Result]:
-    """Every plan of one setting priced by the closed forms (`sim.planning.closed_form_sweep`): a
+    """Every plan of one setting priced by the closed forms (`sim.planner.closed_forms.closed_form_sweep`): a
     few ms, what the planner shows while the trace-driven sweep of a new setting is still running."""
-    from sim import planning
+    from sim.planner import closed_forms as planning
 
     prof = profile(key.path, key.stamp)
     hop = prof.hop_ms() if key.hop_ms is None else key.hop_ms
     alpha = planning.acceptance_by_exit(prof, key.alpha_scale, key.temperature, head=key.exit_head)
-    return planning.closed_form_sweep(prof, alpha, GAMMAS, range(2, max(devices, 2) + 1), hop, key.exit_head,
+    return planning.closed_form_sweep(prof, alpha, GAMMAS, max(devices, 2), hop, key.exit_head,
                                       key.temperature)
 
 

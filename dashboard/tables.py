@@ -1,7 +1,7 @@
 """Simulator Results turned into the tables the pages show and plot (no Streamlit, no simulation).
 
-Every number here comes from a Result (`sim.api.sweep`, `sim.planning.closed_form_sweep`,
-`sim.api.simulate`) or from `sim.planning` / `sim.heads`; this module only lays them out as
+Every number here comes from a Result (`sim.api.sweep`, `sim.planner.closed_forms.closed_form_sweep`,
+`sim.api.simulate`) or from `sim.planner.closed_forms` / `sim.planner.heads`; this module only lays them out as
 DataFrames in the units the pages show. Column `mode` holds `sim.modes.Mode` values.
 """
 
@@ -11,9 +11,10 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from sim.heads import head_label
+from sim.planner.heads import head_label
 from sim.modes import Mode
 from sim.plan import Result
+from sim.schemes import SCHEMES, scheme
 
 TABLE_COLUMNS = ["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s",
                  "speedup", "mean_accepted", "acceptance_rate", "placement", "speedup_tp", "budget",
@@ -29,23 +30,22 @@ def short_label(label: str) -> str:
 def result_row(r: Result) -> dict:
     """One Result as a table row (see TABLE_COLUMNS)."""
     p = r.plan
-    mode = Mode.parse(p.mode)
     return {
         "plan": p.label(),
-        "mode": mode,
+        "mode": p.mode,
         "exit_layer": p.exit_layer,
-        "draft_len": p.draft_len if mode == Mode.EESD else None,
-        "stages": p.num_stages if mode == Mode.PPSD else None,
-        "stage_bounds": ",".join(map(str, p.stage_bounds)) if (mode == Mode.PPSD and p.stage_bounds) else None,
+        "draft_len": p.size_as("draft_len"),  # each scheme's second number in its own column
+        "stages": p.size_as("stages"),
+        "stage_bounds": ",".join(map(str, p.stage_bounds)) if p.stage_bounds else None,
         "tokens_per_s": float(r.tokens_per_s),
         "speedup": float(r.speedup_vs_ar) if r.speedup_vs_ar is not None else float("nan"),
         "mean_accepted": float(r.mean_accepted),
         "acceptance_rate": r.acceptance_rate,
         "placement": ",".join(map(str, p.devices())),
-        # same budget (sim/budget.py): against AR on every core / GPU the plan uses; NaN without tables
+        # same budget (sim/model/budget.py): against AR on every core / GPU the plan uses; NaN without tables
         "speedup_tp": float(r.speedup_vs_ar_tp) if r.speedup_vs_ar_tp is not None else float("nan"),
         "budget": getattr(r.details, "budget", None),
-        # the 90% interval of the speedup (sim/intervals.py); NaN when the result has none
+        # the 90% interval of the speedup (sim/intervals/); NaN when the result has none
         "speedup_lo": _num(getattr(r.details, "predicted_speedup_lo", None)),
         "speedup_hi": _num(getattr(r.details, "predicted_speedup_hi", None)),
     }
@@ -60,22 +60,26 @@ def results_table(results: Iterable[Result]) -> pd.DataFrame:
     return pd.DataFrame([result_row(r) for r in results], columns=TABLE_COLUMNS)
 
 
+def speculative(table: pd.DataFrame) -> pd.Series:
+    """Which rows of a plan table draft (every scheme but AR, `Scheme.speculative`)."""
+    return table["mode"].map(lambda m: scheme(m).speculative).astype(bool)
+
+
 def curves(table: pd.DataFrame) -> pd.DataFrame:
-    """Speedup per exit layer: EESD at its best γ (one curve), PPSD one curve per stage count."""
+    """Speedup per exit layer, per speculative scheme: one curve per value of its second number when
+    the scheme says so (PPSD: per stage count), else one curve at the best of it (EESD: best γ)."""
     out = []
-    eesd = table[table["mode"] == Mode.EESD]
-    if not eesd.empty:
-        best = eesd.loc[eesd.groupby("exit_layer")["speedup"].idxmax()]
-        out.append(pd.DataFrame({"mode": Mode.EESD, "k": 0, "exit_layer": best["exit_layer"].astype(int),
-                                 "speedup": best["speedup"], **_band(best),
-                                 "detail": [f"γ = {int(g)}" for g in best["draft_len"]]}))
-    ppsd = table[table["mode"] == Mode.PPSD]
-    for k, sub in ppsd.groupby("stages"):
-        # several placements/bounds of one (E, k) may be swept: keep the fastest
-        best = sub.loc[sub.groupby("exit_layer")["speedup"].idxmax()]
-        out.append(pd.DataFrame({"mode": Mode.PPSD, "k": int(k), "exit_layer": best["exit_layer"].astype(int),
-                                 "speedup": best["speedup"], **_band(best),
-                                 "detail": [f"stages [{b}]" if b else f"k = {int(k)}" for b in best["stage_bounds"]]}))
+    for mode, sch in SCHEMES.items():
+        rows = table[table["mode"] == mode]
+        if not sch.speculative or rows.empty:
+            continue
+        field = sch.size.field
+        for k, sub in (rows.groupby(field) if sch.curve_per_size else [(0, rows)]):
+            # several placements/bounds of one (E, k) may be swept: keep the fastest
+            best = sub.loc[sub.groupby("exit_layer")["speedup"].idxmax()]
+            out.append(pd.DataFrame({"mode": mode, "k": int(k), "exit_layer": best["exit_layer"].astype(int),
+                                     "speedup": best["speedup"], **_band(best),
+                                     "detail": [sch.curve_detail(x, b) for x, b in zip(best[field], best["stage_bounds"])]}))
     if not out:
         return pd.DataFrame(columns=[*CURVE_COLUMNS, "detail"])
     return pd.concat(out, ignore_index=True)
@@ -91,40 +95,38 @@ def closed_curves(results: Sequence[Result]) -> pd.DataFrame:
     count (balanced stages). They are the simulator's oracle, so a gap between a dashed and a solid
     curve is what the recorded trace (bursty acceptance, growing context) adds over the textbook
     assumption."""
-    plans = sorted(results, key=lambda r: _build_order(r))  # ties between γ go to the smallest
-    best_eesd: dict[int, Result] = {}
-    for r in plans:
-        if r.plan.mode == Mode.EESD:
-            e = r.plan.exit_layer
-            if e not in best_eesd or r.speedup_vs_ar > best_eesd[e].speedup_vs_ar:
-                best_eesd[e] = r
-    rows = [(Mode.EESD, 0, int(e), float(r.speedup_vs_ar)) for e, r in best_eesd.items()]
-    rows += [(Mode.PPSD, int(r.plan.num_stages), int(r.plan.exit_layer), float(r.speedup_vs_ar))
-             for r in plans if r.plan.mode == Mode.PPSD]
+    best: dict[tuple, Result] = {}  # (mode, k, exit layer) -> the fastest plan on that curve
+    for r in sorted(results, key=_build_order):  # ties between γ go to the smallest
+        sch = r.plan.scheme
+        if not sch.speculative:
+            continue
+        key = (r.plan.mode, int(r.plan.size) if sch.curve_per_size else 0, int(r.plan.exit_layer))
+        if key not in best or r.speedup_vs_ar > best[key].speedup_vs_ar:
+            best[key] = r
+    rows = [(*key, float(r.speedup_vs_ar)) for key, r in best.items()]
     df = pd.DataFrame(rows, columns=CURVE_COLUMNS)
     return df.sort_values(["exit_layer", "mode", "k"], kind="stable").reset_index(drop=True)
 
 
 def _build_order(r: Result) -> tuple:
     p = r.plan
-    return (p.exit_layer or 0, p.mode != Mode.EESD, p.draft_len if p.mode == Mode.EESD else p.num_stages)
+    return (p.exit_layer or 0, list(SCHEMES).index(p.mode), p.size or 0)
 
 
 def find_row(table: pd.DataFrame, mode: Mode, exit_layer: int, draft_len: int | None = None,
              stages: int | None = None) -> pd.Series | None:
     """The table's row for the plan the controls select (the fastest if several match), or None."""
     sub = table[(table["mode"] == mode) & (table["exit_layer"] == exit_layer)]
-    if mode == Mode.EESD:
-        sub = sub[sub["draft_len"] == draft_len]
-    elif mode == Mode.PPSD:
-        sub = sub[sub["stages"] == stages]
+    size = scheme(mode).size
+    if size is not None:  # the scheme's second number picks the row
+        sub = sub[sub[size.field] == {"draft_len": draft_len, "stages": stages}[size.field]]
     if sub.empty:
         return None
     return sub.loc[sub["speedup"].idxmax()]
 
 
 def head_comparison(rows: list[dict], sources: dict[str, str] | None = None) -> pd.DataFrame:
-    """`sim.heads.comparison` rows (one per exit head) in the columns the pages show; `sources`
+    """`sim.planner.heads.comparison` rows (one per exit head) in the columns the pages show; `sources`
     says per head whether its figures are "simulated" or a closed-form preview."""
     out = []
     for r in rows:
@@ -140,5 +142,5 @@ def head_comparison(rows: list[dict], sources: dict[str, str] | None = None) -> 
 
 
 def stage_table(parts) -> pd.DataFrame:
-    """`sim.planning.stage_breakdown` parts as rows: stage, part, ms."""
+    """`sim.planner.breakdown.stage_breakdown` parts as rows: stage, part, ms."""
     return pd.DataFrame([(p.stage, p.part, p.ms) for p in parts], columns=["stage", "part", "ms"])

@@ -39,6 +39,12 @@ EVENT_COLOURS = {
 OTHER_EVENT_COLOUR = "#888888"
 
 
+def curve_colour(mode: Mode, k: int) -> str:
+    """A speedup-by-exit curve's colour: the scheme's own, or per stage count for a scheme with a
+    curve per k (PPSD)."""
+    return MODE_COLOURS.get(mode) or ppsd_colour(k)
+
+
 def ppsd_colour(k: int) -> str:
     return PPSD_COLOURS[(k - 2) % len(PPSD_COLOURS)]
 

@@ -11,7 +11,7 @@ import streamlit as st
 
 from dashboard import data
 from ppsd.errors import UserError
-from profiler.schema import PROFILE_FILE, Profile, load_profile
+from ppsd.profile import PROFILE_FILE, Profile, load_profile
 
 log = logging.getLogger("ppsd.dashboard")
 
@@ -181,10 +181,10 @@ def heads_table_columns() -> dict:
 
 
 def show_verdict(verdict) -> None:
-    """The verdict box every page shows the same way: `sim.verdict.Verdict.text` (word for word what
+    """The verdict box every page shows the same way: `sim.planner.verdict.Verdict.text` (word for word what
     `ppsd plan` prints), green for a win, blue for a tie, orange when AR stays ahead; beneath it the
     noise band it was judged with and the degenerate plans it passed over."""
-    from sim.verdict import Outcome
+    from sim.planner.verdict import Outcome
 
     box = {Outcome.WIN: st.success, Outcome.TIE: st.info}.get(verdict.outcome, st.warning)
     box(verdict.text, icon=":material/balance:")

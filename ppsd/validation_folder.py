@@ -17,7 +17,9 @@
 
 A row's keys are the fields of `ValidationRow`, in order; the CSV leaves out the last two (the
 acceptance rates). Older folders may lack keys that came later (`forced_trace`, `exit_head`,
-`ar_reference`, a row's `ar_reference_tokens_per_s`): readers treat them as absent.
+`ar_reference`, a row's `ar_reference_tokens_per_s`): readers treat them as absent. `ar_reference`:
+"bracketed" (AR before and after every plan), "turns" (`--turns N`: AR and each plan every N prompts
+in turns), "once" (`--ar-once`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from ppsd.errors import UserError
-from ppsd.exit_heads import SHARED, suffix
 from ppsd.paths import atomic_write_json, atomic_write_text
 from sim.modes import Mode
 
@@ -49,14 +50,9 @@ def timeline_slug(plan, forced_alpha: float | None = None) -> str:
     """The stem shared by a plan's timeline files: "ar", "eesd-e<E>-g<γ>[-<head>][-forced<α>]",
     "ppsd-e<E>-k<k>[-<head>][-forced<α>]" (the shared exit head goes unnamed; a forced-acceptance
     run of `ppsd validate --plans ...:alpha=A` is named apart from the real-acceptance one)."""
-    mode = Mode.parse(plan.mode)
-    if mode == Mode.AR:
-        return "ar"
-    head = suffix(plan.exit_head or SHARED)
-    forced = "" if forced_alpha is None else f"-forced{forced_alpha:g}"
-    if mode == Mode.EESD:
-        return f"eesd-e{plan.exit_layer}-g{plan.draft_len}{head}{forced}"
-    return f"ppsd-e{plan.exit_layer}-k{plan.num_stages}{head}{forced}"
+    if not plan.scheme.speculative:
+        return plan.slug()
+    return plan.slug() + ("" if forced_alpha is None else f"-forced{forced_alpha:g}")
 
 
 def timeline_name(plan, kind: str, forced_alpha: float | None = None) -> str:
@@ -81,7 +77,7 @@ def write_plan_timelines(folder: str | Path, plan, predicted, measured, write, f
 
 def clip_to_span(events, reference):
     """`events` that start within `reference`'s span. An out-of-sample prediction replays every
-    predicting prompt's trace (several times the measured tokens: sim/intervals.py: pooled_stream);
+    predicting prompt's trace (several times the measured tokens: sim/intervals/: pooled_stream);
     its timeline is laid beside the measured one on one time axis, so only that stretch is kept."""
     if not events or not reference:
         return events
@@ -136,16 +132,16 @@ class ValidationRow:
     ar_reference_tokens_per_s: float | None = None
     measured_acceptance_rate: float | None = None
     predicted_acceptance_rate: float | None = None
-    # same budget (sim/budget.py): the plan on every core it uses against AR on all of them
+    # same budget (sim/model/budget.py): the plan on every core it uses against AR on all of them
     predicted_speedup_vs_ar_tp: float | None = None
     measured_speedup_vs_ar_tp: float | None = None
     speedup_vs_ar_tp_error_pct: float | None = None
-    # the 90% interval of the predicted speedup (sim/intervals.py), and its same-budget twin
+    # the 90% interval of the predicted speedup (sim/intervals/), and its same-budget twin
     predicted_speedup_lo: float | None = None
     predicted_speedup_hi: float | None = None
     predicted_speedup_vs_ar_tp_lo: float | None = None
     predicted_speedup_vs_ar_tp_hi: float | None = None
-    # sampled validation (`ppsd validate --temperature T`, runtime/validate_sampled.py): the measured
+    # sampled validation (`ppsd validate --temperature T`, runtime/validation/sampled.py): the measured
     # speedup and acceptance rate of each seed (the row's figures are their median / mean), and the
     # range of the predicted speedup over the simulator's seeds (its own sampling noise)
     measured_speedup_seeds: list[float] | None = None
@@ -182,7 +178,7 @@ class ValidationRow:
         label = plan.label() + ("" if forced_alpha is None else f" forced α={forced_alpha:g}")
         return cls(
             plan=label, mode=mode, exit_layer=plan.exit_layer, forced_alpha=forced_alpha,
-            draft_len=plan.draft_len if mode == Mode.EESD else None, stages=plan.num_stages,
+            draft_len=plan.size_as("draft_len"), stages=plan.num_stages,
             stage_bounds=list(plan.stage_bounds) if plan.stage_bounds else None,
             predicted_tokens_per_s=round(predicted.tokens_per_s, 4),
             measured_tokens_per_s=round(measured.tokens_per_s, 4),
@@ -196,7 +192,7 @@ class ValidationRow:
 
     @property
     def speculative(self) -> bool:
-        return self.mode != Mode.AR
+        return Mode.parse(self.mode).speculative
 
     def to_dict(self) -> dict:
         """The row as validation.json holds it (the same-budget fields only when measured)."""
@@ -371,7 +367,7 @@ def _drift_summary(rows: list[ValidationRow], ar_runs: list[float], emulated: bo
     but when it drifts, its parts rarely drift alike (a quieter host gives one process more memory
     bandwidth, and two co-running stages then slow each other more than the profile saw), so a
     flagged drift says the latency part of the profile is stale: re-profile in the same sitting."""
-    ar = next((r for r in rows if r.mode == Mode.AR), None)
+    ar = next((r for r in rows if not r.speculative), None)
     if ar is None or not ar_runs or not ar.predicted_tokens_per_s:
         return {}
     measured = float(statistics.median(ar_runs))

@@ -148,7 +148,7 @@ def sampled_table(sampled, head: str = SHARED):
     a list of `profile_sampled` results, one per seed)."""
     import pandas as pd
 
-    from profiler.schema import SAMPLED_COLUMNS, SAMPLED_OPTIONAL
+    from ppsd.profile import SAMPLED_COLUMNS, SAMPLED_OPTIONAL
 
     columns = SAMPLED_COLUMNS + SAMPLED_OPTIONAL
     frames = []

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from ppsd.errors import UserError
-from profiler.schema import SHARED_HEAD, Profile, load_profile
-from sim.acceptance_forms import AcceptanceForm, to_alpha
+from ppsd.profile import SHARED_HEAD, Profile, load_profile
+from sim.model.acceptance_forms import AcceptanceForm, to_alpha
 
 
 def rescale_exit_map(src_exits: list[int], src_layers: int, dst_layers: int) -> dict[int, int]:
@@ -133,7 +133,7 @@ def read_alpha_curve(path: str | Path, draft_len: int | None = None) -> AlphaCur
     need the γ they were measured at, from a `draft_len` column or `draft_len` here (--draft-len).
     JSON: {"relative_depth"|"exit_layer": [...], "<form>": [...], "draft_len": G or [...]}, a list of
     row objects, or a plain mapping {"0.25": 0.8, ...} of α (keys below 1 or with a decimal point =
-    relative depth, else exit layers). Each point is converted to α by `sim.acceptance_forms.to_alpha`
+    relative depth, else exit layers). Each point is converted to α by `sim.model.acceptance_forms.to_alpha`
     (independent positions)."""
     path = Path(path)
     fix = ('write a CSV with a header "exit_layer,alpha" (or relative_depth; or acceptance_rate / mean_accepted '

@@ -13,7 +13,7 @@ import numpy as np
 
 from ppsd.errors import UserError
 from profiler.roofline import Roofline
-from profiler.schema import Profile, load_profile
+from ppsd.profile import Profile, load_profile
 
 
 def fit_efficiency(meta_estimated: dict, measured_profile: Profile | str | Path) -> dict:

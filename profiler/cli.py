@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
-from profiler.schema import MEASURED_N_VALUES  # torch-free; profiler.latency.DEFAULT_N_VALUES is this
+from ppsd.profile import MEASURED_N_VALUES  # torch-free; profiler.latency.DEFAULT_N_VALUES is this
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -119,7 +119,7 @@ def register(subparsers) -> None:
 
     add_analytic_arguments(p)
     p.set_defaults(func=run_profile)
-    sub = p.add_subparsers(dest="profile_command", metavar="show|add-sampling")
+    sub = p.add_subparsers(dest="profile_command", metavar="show|add-sampling|add-hf")
     show = sub.add_parser("show", help="print the summary of a profile folder")
     show.add_argument("dir", help="profile folder")
     show.set_defaults(func=run_show)
@@ -131,6 +131,9 @@ def register(subparsers) -> None:
     add.add_argument("--device", default=None, help="cpu or cuda[:N] (default: the profile's device)")
     add.add_argument("--force", action="store_true", help="replace a sampling table the profile already has")
     add.set_defaults(func=run_add_sampling)
+    from profiler.hf_overhead import register_add_hf  # torch-free at import
+
+    register_add_hf(sub, p)
 
 
 # --- checks that need no model ----------------------------------------------------------------------
@@ -261,11 +264,15 @@ def run_profile(args) -> int:
         meta["acceptance"]["excluded_training_prompts"] = len(exclude)
     _write_profile(out, meta, results, head_rows, sampled)
     shutil.rmtree(work, ignore_errors=True)
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     profile = load_profile(out)
     print_summary(profile)
     print(f"\nprofile written to {out}  ({meta['profiling']['wall_s']:.0f} s)")
+    if getattr(args, "hf_exits", None):  # transformers' assisted generation, right after the tables
+        from profiler.hf_overhead import run_hf_block
+
+        run_hf_block(out, args, added_later=False)
     return 0
 
 
@@ -591,7 +598,7 @@ def _write_profile(out: Path, meta: dict, results, head_rows, sampled=None) -> N
     """profile.json, the acceptance table (shared head, then the trained heads' rows) and the
     generations, written all at once (temp folder + rename) after a read-back check."""
     from ppsd.paths import atomic_dir
-    from profiler.schema import load_profile, save_profile
+    from ppsd.profile import load_profile, save_profile
 
     acceptance = generations = None
     if results is not None:
@@ -758,7 +765,7 @@ def run_add_sampling(args) -> int:
     import sys
 
     from ppsd.paths import atomic_write_json
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     profile = load_profile(args.dir)
     if profile.meta.get("kind") != "measured":
@@ -797,7 +804,7 @@ def run_add_sampling(args) -> int:
 
 
 def run_show(args) -> int:
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     print_summary(load_profile(args.dir))
     return 0

@@ -54,7 +54,7 @@ from profiler.roofline import (
     step_seconds,
     weight_bytes,
 )
-from profiler.schema import PROFILE_FILE, SCHEMA_VERSION, Profile, load_profile, save_profile
+from ppsd.profile import PROFILE_FILE, SCHEMA_VERSION, Profile, load_profile, save_profile
 from profiler.stacks import DEFAULT_STACK, resolve_stack
 
 DEFAULT_N_VALUES = (1, 2, 4, 8, 16)
@@ -202,7 +202,7 @@ def analytic_profile_meta(
 
 def _tensor_parallel_tables(shape, roof, n_grid, c_grid, gpus: int, link, hw) -> dict | None:
     """`latency.parallel` of kind "tensor_parallel": the tables with the model split over k = 2..gpus
-    GPUs (the same-budget AR and EESD baselines of a multi-GPU plan; sim/budget.py)."""
+    GPUs (the same-budget AR and EESD baselines of a multi-GPU plan; sim/model/budget.py)."""
     if gpus < 2:
         return None
     lat_s, bw = link.latency_us * 1e-6, link.bandwidth_for(hw) * 1e9

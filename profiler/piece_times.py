@@ -105,9 +105,13 @@ def time_pieces(profile, adapter, heads=None, repeats: int = 30, warmup: int = 5
     if priced:
         from profiler.heads.evaluate import measure_latency
         from profiler.heads.profiling import vocab_sizes_of
+        from profiler.heads.vocab import draft_path_evictor
 
-        timed, _ = measure_latency(heads, heads.exits[len(heads.exits) // 2], vocab_sizes_of(heads), n_values=(1,),
-                                   repeats=max(repeats, 5))
+        mid = heads.exits[len(heads.exits) // 2]
+        # timed as the profile timed them: after the draft's layers when its entries say so
+        cold = any((h.get("timing") == "after_draft_layers") for h in priced.values())
+        timed, _ = measure_latency(heads, mid, vocab_sizes_of(heads), n_values=(1,), repeats=max(repeats, 5),
+                                   evict=draft_path_evictor(adapter, mid) if cold else None)
         for name, lat in timed.items():
             if name in priced:
                 now[f"exit_head:{name}"] = float(lat["median_ms"][0])

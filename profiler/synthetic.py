@@ -14,7 +14,7 @@ import numpy as np
 
 from ppsd import __version__
 from ppsd.exit_heads import SHARED
-from profiler.schema import SCHEMA_VERSION, Profile, load_profile, save_profile
+from ppsd.profile import SCHEMA_VERSION, Profile, load_profile, save_profile
 
 
 def synthetic_meta(

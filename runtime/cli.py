@@ -8,6 +8,8 @@ from __future__ import annotations
 from sim.modes import MODES, Mode
 
 
+from sim.hf_cli import add_runtime_options
+
 def register(sub) -> None:
     p = sub.add_parser("run", help="decode for real with AR, EESD or PPSD and measure it",
                        description="Decode prompts for real and report tokens/s (median of repeats), prefill and "
@@ -57,6 +59,7 @@ def register(sub) -> None:
     p.add_argument("--heads", metavar="DIR", help="exit-head folder from `ppsd heads train`: draft with a trained head")
     p.add_argument("--exit-head", metavar="NAME", help="shared, trained (default with --heads) or vocab<V> "
                    "(the trained head over the V most frequent tokens, e.g. vocab4096)")
+    add_runtime_options(p)
     p.add_argument("--timeline", help="write the measured timeline as a Chrome trace to this file")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_run)
@@ -95,6 +98,11 @@ def register(sub) -> None:
     v.add_argument("--ar-once", action="store_true",
                    help="measure AR once up front (faster) instead of again after every plan; by default each "
                         "speedup is against the mean of the AR runs just before and after its plan")
+    v.add_argument("--turns", type=int, default=0, metavar="N",
+                   help="greedy: AR and each plan take turns every N prompts (AR on the first N, the plan on them, "
+                        "AR on the next N, ...), each speedup against the AR that ran seconds before its prompts; "
+                        "the same decoding as bracketing, paired minutes closer. 0 (default): AR before and after "
+                        "every plan. On a machine whose speed moves in bursts of a minute, --turns 1")
     v.add_argument("--rounds", type=int, default=1, metavar="R",
                    help="measure every plan R times, once a round, plans in alternating order, each run against "
                         "the AR runs around it; a plan keeps its median round, and validation.json reports the "
@@ -120,6 +128,7 @@ def register(sub) -> None:
                         "(default 0 = greedy)")
     v.add_argument("--seeds", type=int, default=None, metavar="S",
                    help="with --temperature: sampled runs per plan, seeds 0..S-1 (default 3)")
+    add_runtime_options(v, both=True)
     v.add_argument("--json", action="store_true", help="print validation.json alone on stdout (progress on stderr)")
     v.set_defaults(func=cmd_validate)
 
@@ -127,11 +136,16 @@ def register(sub) -> None:
 def cmd_run(args) -> int:
     from runtime.runner import run_command
 
+    if getattr(args, "runtime", "ppsd") == "hf":
+        from runtime.hf_assisted import run_command as run_hf_command
+
+        return run_hf_command(args)
+
     return run_command(args)
 
 
 def cmd_validate(args) -> int:
-    from runtime.validate import validate_command
+    from runtime.validation.command import validate_command
 
     return validate_command(args)
 

@@ -2,8 +2,8 @@
 
 What a stage pass costs beyond its layers and heads (the host sync, the sends and receives, the
 stage loop's Python) and how long a message takes between two stage processes, at each stage count
-k: the profile's `latency.control_plane` (profiler/schema.py), which the PPSD costs add to every
-pass and take as the least hop (sim/schemes/ppsd/costs.py).
+k: the profile's `latency.control_plane` (ppsd/profile/files.py), which the PPSD costs add to every
+pass and take as the least hop (sim/schemes/ppsd/stage_costs.py).
 
 Method (emulated devices, runtime/emulate.py: the real stage processes and messages):
   pass overhead  every draft accepted, no layer or embedding time, a head of `HEAD_MS` on stage 1
@@ -21,7 +21,7 @@ Method (emulated devices, runtime/emulate.py: the real stage processes and messa
                  several-fold (CPU, hidden 576: stage 1 0.15-0.26 ms of which 0.03-0.05 before the
                  send, a middle stage 0.022 ms, the last 0.09-0.35 ms), and a rejected token's round
                  trip runs through every one of them, so pricing all passes at stage 1's figure made
-                 the chain 0.6 ms long at 6 stages, enough to lose the race of sim/restart.py.
+                 the chain 0.6 ms long at 6 stages, enough to lose the race of sim/model/restart.py.
   hop jitter     the same run: the robust spread of those transits, the host's scheduling noise on
                  each hand-over (`hop_jitter_ms`; 2 cores: 0.06 ms at k = 4, 0.18 ms at k = 8). It
                  decides the restart race when stage 1's layers end within it of the commit.
@@ -50,7 +50,7 @@ METHOD = ("emulated zero-time layers: overhead = stage 1's median pass - head wi
 
 
 def _run(profile_dir: Path, k: int, hidden: int, forced, tokens: int, prompts: int, repeats: int):
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
     from runtime.emulate import EmulatedModel, emulated_prompts
     from runtime.measure import Job, measure
     from sim.modes import Mode
@@ -111,7 +111,7 @@ def _transit_ms(result) -> float:
 
 def _hop_jitter_ms(result) -> float:
     """Robust spread (1.4826 × the median absolute deviation) of a message's transit: this host's
-    scheduling noise on each hand-over, which makes the restart race of sim/restart.py a mix of
+    scheduling noise on each hand-over, which makes the restart race of sim/model/restart.py a mix of
     outcomes rather than one (`PPSDCosts.jitter_cv`)."""
     gaps = _transit_samples(result)
     if len(gaps) < 4:
@@ -182,7 +182,7 @@ def with_control_plane(profile_dir: str | Path, out_dir: str | Path, block: dict
     import shutil
 
     from ppsd.paths import atomic_write_json
-    from profiler.schema import PROFILE_FILE, load_profile
+    from ppsd.profile import PROFILE_FILE, load_profile
 
     src, dst = Path(profile_dir), Path(out_dir)
     dst.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from runtime.acceptance import ForcedTrace, Sampler
-from sim.plan import Event
+from sim.timeline import Event
 
 
 @dataclass

@@ -175,7 +175,7 @@ class EmulatedCache:
         self.lengths[layer_idx] = start_pos + n
 
 
-# --- interpolation, exactly as profiler/schema.py's `_interp`, vectorised over layers -----------------
+# --- interpolation, exactly as ppsd/profile/tables.py's `interp`, vectorised over layers -----------------
 
 def _lin(x: float, grid: np.ndarray, values: np.ndarray) -> np.ndarray:
     if len(grid) == 1:
@@ -349,7 +349,7 @@ class EmulatedDrafter:
 
 def load_emulated(path: str, hidden_size: int | None = None) -> EmulatedModel:
     """The emulated model of a profile folder (UserError when it is not one)."""
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     t0 = time.perf_counter()
     model = EmulatedModel(load_profile(path), hidden_size)

@@ -18,7 +18,8 @@ import numpy as np
 from runtime.acceptance import ForcedTrace, Sampler
 from runtime.decoding import SeqRecord, generate_ar, generate_eesd
 from sim.modes import Mode
-from sim.plan import Event, MeasuredDetails, Plan, Result
+from sim.plan import MeasuredDetails, Plan, Result
+from sim.timeline import Event
 
 
 @dataclass
@@ -52,31 +53,40 @@ def _seq_seed(seed: int, seq: int) -> int:
     return seed * 1_000_003 + seq * 2 + 1
 
 
+def _decode_ar(model, job: Job, i: int, sampler, eos, origin, record: bool, drafter) -> SeqRecord:
+    return generate_ar(model, job.prompts[i], job.max_new[i], sampler, eos, origin, record)
+
+
+def _decode_eesd(model, job: Job, i: int, sampler, eos, origin, record: bool, drafter) -> SeqRecord:
+    forced = job.forced[i] if job.forced else None
+    return generate_eesd(model, job.prompts[i], job.max_new[i], sampler, job.plan.exit_layer, job.plan.draft_len, eos,
+                         forced, origin, record, drafter)
+
+
+# the single-process decoders, per scheme (PPSD decodes in stage processes: `_run_pipeline`)
+IN_PROCESS = {Mode.AR: _decode_ar, Mode.EESD: _decode_eesd}
+
+
 def _run_in_process(model, job: Job) -> list[list[SeqRecord]]:
     plan, eos = job.plan, (model.eos_token_ids if job.stop_at_eos else None)
+    decode = IN_PROCESS[plan.mode]
     reps: list[list[SeqRecord]] = []
     seq = 0
     origin = None
     drafter = None
-    if plan.mode is Mode.EESD:
+    if plan.scheme.speculative:
         from runtime.heads import make_drafter
 
         drafter = make_drafter(model, plan.exit_layer, job.heads_dir, plan.exit_head)
     for rep in range(-job.warmup, job.repeats):
         recs = []
-        for i, prompt in enumerate(job.prompts):
+        for i in range(len(job.prompts)):
             sampler = Sampler.make(job.temperature, _seq_seed(job.seed, seq), model.device)
             seq += 1
             record = job.timeline and rep == 0
             if record and origin is None:
                 origin = time.perf_counter()
-            if plan.mode is Mode.AR:
-                r = generate_ar(model, prompt, job.max_new[i], sampler, eos, origin, record)
-            else:
-                forced = job.forced[i] if job.forced else None
-                r = generate_eesd(model, prompt, job.max_new[i], sampler, plan.exit_layer, plan.draft_len, eos,
-                                  forced, origin, record, drafter)
-            recs.append(r)
+            recs.append(decode(model, job, i, sampler, eos, origin, record, drafter))
         if rep >= 0:
             reps.append(recs)
     return reps
@@ -189,19 +199,25 @@ def host_cpu_share(reps: list[list[SeqRecord]], cores: int | None = None) -> flo
     return cpu / (wall * (cores or os.cpu_count() or 1))
 
 
-def measure(model, job: Job, *, load_s: float = 0.0, facts: dict | None = None) -> Measurement:
-    """Run `job` (AR / EESD in this process, PPSD in stage processes) and summarise it."""
-    if job.plan.mode is Mode.PPSD:
-        reps = _run_pipeline(model, job)
-    else:
-        import torch
+def _run_threaded(model, job: Job) -> list[list[SeqRecord]]:
+    """`_run_in_process` with this process's torch threads set to the job's for its duration."""
+    import torch
 
-        before = torch.get_num_threads()
-        torch.set_num_threads(job.threads)  # AR and EESD decode in this process
-        try:
-            reps = _run_in_process(model, job)
-        finally:
-            torch.set_num_threads(before)
+    before = torch.get_num_threads()
+    torch.set_num_threads(job.threads)
+    try:
+        return _run_in_process(model, job)
+    finally:
+        torch.set_num_threads(before)
+
+
+# where each scheme's plans run: AR and EESD in this process, PPSD in its stage processes
+WORKERS = {Mode.AR: _run_threaded, Mode.EESD: _run_threaded, Mode.PPSD: _run_pipeline}
+
+
+def measure(model, job: Job, *, load_s: float = 0.0, facts: dict | None = None) -> Measurement:
+    """Run `job` with its scheme's worker (`WORKERS`) and summarise it."""
+    reps = WORKERS[job.plan.mode](model, job)
     return summarize(job.plan, reps, load_s=load_s, facts=details_facts(model, job, facts))
 
 

@@ -38,7 +38,7 @@ from runtime.acceptance import ForcedTrace, Sampler
 from runtime.emulate import stamp_sent, wait_due, wait_until
 from runtime.transport import (TAG_D, TAG_V, Header, Links, RecvRing, SendRing, TokenIn, TokenOut, control_ring_depth,
                                draft_receives_ahead)
-from sim.plan import Event
+from sim.timeline import Event
 
 TOKEN, PREFILL, END, SHUTDOWN = 1, 2, 3, 4
 DRAFT_WIDTH = 6  # kind, pos, epoch, token, q(token) as float64 bits, send stamp (last: `_arrive`)

@@ -25,10 +25,10 @@ def parse_bounds(text: str | None) -> tuple[int, ...] | None:
 def make_plan(mode, num_layers: int, exit_layer: int | None = None, draft_len: int = 4, stages: int = 2,
               bounds: tuple[int, ...] | None = None, profile=None) -> Plan:
     """A validated plan. PPSD bounds left open are cut by the simulator's rule
-    (`sim.resolve.stage_bounds`): balanced by the profile's measured time when a profile of this
+    (`sim.schemes.ppsd.partition.stage_bounds`): balanced by the profile's measured time when a profile of this
     model is given, so `ppsd run` measures the very plan `ppsd simulate` predicts; by layer count
     without one."""
-    from sim.resolve import stage_bounds
+    from sim.schemes.ppsd.partition import stage_bounds
 
     mode = Mode.parse(mode)
     if mode.speculative and exit_layer is None:
@@ -36,7 +36,7 @@ def make_plan(mode, num_layers: int, exit_layer: int | None = None, draft_len: i
     plan = Plan(mode=mode, exit_layer=exit_layer if mode.speculative else None, draft_len=draft_len,
                 stages=stages, stage_bounds=bounds)
     plan.validate(num_layers)
-    if mode is Mode.PPSD and plan.stage_bounds is None:
+    if plan.scheme.pipelined and plan.stage_bounds is None:
         if profile is not None and profile.num_layers != num_layers:
             raise UserError(f"profile {profile.path} is of a {profile.num_layers}-layer model, this one has "
                             f"{num_layers}", "pass --profile of the same model, or --stage-bounds")
@@ -48,7 +48,7 @@ def default_profile(model_id: str, given: str | None):
     """The profile whose times cut PPSD stages for `ppsd run`: --profile when given; else the
     committed example profile when it is of the same model (the embedded default); else None."""
     from ppsd.paths import EXAMPLES_DIR
-    from profiler.schema import PROFILE_FILE, load_profile
+    from ppsd.profile import PROFILE_FILE, load_profile
 
     if given:
         return load_profile(given)
@@ -77,7 +77,7 @@ def with_exit_head(model, plan: Plan, heads_dir: str | None, name: str | None) -
 
 def check_resources(plan: Plan, device: str, oversubscribe: bool = False, command: str = "run") -> None:
     """More stages than cores (CPU) or GPUs (CUDA) is a UserError naming a fix that fits."""
-    if plan.mode is not Mode.PPSD:
+    if not plan.scheme.pipelined:
         return
     check_stage_devices(plan.num_stages, device, oversubscribe, command)
 
@@ -111,7 +111,7 @@ def check_stage_devices(k: int, device: str, oversubscribe: bool = False, comman
 
 
 def check_lengths(model, prompts: list[list[int]], max_new: list[int], plan: Plan) -> None:
-    slack = plan.draft_len + 1 if plan.mode is Mode.EESD else plan.num_stages + 1
+    slack = plan.scheme.context_slack(plan)
     for i, (p, t) in enumerate(zip(prompts, max_new)):
         if len(p) + t + slack > model.max_context:
             raise UserError(f"prompt {i + 1} has {len(p)} tokens; with {t} new tokens it exceeds the model's "

@@ -14,6 +14,7 @@ from runtime.plans import (check_lengths, check_resources, check_stage_devices, 
 from runtime.same_budget import budget_cores
 from sim.modes import Mode
 from sim.plan import Plan
+from sim.schemes import scheme
 
 
 def run_command(args) -> int:
@@ -40,13 +41,14 @@ def run_command(args) -> int:
     bounds = parse_bounds(args.stage_bounds)
     torchrun = under_torchrun()
     cuda = args.device.startswith("cuda")
+    pipelined = scheme(args.mode).pipelined  # stage processes (PPSD) rather than one decoding process
     if torchrun:  # one PPSD stage per rank: asked before a model is loaded
-        if Mode.parse(args.mode) is Mode.PPSD:
+        if pipelined:
             check_torchrun_world(len(bounds) - 1 if bounds else args.stages)
         elif torchrun_world() > 1:
             raise UserError(f"under torchrun every rank is one PPSD stage, and --mode {Mode.parse(args.mode)} "
                             "runs in one process", "run it without torchrun")
-    if cuda and not torchrun and Mode.parse(args.mode) is Mode.PPSD:
+    if cuda and not torchrun and pipelined:
         # before a (7B) model is loaded: a PPSD run that cannot fit these GPUs fails in seconds
         check_stage_devices(len(bounds) - 1 if bounds else args.stages, args.device, args.oversubscribe)
     # Under torchrun each rank is one stage: on CUDA its device is cuda:{LOCAL_RANK}, made current
@@ -60,13 +62,13 @@ def run_command(args) -> int:
         model = load_model(args.model, device, args.dtype)
     profile = (model.profile if emulate and not getattr(args, "profile", None)
                else default_profile(model.model_id, getattr(args, "profile", None))) \
-        if Mode.parse(args.mode) is Mode.PPSD and bounds is None else None
+        if pipelined and bounds is None else None
     plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, bounds, profile)
     plan = (em.with_emulated_head if emulate else with_exit_head)(model, plan, getattr(args, "heads", None),
                                                                   getattr(args, "exit_head", None))
-    if plan.mode is Mode.PPSD:  # under torchrun the torchrun rules, whatever --launch says
+    if pipelined:  # under torchrun the torchrun rules, whatever --launch says
         plan = replace(plan, launch="torchrun" if torchrun else getattr(args, "launch", None) or "local")
-    if emulate and plan.mode is Mode.PPSD and plan.hop_ms is None:
+    if emulate and pipelined and plan.hop_ms is None:
         plan = replace(plan, hop_ms=float(model.profile.hop_ms()))  # the emulated stages wait for it too
     if not (torchrun and cuda):  # torchrun on GPUs: one stage per rank, maybe across nodes (run_torchrun checks)
         check_resources(plan, args.device, args.oversubscribe or bool(emulate))  # waits use no core
@@ -89,12 +91,13 @@ def run_command(args) -> int:
                    heads_dir=getattr(args, "heads", None))
 
     run_facts = {"model": model.model_id, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
-    if plan.mode is Mode.PPSD and torchrun:
+    if pipelined and torchrun:
         return _run_torchrun(args, model, plan, job, forced, run_facts, 1 if emulate else budget_cores(args, cuda))
     ar = None
-    if plan.mode is Mode.AR or not args.no_ar:
+    is_ar = not plan.scheme.speculative  # the plan is the baseline itself
+    if is_ar or not args.no_ar:
         ar = measure(model, job(make_plan(Mode.AR, model.num_layers)), load_s=model.load_s, facts=run_facts)
-    m = ar if plan.mode is Mode.AR else measure(model, job(plan, forced), load_s=model.load_s, facts=run_facts)
+    m = ar if is_ar else measure(model, job(plan, forced), load_s=model.load_s, facts=run_facts)
     res = m.result
     if ar is not None:
         compare_with_ar(m, ar)
@@ -105,7 +108,7 @@ def run_command(args) -> int:
 
         ar_job = job(make_plan(Mode.AR, model.num_layers))
         ar_tp = measure_ar_in_budget(model, ar_job, cores, measure)
-        plan_tp = ar_tp if plan.mode is Mode.AR else \
+        plan_tp = ar_tp if is_ar else \
             measure_plan_in_budget(model, job(plan, forced), cores, res.tokens_per_s, measure)
         SameBudget(cores, plan_tp, ar_tp).fill(res)
     _report(args, plan, res)

@@ -1,7 +1,7 @@
-"""Measuring a plan against AR on the same cores (the runtime side of sim/budget.py).
+"""Measuring a plan against AR on the same cores (the runtime side of sim/model/budget.py).
 
 Within a budget of N cores, AR and EESD decode with N torch threads and PPSD's k stage processes
-get N // k threads each (at least 1), the rule the simulator prices (`sim.budget.units_for`), so a
+get N // k threads each (at least 1), the rule the simulator prices (`sim.model.budget.units_for`), so a
 measured `speedup_vs_ar_tp` and a predicted one answer the same question.
 """
 
@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ppsd.errors import UserError
-from sim.budget import THREADS, Budget, units_for
-from sim.modes import Mode
+from sim.model.budget import THREADS, Budget, units_for
 from sim.plan import Plan
 
 
@@ -49,19 +48,23 @@ def measure_plan_in_budget(model, job, cores: int, measured_tokens_per_s: float,
     threads = threads_for(job.plan, cores)
     if threads == job.threads:
         return measured_tokens_per_s
-    if job.plan.mode is Mode.AR:
+    if not job.plan.scheme.speculative:  # the plan is AR itself
         return measure_ar_in_budget(model, job, cores, measure)
     return measure(model, replace(job, threads=threads, timeline=False)).result.tokens_per_s
 
 
 def budget_cores(args, cuda: bool) -> int:
-    """Cores of the same-budget comparison: --cores, else every core this process may use; 1 (none)
-    on GPUs, whose same-budget baseline (tensor parallelism) the runtime does not run."""
+    """`cores_for_budget` of a parsed command line's --cores."""
+    return cores_for_budget(getattr(args, "cores", None), cuda)
+
+
+def cores_for_budget(cores: int | None, cuda: bool) -> int:
+    """Cores of the same-budget comparison: `cores` (--cores), else every core this process may use;
+    1 (none) on GPUs, whose same-budget baseline (tensor parallelism) the runtime does not run."""
     from ppsd.machine import available_cores
 
     if cuda:
         return 1
-    cores = getattr(args, "cores", None)
     if cores is None:
         return available_cores()
     if cores < 1:

@@ -9,11 +9,13 @@ import tempfile
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
-from sim import gpus
-from sim.acceptance_forms import AcceptanceForm, to_alpha
-from sim.modes import MODES, Mode
-from sim.plan import LAUNCHES
+from sim.planner import gpus
+from sim.model.acceptance_forms import AcceptanceForm, to_alpha
+from sim.modes import LAUNCHES, MODES, Mode
+from sim.planner.sweep_spec import DEFAULT_TOKENS, MAX_DRAFT_LEN, SweepSpec
 
+
+from sim.hf_cli import add_runtime_options, check_runtime_args, plan_hf
 
 def _ints(text: str) -> tuple[int, ...]:
     try:
@@ -67,11 +69,15 @@ def register(subparsers) -> None:
     p.add_argument("--cores", type=int, default=None, metavar="N",
                    help="same-budget baseline: compare with AR on N cores (GPUs for an estimated multi-GPU "
                         "profile); default: the most the profile measured")
+    add_runtime_options(p)
     p.add_argument("--trace-out", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     _add_interval_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=simulate_cmd)
+    _register_plan(subparsers)
 
+
+def _register_plan(subparsers) -> None:
     q = subparsers.add_parser("plan", help="rank every plan (exit layer × EESD γ × PPSD stages) on a profile",
                               description="Sweep AR, EESD γ 1..8 and PPSD k 2..K at every exit layer; recommend one.")
     q.add_argument("--profile", metavar="DIR", required=True)
@@ -89,9 +95,12 @@ def register(subparsers) -> None:
     q.add_argument("--temperature", type=float, default=0.0,
                    help="sampled decoding at T > 0: plans priced with the profile's β at exactly T (a temperature "
                         "it holds; `ppsd profile --temperatures`); default 0 = greedy")
-    q.add_argument("--tokens", type=int, default=2000, metavar="T", help="trace-driven tokens per plan")
+    q.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, metavar="T",
+                   help=f"trace-driven tokens per plan (default {DEFAULT_TOKENS})")
     q.add_argument("--category", metavar="C")
-    q.add_argument("--max-draft-len", type=int, default=8, metavar="G", help="EESD γ from 1 to G (default 8)")
+    add_runtime_options(q, schedule=False)
+    q.add_argument("--max-draft-len", type=int, default=MAX_DRAFT_LEN, metavar="G",
+                   help=f"EESD γ from 1 to G (default {MAX_DRAFT_LEN})")
     q.add_argument("--top", type=int, default=15, metavar="N", help="rows to print (default 15)")
     q.add_argument("--exit-head", action="append", metavar="NAME",
                    help="only plans drafting with this exit head (repeatable; default: every head the profile "
@@ -201,13 +210,13 @@ def _hop_ms(hop_us):
 
 
 def _load(path):
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     return load_profile(path)
 
 
 def simulate_cmd(args) -> int:
-    from sim import api
+    from sim.run import simulate
     from sim.plan import Plan
     from sim.timeline import write_chrome_trace
 
@@ -227,40 +236,26 @@ def simulate_cmd(args) -> int:
         alpha = conversion.alpha
         if form is not AcceptanceForm.ALPHA:
             _say(conversion.statement, args.json)
+    check_runtime_args(args, mode)
     plan = Plan(mode, exit_layer=args.exit_layer if mode.speculative else None,
                 draft_len=args.draft_len if args.draft_len is not None else 4,
                 stage_bounds=args.stage_bounds, stages=args.stages, placement=args.placement,
-                hop_ms=_hop_ms(args.hop_us), exit_head=args.exit_head, launch=args.launch)
-    if mode is Mode.PPSD and args.stage_bounds is not None and len(args.stage_bounds) < 3:
-        raise UserError(f"--stage-bounds {','.join(map(str, args.stage_bounds))} gives fewer than 2 stages",
-                        "give at least 0,E,N")
+                hop_ms=_hop_ms(args.hop_us), exit_head=args.exit_head, launch=args.launch,
+                runtime=args.runtime, schedule=args.schedule if mode.speculative else "constant")
     acceptance = args.acceptance or ("bernoulli" if alpha is not None else "trace")
     with tempfile.TemporaryDirectory(prefix="ppsd-synth-") as tmp:
         if args.synthetic_layers is not None:
-            from profiler.synthetic import write_synthetic_profile
-
-            n = args.synthetic_layers
-            if n < 2 or n > 1000:
-                raise UserError(f"--synthetic-layers {n} is out of range", "give between 2 and 1000 layers")
-            for name in ("layer_ms", "head_ms", "embed_ms"):
-                if getattr(args, name) < 0:
-                    raise UserError(f"--{name.replace('_', '-')} is negative", "give times >= 0 ms")
-            if args.corun < 1.0:
-                raise UserError(f"--corun {args.corun} is below 1", "give a slowdown factor >= 1")
-            if acceptance == "trace":
-                raise UserError("a synthetic model has no recorded traces", "give --alpha A (Bernoulli acceptance)")
-            profile = write_synthetic_profile(tmp, num_layers=n, layer_ms=args.layer_ms, head_ms=args.head_ms,
-                                              embed_ms=args.embed_ms, hop_ms=0.0, corun_slowdown=args.corun)
+            profile = _synthetic_profile(args, tmp, acceptance)
         else:
             profile = _load(args.profile)
             gpus.check_plan(profile, plan)
             shared = gpus.shared_cores_note(profile, len(set(plan.devices())))
             if shared:
                 _say(shared, args.json)
-        from sim.heads import check_head
+        from sim.planner.heads import check_head
 
         check_head(profile, args.exit_head)
-        result = api.simulate(profile, plan, tokens=args.tokens, acceptance=acceptance, alpha=alpha,
+        result = simulate(profile, plan, tokens=args.tokens, acceptance=acceptance, alpha=alpha,
                               category=args.category, seed=args.seed, temperature=args.temperature,
                               engine=args.engine, timeline=bool(args.trace_out), budget=args.cores,
                               prompt_len=args.prompt_len)
@@ -273,6 +268,30 @@ def simulate_cmd(args) -> int:
     if args.json:
         print(json.dumps(result.to_json_dict()))
         return 0
+    _print_simulation(result, args.trace_out)
+    return 0
+
+
+def _synthetic_profile(args, tmp: str, acceptance: str):
+    """`--synthetic-layers N`: a what-if profile of N uniform layers (checked first)."""
+    from profiler.synthetic import write_synthetic_profile
+
+    n = args.synthetic_layers
+    if n < 2 or n > 1000:
+        raise UserError(f"--synthetic-layers {n} is out of range", "give between 2 and 1000 layers")
+    for name in ("layer_ms", "head_ms", "embed_ms"):
+        if getattr(args, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} is negative", "give times >= 0 ms")
+    if args.corun < 1.0:
+        raise UserError(f"--corun {args.corun} is below 1", "give a slowdown factor >= 1")
+    if acceptance == "trace":
+        raise UserError("a synthetic model has no recorded traces", "give --alpha A (Bernoulli acceptance)")
+    return write_synthetic_profile(tmp, num_layers=n, layer_ms=args.layer_ms, head_ms=args.head_ms,
+                                   embed_ms=args.embed_ms, hop_ms=0.0, corun_slowdown=args.corun)
+
+
+def _print_simulation(result, trace_out: str | None) -> None:
+    """`ppsd simulate`'s answer as text."""
     r, d = result, result.details
     print(f"{r.plan.label()}: {r.tokens} tokens in {r.time_s:.3f} s simulated = {r.tokens_per_s:.2f} tokens/s, "
           f"{r.speedup_vs_ar:.3f}× AR ({d.ar_tokens_per_s:.2f} tokens/s)")
@@ -289,51 +308,59 @@ def simulate_cmd(args) -> int:
         print(f"  acceptance {d.acceptance_source}: rate {r.acceptance_rate:.3f}, "
               f"{r.mean_accepted:.2f} tokens per round over {d.rounds} rounds")
     print("  stage busy: " + ", ".join(f"{b:.0%}" for b in r.stage_busy)
-          + (f"; hop {r.plan.hop_ms * 1000:.0f} µs" if r.plan.mode is Mode.PPSD else ""))
-    if args.trace_out:
-        print(f"  timeline: {args.trace_out} (open in https://ui.perfetto.dev)")
-    return 0
+          + (f"; hop {r.plan.hop_ms * 1000:.0f} µs" if r.plan.num_stages > 1 else ""))
+    if trace_out:
+        print(f"  timeline: {trace_out} (open in https://ui.perfetto.dev)")
 
 
 def plan_cmd(args) -> int:
-    from sim import api
+    from sim.intervals import attach_sweep_intervals
+    from sim.planner import heads as hd
+    from sim.planner.verdict import decide
+    from sim.run import sweep
 
     if args.devices is not None and args.devices < 1:
         raise UserError(f"--devices {args.devices} must be at least 1", "give --devices between 1 and the layer count")
     if not 1 <= args.max_draft_len <= 64:
         raise UserError(f"--max-draft-len {args.max_draft_len} is out of range", "give between 1 and 64")
     profile = _load(args.profile)
+    if args.runtime == "hf":
+        return plan_hf(args, profile)
     args.devices = gpus.devices_for(profile, args.devices)
     shared = gpus.shared_cores_note(profile, args.devices)
     if shared:
         _say(shared, args.json)
-    from sim import heads as hd
-
     alpha_by_exit, said = _plan_acceptance(args, profile.num_layers)
     for line in said:
         _say(line, args.json)
     if alpha_by_exit is None and not profile.has_acceptance:
-        api.sweep(profile, tokens=1)  # the sweep's own error for a profile without traces
+        sweep(profile, tokens=1)  # the sweep's own error for a profile without traces
     heads = args.exit_head
     if alpha_by_exit is not None and heads is None:
         heads = [SHARED]  # a given α is one head's figure: compare other heads only when asked
-    by_head = hd.sweep_heads(profile, heads, alpha_by_exit=alpha_by_exit, devices=args.devices,
-                             gammas=range(1, args.max_draft_len + 1), hop_ms=_hop_ms(args.hop_us),
-                             alpha_scale=args.alpha_scale, temperature=args.temperature, tokens=args.tokens,
-                             category=args.category, budget=args.cores, prompt_len=args.prompt_len)
+    spec = SweepSpec(devices=args.devices, gammas=tuple(range(1, args.max_draft_len + 1)), tokens=args.tokens,
+                     hop_ms=_hop_ms(args.hop_us), alpha_scale=args.alpha_scale, temperature=args.temperature,
+                     category=args.category, budget=args.cores, prompt_len=args.prompt_len,
+                     alpha_by_exit=alpha_by_exit)
+    by_head = hd.sweep_heads(profile, heads, spec=spec)
     results = hd.merge(by_head)
-    from sim.intervals import attach_sweep_intervals
-
     attach_sweep_intervals(profile, results, prompts_n=args.prompts_n, category=args.category,
                            temperature=args.temperature, alpha_scale=args.alpha_scale,
                            given_alpha=alpha_by_exit is not None)
-    from sim.verdict import decide, degenerate_reason
-
     verdict = decide(results, profile)
     if args.json:  # best first; per head, the object with head_rank 1 is its best plan
         print(json.dumps(_plan_rows(results, verdict)))
         return 0
-    drawn = "trace-driven" if alpha_by_exit is None else "Bernoulli(α)"
+    _print_plan_table(args, profile, by_head, results, verdict, given_alpha=alpha_by_exit is not None)
+    return 0
+
+
+def _print_plan_table(args, profile, by_head, results, verdict, given_alpha: bool) -> None:
+    """`ppsd plan`'s answer as text: the verdict, the ranked plans, the best per mode and per head."""
+    from sim.planner import heads as hd
+    from sim.planner.verdict import degenerate_reason
+
+    drawn = "Bernoulli(α)" if given_alpha else "trace-driven"
     print(f"{profile.model_id} on {profile.device_name}: {len(results)} plans, {args.tokens} {drawn} tokens each"
           + (f", exit heads {', '.join(by_head)}" if len(by_head) > 1 else ""))
     _print_verdict(verdict)
@@ -365,14 +392,13 @@ def plan_cmd(args) -> int:
     print(f"90% intervals: a run over {args.prompts_n} prompts like the profile's (--prompts-n), from "
           "prompt-to-prompt acceptance and the profile's latency spread")
     print(f"recommendation: {gpus.recommendation(profile, verdict.recommended, verdict.text)}")
-    return 0
 
 
 def _plan_rows(results, verdict) -> list[dict]:
     """`ppsd plan --json`: the Results (best first) as objects, each with the verdict's noise band,
     whether it is the recommendation and why it is degenerate (null: usable); the recommended
-    object also carries the whole verdict (`sim.verdict.Verdict.to_json_dict`)."""
-    from sim.verdict import degenerate_reason
+    object also carries the whole verdict (`sim.planner.verdict.Verdict.to_json_dict`)."""
+    from sim.planner.verdict import degenerate_reason
 
     rows = []
     for r in results:

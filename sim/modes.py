@@ -1,8 +1,9 @@
 """The decoding schemes by name: one enum instead of bare strings.
 
 `Mode` is a `StrEnum`, so a mode reads and writes as its plain name in JSON, CSV and on the command
-line ("ar", "eesd", "ppsd"), and `Mode(text)` parses one. Code compares against the members
-(`plan.mode is Mode.PPSD`), never against string literals.
+line ("ar", "eesd", "ppsd"), and `Mode(text)` parses one. What differs between the modes is asked
+of their schemes (`plan.scheme`, `sim.schemes.scheme(mode)`), not decided by branching on the member;
+where a member is named, it is the member, never a string literal.
 """
 
 from __future__ import annotations
@@ -33,3 +34,4 @@ class Mode(StrEnum):
 
 
 MODES: tuple[str, ...] = tuple(m.value for m in Mode)
+LAUNCHES: tuple[str, ...] = ("local", "torchrun")  # Plan.launch: how the PPSD stage processes are started

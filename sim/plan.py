@@ -11,10 +11,13 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from ppsd import exit_heads
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED as SHARED_HEAD
-from sim.modes import Mode
+from sim.modes import LAUNCHES, Mode  # LAUNCHES re-exported: Plan.launch's values
+from sim.schemes import SCHEMES, scheme_for
+from sim.timeline import Event
 
 
-LAUNCHES = ("local", "torchrun")  # Plan.launch: how the PPSD stage processes are started
+RUNTIMES = ("ppsd", "hf")  # Plan.runtime: ppsd's own decoders, or transformers' generate (assisted at an exit)
+SCHEDULES = ("constant", "heuristic")  # Plan.schedule: transformers' num_assistant_tokens_schedule (hf EESD)
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class Plan:
     temperature  0 = greedy; T > 0 = sampled decoding, where every drawn token costs a softmax and a
                  multinomial over its vocabulary and the PPSD verifier, where it rejects a draft,
                  recomputes the draft's distribution with the exit head (the runtime's work;
-                 `sim/schemes/ppsd/costs.py`)
+                 `sim/schemes/ppsd/stage_costs.py`)
     """
 
     mode: Mode
@@ -52,11 +55,21 @@ class Plan:
     exit_head: str = SHARED_HEAD
     launch: str = "local"
     temperature: float = 0.0
+    runtime: str = "ppsd"  # "ppsd" (ppsd's own decoders) | "hf" (transformers' generate; sim/schemes/hf.py)
+    schedule: str = "constant"  # hf EESD: transformers' num_assistant_tokens_schedule, "constant" | "heuristic"
 
     def __post_init__(self):
         object.__setattr__(self, "mode", Mode.parse(self.mode))
         if self.launch not in LAUNCHES:
             raise UserError(f"unknown launch mode {self.launch!r}", f"use one of: {', '.join(LAUNCHES)}")
+        if self.runtime not in RUNTIMES:
+            raise UserError(f"unknown runtime {self.runtime!r}", f"use one of: {', '.join(RUNTIMES)}")
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"unknown draft-length schedule {self.schedule!r}", f"use one of: {', '.join(SCHEDULES)}")
+        from sim.schemes import runtime_decodes
+
+        if not runtime_decodes(self.runtime, self.mode):  # transformers' generate has AR and assisted only
+            raise UserError("transformers' generate has no pipeline (PPSD) mode", "use --mode ar or eesd with --runtime hf")
         t = float(self.temperature or 0.0)
         if not t >= 0.0:
             raise UserError(f"temperature {self.temperature} is negative", "give a temperature >= 0")
@@ -78,57 +91,67 @@ class Plan:
         return replace(self, temperature=float(temperature))
 
     @property
+    def scheme(self):
+        """The plan's scheme (`sim.schemes.SCHEMES`): everything that differs between modes; another
+        runtime's (`Plan.runtime`, `sim.schemes.RUNTIME_SCHEMES`) for its plans."""
+        return SCHEMES[self.mode] if self.runtime == "ppsd" else scheme_for(self)
+
+    @property
     def num_stages(self) -> int:
-        return self.stages if self.mode is Mode.PPSD else 1
+        return self.scheme.num_stages(self)
 
     def devices(self) -> tuple[int, ...]:
-        if self.mode is not Mode.PPSD:
-            return (0,)
-        return self.placement if self.placement is not None else tuple(range(self.num_stages))
+        return self.scheme.devices(self)
+
+    @property
+    def size(self) -> int | None:
+        """The plan's second number: EESD's draft length γ, PPSD's stage count k, None for AR."""
+        return self.scheme.size_of(self)
+
+    def size_as(self, field_name: str) -> int | None:
+        """The second number when it is held in `field_name` ("draft_len", "stages"), else None:
+        what tables show in that column."""
+        return self.size if self.scheme.has_size(field_name) else None
 
     def label(self) -> str:
-        if self.mode is Mode.AR:
-            return "AR"
-        head = exit_heads.suffix(self.exit_head, " ")  # the shared head goes unnamed
-        if self.mode is Mode.EESD:
-            return f"EESD E={self.exit_layer} γ={self.draft_len}{head}"
-        bounds = "" if self.stage_bounds is None else " [" + ",".join(map(str, self.stage_bounds)) + "]"
-        launch = "" if self.launch == "local" else f" ({self.launch})"
-        return f"PPSD E={self.exit_layer} k={self.num_stages}{bounds}{head}{launch}"
+        return self.scheme.label(self)
+
+    def spec(self) -> str:
+        """The plan as a plan spec, "mode[:E[:γ or k]]" (`from_spec` reads it back; head and bounds aside)."""
+        if not self.scheme.speculative:
+            return self.mode.value
+        size = self.size
+        return f"{self.mode.value}:{self.exit_layer}" + ("" if size is None else f":{size}")
+
+    @classmethod
+    def from_spec(cls, text: str, **fields) -> Plan:
+        """A plan from "mode[:E[:γ or k]]" (γ for EESD, k for PPSD; its scheme's default when left
+        out), with `fields` (exit_head, hop_ms ...) as given. ValueError for a malformed spec, a
+        UserError for an unknown mode."""
+        parts = [x.strip() for x in str(text).split(":")]
+        sch = SCHEMES[Mode.parse(parts[0])]
+        if not sch.speculative:
+            if len(parts) > 1:
+                raise ValueError(f"{parts[0]} takes no exit layer")
+            return cls(sch.mode, **fields)
+        if not 2 <= len(parts) <= (3 if sch.size is not None else 2):
+            raise ValueError(f"plan spec {text!r} is not mode:exit[:N]")
+        plan = cls(sch.mode, exit_layer=int(parts[1]), **fields)
+        return sch.with_size(plan, int(parts[2]) if len(parts) > 2 else None)
+
+    def slug(self) -> str:
+        """A file-name stem: "ar", "eesd-e<E>-g<γ>[-<head>]", "ppsd-e<E>-k<k>[-<head>]"."""
+        runtime = "" if self.runtime == "ppsd" else f"-{self.runtime}" + (
+            f"-{self.schedule}" if self.schedule != "constant" else "")  # "-hf", "-hf-heuristic"
+        if not self.scheme.speculative:
+            return self.mode.value + runtime
+        size = self.scheme.size
+        tail = "" if size is None else f"-{size.letter}{self.size}"
+        return f"{self.mode.value}-e{self.exit_layer}{tail}{exit_heads.suffix(self.exit_head)}{runtime}"
 
     def validate(self, num_layers: int, num_devices: int | None = None) -> Plan:
         """Raise UserError naming the valid range for anything out of range; return self."""
-        if self.mode is Mode.AR:
-            return self
-        if self.exit_layer is None or not 1 <= int(self.exit_layer) <= num_layers - 1:
-            raise UserError(f"exit layer {self.exit_layer} is out of range for a {num_layers}-layer model",
-                            f"choose --exit between 1 and {num_layers - 1}")
-        if self.mode is Mode.EESD and not 1 <= self.draft_len <= 64:
-            raise UserError(f"draft length {self.draft_len} is out of range", "choose --draft-len between 1 and 64")
-        if self.mode is Mode.PPSD:
-            k = self.num_stages
-            if k < 2:
-                raise UserError(f"PPSD needs at least 2 stages, got {k}", "use --stages 2 or more")
-            max_k = 1 + (num_layers - self.exit_layer)
-            if k > max_k:
-                raise UserError(f"{k} stages do not fit: stage 1 ends at layer {self.exit_layer} and only "
-                                f"{num_layers - self.exit_layer} layers remain",
-                                f"use --stages between 2 and {max_k}, or a smaller --exit")
-            b = self.stage_bounds
-            if b is not None:
-                if b[0] != 0 or b[-1] != num_layers or any(x >= y for x, y in zip(b, b[1:])):
-                    raise UserError(f"stage bounds {list(b)} must increase strictly from 0 to {num_layers}",
-                                    f"e.g. --stage-bounds 0,{self.exit_layer},{num_layers}")
-                if b[1] != self.exit_layer:
-                    raise UserError(f"stage 1 must end at the exit layer {self.exit_layer}, bounds are {list(b)}",
-                                    f"start the bounds with 0,{self.exit_layer}")
-            if self.placement is not None:
-                if len(self.placement) != k:
-                    raise UserError(f"placement lists {len(self.placement)} devices for {k} stages",
-                                    "give one device index per stage")
-                if num_devices is not None and max(self.placement) >= num_devices:
-                    raise UserError(f"placement uses device {max(self.placement)} but only {num_devices} exist",
-                                    f"use device indices 0..{num_devices - 1}")
+        self.scheme.check(self, num_layers, num_devices)
         if self.hop_ms is not None and self.hop_ms < 0:
             raise UserError(f"hop latency {self.hop_ms} ms is negative", "give a hop latency >= 0")
         return self
@@ -142,27 +165,16 @@ class Plan:
                 d[key] = list(d[key])
         if not self.sampled:
             del d["temperature"]  # greedy plans read as they always have
+        if self.runtime == "ppsd":
+            del d["runtime"]
+        if self.runtime == "ppsd" or not self.mode.speculative:
+            del d["schedule"]  # a draft-length schedule belongs to another runtime's drafting plans
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Plan:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known})
-
-
-@dataclass
-class Event:
-    """One interval on one timeline row (a stage or a device). Times in seconds from run start.
-
-    name: "draft", "verify", "forward", "head", "hop", "flush", "prefill", "idle" ...
-    """
-
-    name: str
-    row: str
-    start_s: float
-    dur_s: float
-    token: int | None = None
-    args: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -177,15 +189,15 @@ class SimulatedDetails:
     generations: int = 0             # prompts replayed (each restarts the pipeline)
     seed: int = 0
     label: str = ""                  # Plan.label() when simulated
-    head_rank: int | None = None     # set by sim.heads.merge: rank among the plans drafting with its head
-    prefill_s: float | None = None   # every generation's prefill (sim/prefill.py), not in time_s
+    head_rank: int | None = None     # set by sim.planner.heads.merge: rank among the plans drafting with its head
+    prefill_s: float | None = None   # every generation's prefill (sim/model/prefill.py), not in time_s
     ttft_s: float | None = None      # mean time to first token of a generation
     e2e_s: float | None = None       # prefill + decode: time_s + prefill_s
     speedup_vs_ar_e2e: float | None = None  # end to end against AR (its prefill included) on one thread
-    budget: str | None = None        # same-budget comparison: "2 cores", "4 GPUs" (sim/budget.py); None without
+    budget: str | None = None        # same-budget comparison: "2 cores", "4 GPUs" (sim/model/budget.py); None without
     budget_tokens_per_s: float | None = None  # the plan with every unit of the budget (AR, EESD: all of them)
     ar_tp_tokens_per_s: float | None = None   # AR on the whole budget (all cores / tensor parallel)
-    # the interval of speedup_vs_ar (sim/intervals.py): prompt-to-prompt acceptance for
+    # the interval of speedup_vs_ar (sim/intervals/): prompt-to-prompt acceptance for
     # `interval_prompts` prompts and the profile's latency spread; the same-budget twins scaled alike
     predicted_speedup_lo: float | None = None
     predicted_speedup_hi: float | None = None
@@ -258,7 +270,7 @@ class Result:
             "source": self.source,
             "mode": p.mode.value,
             "exit_layer": p.exit_layer,
-            "draft_len": p.draft_len if p.mode is Mode.EESD else None,
+            "draft_len": p.size_as("draft_len"),
             "stages": p.num_stages,
             "stage_bounds": list(p.stage_bounds) if p.stage_bounds else None,
             "placement": list(p.devices()),
@@ -276,6 +288,8 @@ class Result:
             "device_busy": self.device_busy,
             **(asdict(self.details) if self.details is not None else {}),
         }
+        if p.runtime != "ppsd":  # another runtime's plan (additive: ppsd's own plans read as before)
+            d["runtime"], d["schedule"], d["label"] = p.runtime, p.schedule, p.label()
         if timeline:
             d["timeline"] = [asdict(e) for e in self.timeline]
         return d
@@ -286,8 +300,10 @@ class Result:
         plan = Plan.from_dict({
             "mode": mode, "exit_layer": d.get("exit_layer"), "draft_len": d.get("draft_len") or 1,
             "stage_bounds": d.get("stage_bounds"), "stages": d.get("stages") or 1,
-            "placement": d.get("placement") if mode is Mode.PPSD else None,
+            # a single-stage plan's placement is its one device (written for the table), not a choice
+            "placement": d.get("placement") if (d.get("stages") or 1) > 1 else None,
             "hop_ms": d.get("hop_ms"), "exit_head": d.get("exit_head", SHARED_HEAD),
+            "runtime": d.get("runtime", "ppsd"), "schedule": d.get("schedule", "constant"),
         })
         source = d.get("source", "simulated")
         kind = MeasuredDetails if source == "measured" else SimulatedDetails

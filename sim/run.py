@@ -1,4 +1,4 @@
-"""simulate / sweep behind sim/api.py (the recommendation is sim/verdict.py): streams in, a scheme's engine runs, Results out.
+"""simulate and sweep (the recommendation is sim/planner/verdict.py): streams in, a scheme's engine runs, Results out.
 
 Nothing here knows how any scheme decodes: each plan's scheme comes from the registry
 (`sim.schemes.scheme(plan.mode)`), which prices its work and runs its event model or its replay.
@@ -8,48 +8,47 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from ppsd.progress import report
-from sim.budget import Budget, default_budget, in_budget
-from sim.costs import sampled_costs_missing
+from sim.model.budget import Budget, default_budget, in_budget
+from sim.model.cost_model import sampled_costs_missing
 from sim.modes import Mode
 from sim.plan import Plan, Result, SimulatedDetails
-from sim.prefill import check_prompt_len, prompt_lengths, whole_prefill_ms
-from sim.resolve import resolve_plan
-from sim.schemes import SCHEMES, RunStats, scheme
+from sim.model.prefill import check_prompt_len, prompt_lengths, whole_prefill_ms
+from sim.planner.resolve import resolve_plan
+from sim.planner.sweep_spec import DEFAULT_TOKENS, SweepSpec
+from sim.schemes import RunStats, scheme, scheme_for
 from sim.schemes.ar import step_ms as ar_step_ms
-from sim.streams import Stream, bernoulli_stream, check_alpha, check_tokens, trace_stream
+from sim.model.streams import Stream, bernoulli_stream, check_alpha, check_tokens, trace_stream
 
 ENGINES = ("event", "fast")
-
-DEFAULT_TOKENS = 2000
+ACCEPTANCE_SOURCES = ("trace", "bernoulli")
 
 
 def make_stream(profile, plan: Plan, *, tokens, acceptance, alpha, category, prompt_ids, seed, temperature,
                 alpha_scale: float = 1.0) -> Stream:
     tokens = check_tokens(tokens)
-    if acceptance not in ("trace", "bernoulli"):
+    if acceptance not in ACCEPTANCE_SOURCES:
         raise UserError(f"unknown acceptance source {acceptance!r}", "use --acceptance trace or bernoulli")
     if temperature is not None and temperature < 0:
         raise UserError(f"temperature {temperature} is negative", "give a temperature >= 0")
     if acceptance == "bernoulli":
         return bernoulli_stream(profile, check_alpha(alpha), tokens or DEFAULT_TOKENS, seed)
-    if plan.mode is Mode.AR:
+    exit_layer = plan.exit_layer
+    if exit_layer is None:  # a plan without an exit (AR) replays the first exit's contexts
         exits = sorted(_exit_layers(profile, plan.exit_head))
         exit_layer = exits[0] if exits else 1
-    else:
-        exit_layer = plan.exit_layer
     return trace_stream(profile, exit_layer, tokens=tokens, category=category, prompt_ids=prompt_ids,
                         temperature=temperature or 0.0, seed=seed, head=plan.exit_head, alpha_scale=alpha_scale)
 
 
 def _exit_layers(profile, head):
-    from sim.streams import _traces
+    from sim.model.streams import _traces
 
     return _traces(profile, head).keys()
 
@@ -58,8 +57,10 @@ def run_plan(profile, plan: Plan, stream: Stream, engine: str, record: bool) -> 
     """Run a resolved plan on a stream with its scheme's event model (engine "event", or whenever a
     timeline is recorded or the replay does not cover the plan) or its exact replay ("fast");
     returns (stats, AR time in ms on the same contexts)."""
-    ar_total = float(np.sum(ar_step_ms(profile, stream.context, plan.exit_head, plan.sampled)))
-    sch = scheme(plan.mode)
+    sch = scheme_for(plan)
+    baseline = getattr(sch, "baseline_ms", None)  # another runtime's AR (sim/schemes/hf.py)
+    ar_total = float(np.sum(baseline(profile, plan, stream.context) if baseline is not None
+                            else ar_step_ms(profile, stream.context, plan.exit_head, plan.sampled)))
     costs = sch.unit_costs(profile, plan, stream.context)
     if engine == "event" or record or not sch.can_replay(costs):
         return sch.event_model(stream, costs, record), ar_total
@@ -70,8 +71,8 @@ def to_result(plan: Plan, stream: Stream, stats: RunStats, ar_ms: float, engine:
               budget: Budget | None = None, in_budget_ms: tuple[float, float] | None = None,
               prefill_ms: tuple[float, float] | None = None) -> Result:
     """A Result from an engine's stats; with a budget, `in_budget_ms` = (the plan's, AR's) time in ms
-    on the same stream within it (sim/budget.py); `prefill_ms` = (the plan's, AR's) prefill of every
-    generation (sim/prefill.py)."""
+    on the same stream within it (sim/model/budget.py); `prefill_ms` = (the plan's, AR's) prefill of every
+    generation (sim/model/prefill.py)."""
     time_s = stats.time_ms / 1e3
     rounds = len(stats.rounds_a)
     accepted = int(sum(stats.rounds_a))
@@ -123,7 +124,7 @@ _WARNED_UNPRICED: set = set()
 
 def warn_unpriced_draws(profile, plan: Plan) -> None:
     """Once per profile: a sampled plan on a profile that never timed a draw is priced without it."""
-    key = str(getattr(profile, "path", id(profile)))
+    key = str(profile.path)
     if not plan.sampled or key in _WARNED_UNPRICED or not sampled_costs_missing(profile):
         return
     _WARNED_UNPRICED.add(key)
@@ -137,7 +138,8 @@ def _run(profile, plan: Plan, stream: Stream, engine: str, record: bool, seed: i
     generation's prefill (the prompt lengths of the stream, or `prompt_len`)."""
     warn_unpriced_draws(profile, plan)
     stats, ar_ms = run_plan(profile, plan, stream, engine, record)
-    timed = in_budget(profile, plan, stream, budget, stats.time_ms, run_plan) if budget else None
+    timed = in_budget(profile, plan, stream, budget, stats.time_ms, run_plan) \
+        if budget and plan.runtime == "ppsd" else None
     whole = whole_prefill_ms(profile, prompt_lengths(stream, prompt_len))
     sch = scheme(plan.mode)
     prefill = (float(sum(sch.first_token_ms(plan, w) for w in whole.tolist())), float(whole.sum()))
@@ -147,6 +149,19 @@ def _run(profile, plan: Plan, stream: Stream, engine: str, record: bool, seed: i
 def simulate(profile, plan: Plan, *, tokens=None, acceptance="trace", alpha=None, category=None, prompt_ids=None,
              seed=0, temperature=0.0, engine="event", timeline=False, budget: int | None = None,
              prompt_len: int | None = None) -> Result:
+    """Simulate one plan on a profile and return a Result (source "simulated").
+
+    acceptance "trace": the profile's recorded match traces for the plan's exit layer (all prompts,
+    one category, or the given prompt ids); exact for greedy decoding. With temperature > 0 each
+    position is accepted with probability β_p instead (seeded). With tokens=None each selected
+    prompt's trace is replayed once at its own context length; with tokens=T the traces are tiled
+    (each prompt a separate generation) and cut to T tokens.
+    acceptance "bernoulli": a seeded Bernoulli(alpha) stream of `tokens` (default 2000) positions.
+    speedup_vs_ar is against AR on the same profile at the same contexts. timeline=True records
+    the event timeline (always from the event engine). With a profile that has tables at more threads
+    or GPUs (`latency.parallel`), `speedup_vs_ar_tp` compares the plan with AR on `budget` of them
+    (default: the most the profile has; sim/model/budget.py). Every generation's prefill is priced too
+    (details.prefill_s, ttft_s, e2e_s, speedup_vs_ar_e2e): its recorded prompt length, or `prompt_len`."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}", "use engine event or fast")
     plan = resolve_plan(plan.at_temperature(temperature), profile)
@@ -166,53 +181,46 @@ def simulate_stream(profile, plan: Plan, stream: Stream, *, engine: str = "event
     return _run(profile, plan, stream, engine, timeline, seed, default_budget(profile, budget))
 
 
-def sweep(profile, *, devices=4, gammas: Iterable[int] = range(1, 9), hop_ms=None, alpha_scale=1.0,
-          temperature=0.0, tokens=DEFAULT_TOKENS, category=None, exit_head=SHARED, seed=0,
-          budget: int | None = None, alpha_by_exit: dict[int, float] | None = None,
-          prompt_len: int | None = None) -> list[Result]:
+def sweep(profile, spec: SweepSpec | None = None, **settings) -> list[Result]:
+    """AR, then every scheme's sweep plans (`SweepSpec.plans_at`: EESD at every exit layer × γ, PPSD
+    at every exit layer × k ∈ 2..devices, balanced partition), each replaying `spec.tokens`
+    trace-driven tokens through the fast exact engine; `settings` override the spec's fields
+    (`SweepSpec`: its defaults are `ppsd plan`'s and the dashboard's). Sorted by predicted speedup,
+    best first. alpha_scale ≠ 1 rescales every position's acceptance (seeded). A profile without
+    acceptance data is a UserError, unless alpha_by_exit is given: {exit layer: α per position}
+    replaces the recorded traces by a seeded Bernoulli(α) stream at exactly those exits (then
+    category, temperature and alpha_scale do not apply; convert a paper's acceptance rate or tokens
+    per round with `sim.model.acceptance_forms.to_alpha`). With tables at more threads or GPUs every
+    Result also carries `speedup_vs_ar_tp` within `budget` units (default: the most the profile has;
+    on an estimated multi-GPU profile, `devices`): sim/model/budget.py."""
+    spec = replace(spec or SweepSpec(), **settings)
     n = profile.num_layers
-    tokens = check_tokens(tokens) or DEFAULT_TOKENS
-    gammas = sorted(set(int(g) for g in gammas))
-    if not gammas or gammas[0] < 1 or gammas[-1] > 64:
-        raise UserError(f"draft lengths {gammas} are out of range", "use draft lengths between 1 and 64")
-    if int(devices) < 1:
-        raise UserError(f"--devices {devices} must be at least 1", f"use --devices between 1 and {n}")
-    if hop_ms is not None and hop_ms < 0:
-        raise UserError(f"hop latency {hop_ms} ms is negative", "give a hop latency >= 0")
-    if alpha_scale < 0:
-        raise UserError(f"alpha scale {alpha_scale} is negative", "give --alpha-scale F with F >= 0")
-    exits = sorted(e for e in (_exit_layers(profile, exit_head) if alpha_by_exit is None else alpha_by_exit)
-                   if 1 <= e <= n - 1)
+    spec = replace(spec, tokens=check_tokens(spec.tokens) or DEFAULT_TOKENS).check(n)
+    exits = sorted(e for e in (_exit_layers(profile, spec.exit_head) if spec.alpha_by_exit is None
+                               else spec.alpha_by_exit) if 1 <= e <= n - 1)
     if not exits:
         raise UserError(f"profile {profile.path} has no acceptance traces for exit layers 1..{n - 1}",
                         "re-run `ppsd profile` with acceptance measurement")
-    results: list[Result] = []
-    ar_plan = resolve_plan(Plan(Mode.AR, hop_ms=hop_ms, temperature=temperature or 0.0), profile)
 
     def stream_at(e, scale=1.0):  # a given α per exit replaces the recorded traces: seeded Bernoulli(α)
-        if alpha_by_exit is not None:
-            return bernoulli_stream(profile, alpha_by_exit[e], tokens, seed)
-        return trace_stream(profile, e, tokens=tokens, category=category, temperature=temperature, seed=seed,
-                            head=exit_head, alpha_scale=scale)
+        if spec.alpha_by_exit is not None:
+            return bernoulli_stream(profile, spec.alpha_by_exit[e], spec.tokens, spec.seed)
+        return trace_stream(profile, e, tokens=spec.tokens, category=spec.category, temperature=spec.temperature,
+                            seed=spec.seed, head=spec.exit_head, alpha_scale=scale)
 
-    first = stream_at(exits[0])
+    budget = spec.budget
     if budget is None and profile.parallel_kind == "tensor_parallel":
-        budget = int(devices)  # on GPUs the devices a plan may use are the budget
+        budget = int(spec.devices)  # on GPUs the devices a plan may use are the budget
     within = default_budget(profile, budget)
-    prompt_len = check_prompt_len(prompt_len)
-    results.append(_run(profile, ar_plan, first, "fast", False, seed, within, prompt_len))
-    speculative = [s for mode, s in SCHEMES.items() if mode.speculative]
+    prompt_len = check_prompt_len(spec.prompt_len)
+    ar_plan = resolve_plan(Plan(Mode.AR, hop_ms=spec.hop_ms, temperature=spec.temperature), profile)
+    results = [_run(profile, ar_plan, stream_at(exits[0]), "fast", False, spec.seed, within, prompt_len)]
     for done, e in enumerate(exits):
         report("sweep", done, len(exits))
-        stream = stream_at(e, alpha_scale)
-        for sch in speculative:
-            for plan in sch.sweep_plans(e, num_layers=n, gammas=gammas, devices=int(devices), hop_ms=hop_ms,
-                                        exit_head=exit_head):
-                results.append(_run(profile, resolve_plan(plan.at_temperature(temperature), profile), stream,
-                                    "fast", False, seed, within,
-                                    prompt_len))
+        stream = stream_at(e, spec.alpha_scale)
+        for plan in spec.plans_at(e, n):
+            results.append(_run(profile, resolve_plan(plan, profile), stream, "fast", False, spec.seed, within,
+                                prompt_len))
     report("sweep", len(exits), len(exits))
     results.sort(key=lambda r: -(r.speedup_vs_ar or 0.0))
     return results
-
-

@@ -5,10 +5,25 @@ Shared by the simulator and the runtime so a prediction and a measurement open s
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ppsd.paths import atomic_write_json
-from sim.plan import Event
+
+
+@dataclass
+class Event:
+    """One interval on one timeline row (a stage or a device). Times in seconds from run start.
+
+    name: "draft", "verify", "forward", "head", "hop", "flush", "prefill", "idle" ...
+    """
+
+    name: str
+    row: str
+    start_s: float
+    dur_s: float
+    token: int | None = None
+    args: dict = field(default_factory=dict)
 
 
 def to_chrome_trace(events: list[Event], process_name: str = "ppsd") -> dict:

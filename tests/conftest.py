@@ -20,3 +20,14 @@ def _keep_main_module():
     yield
     if main is not None:
         sys.modules["__main__"] = main
+
+
+@pytest.fixture
+def spec_bench_path():
+    """The Spec-Bench prompts read from ../shared beside the checkout (ppsd/paths.py); a clone without
+    that folder skips the test and says why (CI has it, so there the test runs)."""
+    from ppsd import paths
+
+    if not paths.SPEC_BENCH_PATH.is_file():
+        pytest.skip(f"needs the Spec-Bench prompts at {paths.SPEC_BENCH_PATH} (../shared beside the checkout)")
+    return paths.SPEC_BENCH_PATH

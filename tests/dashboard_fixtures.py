@@ -11,7 +11,7 @@ import pandas as pd
 
 from ppsd.paths import EXAMPLES_DIR
 from profiler.synthetic import write_synthetic_profile
-from sim.plan import Event
+from sim.timeline import Event
 from sim.timeline import write_chrome_trace
 
 EXAMPLE = EXAMPLES_DIR / "smollm2-135m-cpu"
@@ -75,7 +75,7 @@ def make_multihead(root: Path, name: str = "synth-heads") -> Path:
     """A synthetic profile with three exit heads, as `ppsd profile --heads DIR` writes one: the
     shared head, a "trained" adapter (higher α, costs a little more) and "vocab4096" (cheaper,
     about the trained α), each with its `latency.exit_heads` entry and acceptance rows."""
-    from profiler.schema import load_profile, save_profile
+    from ppsd.profile import load_profile, save_profile
     from profiler.synthetic import bernoulli_acceptance
 
     out = root / name

@@ -43,7 +43,7 @@ EXAMPLE = ROOT / "examples" / "smollm2-135m-cpu"
 
 def make_profiles(tmp: Path) -> dict:
     """name -> Profile. Deterministic: synthetic profiles are seeded."""
-    from profiler.schema import load_profile, save_profile
+    from ppsd.profile import load_profile, save_profile
     from profiler.synthetic import bernoulli_acceptance, synthetic_meta, write_synthetic_profile
 
     out = {"example": load_profile(EXAMPLE)}
@@ -175,7 +175,7 @@ def close(a, b, rel: float = 1e-9) -> bool:
 def record(tmp: Path) -> dict:
     """Compute every case with the simulator as it is now."""
     from sim import api
-    from sim import heads as hd
+    from sim.planner import heads as hd
     from sim.plan import Plan
 
     profiles = make_profiles(tmp)

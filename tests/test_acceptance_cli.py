@@ -9,7 +9,7 @@ import json
 import pytest
 
 from ppsd.cli import main
-from sim.acceptance_forms import alpha_from_acceptance_rate, alpha_from_mean_accepted
+from sim.model.acceptance_forms import alpha_from_acceptance_rate, alpha_from_mean_accepted
 from test_sim_cli import bare, prof  # noqa: F401 - the same synthetic profiles as the simulate/plan CLI tests
 
 PLAN = ["--tokens", "300", "--devices", "3", "--json"]

@@ -1,4 +1,4 @@
-"""Acceptance in the forms papers report (sim/acceptance_forms.py) and α-curve files in any form
+"""Acceptance in the forms papers report (sim/model/acceptance_forms.py) and α-curve files in any form
 (profiler/acceptance_transfer.py's reader): formulas, inverses, ranges, statements."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from ppsd.errors import UserError
 from profiler.acceptance_transfer import load_alpha_curve, read_alpha_curve
-from sim.acceptance_forms import (AcceptanceForm, AcceptanceInput, acceptance_rate, alpha_from_acceptance_rate,
+from sim.model.acceptance_forms import (AcceptanceForm, AcceptanceInput, acceptance_rate, alpha_from_acceptance_rate,
                                   alpha_from_mean_accepted, mean_accepted, to_alpha)
 
 ALPHAS = np.linspace(0.0, 1.0, 201)

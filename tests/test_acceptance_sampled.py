@@ -14,7 +14,7 @@ from profiler.acceptance import exit_traces, generate_greedy, layer_states
 from profiler.acceptance_sampled import generate_sampled, profile_sampled, sampled_table
 from profiler.model import load_model
 from profiler.prompts import Prompt
-from profiler.schema import SAMPLED_COLUMNS, SCHEMA_VERSION, load_profile
+from ppsd.profile import SAMPLED_COLUMNS, SCHEMA_VERSION, load_profile
 
 
 @pytest.fixture(scope="module")

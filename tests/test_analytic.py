@@ -17,7 +17,7 @@ from profiler.archs import arch_from_config, resolve_arch
 from profiler.calibration import fit_efficiency
 from profiler.estimated_profile import analytic_profile_meta, write_analytic_profile
 from profiler.hardware import resolve_hardware
-from profiler.schema import load_profile, save_profile
+from ppsd.profile import load_profile, save_profile
 from profiler.synthetic import write_synthetic_profile
 
 

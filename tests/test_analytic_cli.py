@@ -10,7 +10,7 @@ import pytest
 from ppsd.cli import build_parser, main
 from ppsd.errors import UserError
 from profiler.estimated_profile import write_analytic_profile
-from profiler.schema import load_profile
+from ppsd.profile import load_profile
 from profiler.synthetic import write_synthetic_profile
 
 BASE = ["profile", "--analytic", "--arch", "llama-2-7b", "--hardware", "a100-80gb"]

@@ -1,4 +1,4 @@
-"""sim/budget.py: same-budget baselines. A plan is compared with AR using every core it uses: AR and
+"""sim/model/budget.py: same-budget baselines. A plan is compared with AR using every core it uses: AR and
 EESD run on all threads of the budget, PPSD stages split it; `speedup_vs_ar` keeps its meaning
 (against AR on one thread)."""
 
@@ -9,10 +9,10 @@ import json
 import pytest
 
 from ppsd.cli import main
-from profiler.schema import load_profile
+from ppsd.profile import load_profile
 from profiler.synthetic import write_synthetic_profile
 from sim import api
-from sim.budget import Budget, THREADS, default_budget, units_for
+from sim.model.budget import Budget, THREADS, default_budget, units_for
 from sim.modes import Mode
 from sim.plan import Plan
 

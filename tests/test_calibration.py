@@ -82,7 +82,7 @@ def _paired(prof_dir, ratio: float, speedup_cv: float | None = None):
     """A synthetic profile whose whole step was measured paired at `ratio` (parts / whole)."""
     import json
 
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     f = prof_dir / "profile.json"
     meta = json.loads(f.read_text())
@@ -130,7 +130,7 @@ def test_piece_times_compare_raw_pieces_with_the_uncalibrated_price(tmp_path):
     plain = time_pieces(base, adapter, repeats=3, warmup=1)
     import json
 
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     f = tmp_path / "q" / "profile.json"
     meta = json.loads(f.read_text())
@@ -145,7 +145,7 @@ def test_piece_times_compare_raw_pieces_with_the_uncalibrated_price(tmp_path):
 def test_paired_thread_tables_price_ar_by_the_round_by_round_speedup(tmp_path):
     import json
 
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     write_synthetic_profile(tmp_path / "p", alpha_by_exit=lambda e: 0.6, num_layers=8, thread_speedup={2: 1.5})
     f = tmp_path / "p" / "profile.json"

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from runtime.control_plane import _stage1_pass_ms, _stage1_period_ms
-from sim.plan import Event
+from sim.timeline import Event
 
 
 def _result(pass_ms: float, gap_ms: float, n: int = 12):

@@ -107,7 +107,7 @@ def test_every_page_renders_on_the_example_profile(monkeypatch, data_root):
 
 
 def test_overview_states_ppsd_plans_verdict_on_the_example_profile(monkeypatch, capsys):
-    """One verdict (sim/verdict.py): the Overview of the committed profile names the plan, the figures
+    """One verdict (sim/planner/verdict.py): the Overview of the committed profile names the plan, the figures
     (one thread and same budget), the words and the noise band `ppsd plan --json` gives."""
     from ppsd.cli import main
 
@@ -180,7 +180,7 @@ def test_every_page_renders_on_a_synthetic_profile_with_badge(monkeypatch, data_
 
 
 def test_overview_recommendation_matches_the_simulator(monkeypatch, data_root):
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
     from sim import api
 
     at = _app(monkeypatch, [data_root / "examples"])
@@ -380,11 +380,11 @@ def test_closed_forms_match_the_design_notes(tmp_path):
     is the design notes' 1 / (1 − α(1 − E/N))."""
     from profiler.synthetic import write_synthetic_profile
     from sim.modes import Mode
-    from sim.planning import closed_form_sweep
+    from sim.planner.closed_forms import closed_form_sweep
 
     profile = write_synthetic_profile(tmp_path / "flat", alpha_by_exit=lambda e: 0.8, num_layers=8, layer_ms=1.0,
                                       head_ms=0.0, embed_ms=0.0, hop_ms=0.0)
-    df = tables.closed_curves(closed_form_sweep(profile, {2: 0.8}, range(1, 5), [4], hop_ms=0.0))
+    df = tables.closed_curves(closed_form_sweep(profile, {2: 0.8}, range(1, 5), 4, hop_ms=0.0))
     ppsd = df[(df["mode"] == Mode.PPSD) & (df.k == 4)].speedup.iloc[0]
     assert ppsd == pytest.approx(1 / (1 - 0.8 * (1 - 2 / 8)), rel=1e-6)
 
@@ -440,8 +440,9 @@ def test_planner_answers_an_unswept_setting_from_the_closed_forms_then_refines(m
 
 
 def test_exit_heads_side_by_side_match_ppsd_plan(monkeypatch, heads_root):
-    from profiler.schema import load_profile
-    from sim import api, heads
+    from ppsd.profile import load_profile
+    from sim import api
+    from sim.planner import heads
 
     profile = load_profile(heads_root / "synth-heads")
     best, _ = api.recommend(heads.merge(heads.sweep_heads(profile)))

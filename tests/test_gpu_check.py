@@ -113,7 +113,7 @@ def test_dry_run_brings_back_one_archive_and_its_summary(dry_run):
 
 
 def test_dry_run_writes_every_result_with_the_device_in_the_names(dry_run):
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     out, log, _ = dry_run
     for phase in ("1 profile", "2 traces", "3 estimate", "4 validate", "5 heads"):

@@ -13,7 +13,7 @@ from profiler.heads.evaluate import score, summarise
 from profiler.heads.store import ExitHeads, FrozenHead, HeadsMeta, LinearAdapter, load_heads, read_meta
 from profiler.heads.train import fit_exit
 from profiler.model import load_model
-from profiler.schema import ACCEPTANCE_COLUMNS
+from ppsd.profile import ACCEPTANCE_COLUMNS
 
 
 @pytest.fixture(scope="module")
@@ -246,3 +246,41 @@ def test_head_latency_times_heads_in_their_dtype(trained, tiny):
     out, shared = measure_latency(heads, 4, [64], n_values=(1, 2), repeats=2)
     assert set(out) == {"trained", "vocab64"} and shared["kind"] == "shared"
     assert all(v > 0 for v in out["trained"]["median_ms"])
+
+
+def test_time_ms_runs_before_untimed_ahead_of_every_timed_call():
+    import time
+
+    from profiler.heads.vocab import time_ms
+
+    calls = []
+
+    def before():
+        calls.append("before")
+        time.sleep(0.02)  # an eviction that costs far more than the call timed
+
+    got = time_ms(lambda: calls.append("call"), repeats=4, warmup=2, before=before)
+    assert calls == ["call"] * 2 + ["before", "call"] * 4  # warmup as it was; then before each timed call
+    assert got["p90_ms"] < 10.0  # the eviction is not in the time
+
+
+def test_draft_path_evictor_reads_the_layers_before_the_exit_only(tiny, monkeypatch):
+    from profiler.heads.vocab import draft_path_evictor
+
+    summed = []
+    evict = draft_path_evictor(tiny, 2)
+    monkeypatch.setattr(torch.Tensor, "sum", lambda self, *a, **k: summed.append(self.data_ptr()))
+    evict()
+    expected = [p.data_ptr() for layer in tiny.layers[:2] for p in layer.parameters()]
+    assert summed == expected and 0 < len(expected) < len(list(tiny.layers.parameters()))
+
+
+def test_head_latency_with_an_evictor_says_how_it_was_timed(trained, tiny):
+    from profiler.heads.evaluate import measure_latency
+    from profiler.heads.vocab import draft_path_evictor
+
+    heads = load_heads(trained, tiny)
+    cold, _ = measure_latency(heads, 4, [64], n_values=(1,), repeats=3, evict=draft_path_evictor(tiny, 4))
+    hot, _ = measure_latency(heads, 4, [64], n_values=(1,), repeats=3)
+    assert {e["timing"] for e in cold.values()} == {"after_draft_layers"}
+    assert {e["timing"] for e in hot.values()} == {"hot_loop"}

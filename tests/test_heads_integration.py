@@ -12,7 +12,7 @@ import torch
 
 from ppsd.cli import main
 from profiler.model import load_model
-from profiler.schema import load_profile
+from ppsd.profile import load_profile
 from runtime.acceptance import Sampler
 from runtime.decoding import generate_ar, generate_eesd
 from runtime.heads import make_drafter
@@ -63,6 +63,7 @@ def test_profile_records_head_latency_and_traces(work, capsys):
         assert entry["params"] == 64 * 64 + 64 and entry["kind"].startswith("linear")
         assert len(entry["median_ms"]) == len(prof.n_values) and min(entry["median_ms"]) > 0
         assert prof.exit_head_ms(name, 1) == pytest.approx(entry["median_ms"][0])
+        assert entry["timing"] == "after_draft_layers"  # priced with the caches a draft leaves, as the LM head
     assert prof.meta["exit_heads"]["exits"] == [2, 4] and prof.meta["acceptance"]["heads"] == ["shared", *HEAD_NAMES]
     acc = prof.acceptance
     shared = acc[acc["head"] == "shared"]

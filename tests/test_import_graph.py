@@ -1,5 +1,6 @@
 """The project's import graph: no cycles anywhere (lazy imports inside functions count too: they
-are dependencies all the same), and the torch-free packages never import torch."""
+are dependencies all the same; imports under `if TYPE_CHECKING:` do not, they never run), and the
+torch-free packages never import torch."""
 
 from __future__ import annotations
 
@@ -21,11 +22,26 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
 
 
+def _type_checking_only(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (getattr(test, "id", None) == "TYPE_CHECKING"
+                                         or getattr(test, "attr", None) == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of `tree` except the bodies of `if TYPE_CHECKING:` (annotations only)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in ast.iter_child_nodes(node) if not _type_checking_only(c))
+
+
 def _imports(path: Path, name: str, known: set[str]) -> set[str]:
     """Project modules `path` imports (resolved to the longest known module name)."""
     out = set()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
         targets = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -87,6 +103,12 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     assert cycles(graph()) == []
+
+
+def test_type_checking_imports_are_not_dependencies():
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nimport b\n")
+    names = [a.name for n in _runtime_nodes(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert names == ["b"]
 
 
 def test_the_cycle_finder_finds_cycles():

@@ -1,4 +1,4 @@
-"""90% intervals on predictions (sim/intervals.py): they hold the point, widen with fewer prompts and
+"""90% intervals on predictions (sim/intervals/): they hold the point, widen with fewer prompts and
 with latency spread, follow the measured prompts' lengths, and reach simulate and plan."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 
 from ppsd.cli import main
 from ppsd.exit_heads import SHARED
-from profiler.schema import load_profile, save_profile
+from ppsd.profile import load_profile, save_profile
 from profiler.synthetic import synthetic_meta
 from sim import intervals as iv
 from sim.api import resolve_plan, simulate, sweep

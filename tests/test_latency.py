@@ -156,7 +156,7 @@ def test_failed_hop_keeps_corun_and_skips_the_probe(fake_pool, monkeypatch):
 def test_profile_keeps_corun_and_hop_when_the_probe_fails(tmp_path, monkeypatch):
     """End to end with real worker processes (the probe's failure is injected in the parent)."""
     from ppsd.cli import main
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     monkeypatch.setenv("PPSD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(lat, "_measure_pipeline_probe", _probe_fails)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from profiler.piece_times import PieceScale, PieceTimes
-from profiler.schema import load_profile
+from ppsd.profile import load_profile
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "smollm2-135m-cpu"
 

@@ -1,4 +1,4 @@
-"""Prefill (sim/prefill.py, Profile.prefill_ms, profiler.latency.measure_prefill): time to first
+"""Prefill (sim/model/prefill.py, Profile.prefill_ms, profiler.latency.measure_prefill): time to first
 token and end-to-end figures next to the decode speedup."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ppsd.cli import main
-from profiler.schema import load_profile, save_profile
+from ppsd.profile import load_profile, save_profile
 from profiler.synthetic import bernoulli_acceptance, synthetic_meta
 from sim import api
 from sim.modes import Mode

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ppsd.cli import main
-from profiler.schema import ACCEPTANCE_COLUMNS, SCHEMA_VERSION, load_profile
+from ppsd.profile import ACCEPTANCE_COLUMNS, SCHEMA_VERSION, load_profile
 
 # A tiny, fast run: the random tiny Llama, 3 prompts, a 2 x 2 latency grid, no extra processes.
 TINY = ["profile", "--model", "tiny-llama", "--limit", "3", "--max-new-tokens", "6", "--n-values", "1,2",

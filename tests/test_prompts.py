@@ -5,7 +5,6 @@ import json
 import pytest
 
 from ppsd.errors import UserError
-from ppsd.paths import SPEC_BENCH_PATH
 from profiler.prompts import SPEC_BENCH_CATEGORIES, Prompt, builtin_prompts, load_prompts
 
 
@@ -38,11 +37,11 @@ def test_spec_bench_file_and_subsampling(tmp_path):
     assert len(lim) == 3 and {p.category for p in lim} == {"math", "qa"}
 
 
-def test_real_spec_bench_per_category():
+def test_real_spec_bench_per_category(spec_bench_path):
     prompts = load_prompts("spec-bench", per_category=4)
     assert len(prompts) == 4 * 13
     assert {p.category for p in prompts} == set(SPEC_BENCH_CATEGORIES)
-    assert SPEC_BENCH_PATH.is_file()
+    assert spec_bench_path.is_file()
 
 
 @pytest.mark.parametrize("content", [

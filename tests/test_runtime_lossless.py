@@ -71,7 +71,7 @@ def test_ppsd_stops_at_eos_like_ar(tiny):
 
 
 @pytest.mark.slow
-def test_embedded_model_lossless_on_spec_bench():
+def test_embedded_model_lossless_on_spec_bench(spec_bench_path):
     """SmolLM2-135M, 8 Spec-Bench prompts × 32 tokens: EESD and PPSD == AR, token for token."""
     from profiler.prompts import load_prompts
 

@@ -14,7 +14,7 @@ from profiler.synthetic import write_synthetic_profile
 from runtime.plans import make_plan
 from sim import api
 from sim.modes import Mode
-from sim.partition import balanced_bounds
+from sim.schemes.ppsd.partition import balanced_bounds
 from sim.plan import Plan
 
 LAYERS = 6  # tiny-llama's

@@ -1,5 +1,5 @@
 """runtime/same_budget.py: `ppsd run` measures the plan against AR on the same cores, by the rule the
-simulator prices (sim/budget.py)."""
+simulator prices (sim/model/budget.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from ppsd.cli import main
 from runtime.same_budget import threads_for
-from sim.budget import THREADS, Budget, units_for
+from sim.model.budget import THREADS, Budget, units_for
 from sim.modes import Mode
 from sim.plan import Plan
 

@@ -12,7 +12,7 @@ from sim.schemes import eesd
 from sim.schemes.ppsd import closed_form as ppsd_cf
 from sim.schemes.ppsd import event_model as ppsd_event
 from sim.schemes.ppsd import replay as ppsd_replay
-from sim.schemes.ppsd.costs import PPSDCosts
+from sim.schemes.ppsd.stage_costs import PPSDCosts
 from sim.plan import Plan
 
 ALPHAS = (0.2, 0.4, 0.6, 0.8, 0.95)
@@ -115,7 +115,7 @@ def test_closed_form_matches_replay_with_overlapped_exit_head(stage, hop, exit_m
     """Stage 1's exit head overlaps the later stages; the draft's arrival binds in the first case."""
     import numpy as np
 
-    from sim.streams import Stream
+    from sim.model.streams import Stream
 
     k, t = len(stage), 40_000
     for alpha in (0.3, 0.8):
@@ -141,7 +141,7 @@ def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, ho
     is exact (any k): summed over a trace's cycles it equals both engines to rounding."""
     import numpy as np
 
-    from sim.streams import Stream
+    from sim.model.streams import Stream
 
     k, t = len(stage), 600
     match = np.random.default_rng(11).random(t) < 0.6
@@ -179,7 +179,7 @@ def test_closed_form_cycles_exact_with_cap_checkpoints_and_launch(stage, hop, ex
     trace's cycles equals both engines, with and without jitter."""
     import numpy as np
 
-    from sim.streams import Stream
+    from sim.model.streams import Stream
 
     k, t = len(stage), 500
     match = np.random.default_rng(3).random(t) < 0.7

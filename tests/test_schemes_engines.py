@@ -6,16 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.schema import load_profile, save_profile
+from ppsd.profile import load_profile, save_profile
 from profiler.synthetic import synthetic_meta, write_synthetic_profile
 from sim import api
 from sim.schemes import eesd
 from sim.schemes import scheme
 from sim.schemes.ppsd import event_model as ppsd_event
 from sim.schemes.ppsd import replay as ppsd_replay
-from sim.schemes.ppsd.costs import PPSDCosts
+from sim.schemes.ppsd.stage_costs import PPSDCosts
 from sim.plan import Plan
-from sim.streams import Stream
+from sim.model.streams import Stream
 
 
 def stream(bits, gens=None):
@@ -133,7 +133,7 @@ def test_ppsd_decode_clock_is_the_runtimes():
 
 
 def test_ppsd_first_pass_is_the_prefill():
-    """A generation's first pass is its prefill (sim/schemes/ppsd/costs.py: stage_prefill_ms): stages
+    """A generation's first pass is its prefill (sim/schemes/ppsd/stage_costs.py: stage_prefill_ms): stages
     2 and 3 spend a prompt's time on it while stage 1 drafts on up to its in-flight cap (k = 3).
     Stages (2, 1, 1) ms, hop 0, every draft accepted, 4 tokens."""
     # one-token first pass: commits at 4, 6, 8, 10 (stage 1 binds): (10 − 4) · 4/3
@@ -149,8 +149,8 @@ def test_ppsd_first_pass_is_the_prefill():
 
 
 def test_ppsd_first_pass_is_priced_from_the_prompt(tmp_path):
-    from sim.costs import cost_model
-    from sim.schemes.ppsd.costs import ppsd_costs, stage_prefill_ms
+    from sim.model.cost_model import cost_model
+    from sim.schemes.ppsd.stage_costs import ppsd_costs, stage_prefill_ms
 
     p = write_synthetic_profile(tmp_path / "p", num_layers=6, layer_ms=1.0, head_ms=2.0, embed_ms=0.1,
                                 per_token_fraction=0.5)
@@ -288,7 +288,7 @@ def test_torchrun_rejection_waits_for_the_cap():
 def test_jitter_expected_restart_matches_monte_carlo():
     """The restart rule with jitter is the mean of the hard rule over a Gaussian flush time: a
     flush landing in an exit head waits for its end, one landing in the layers restarts at once."""
-    from sim.restart import head_wait, jitter_sigma
+    from sim.model.restart import head_wait, jitter_sigma
 
     # stage 1 passes of 3.0 ms (layers 1.0, head 2.0) back to back from 0; flushes near the knife
     # edge at 4.0 (end of pass 2's layers) and elsewhere

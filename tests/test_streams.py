@@ -1,4 +1,4 @@
-"""sim/streams.py at temperature T > 0: the profile's beta at exactly T (sampled trajectories), never
+"""sim/model/streams.py at temperature T > 0: the profile's beta at exactly T (sampled trajectories), never
 another temperature's; simulate, plan and the planner's closed forms refuse a T the profile lacks."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import pytest
 from ppsd.cli import main
 from ppsd.errors import UserError
 from ppsd.paths import EXAMPLES_DIR
-from profiler.schema import load_profile
+from ppsd.profile import load_profile
 from profiler.synthetic import write_synthetic_profile
-from sim import api, planning
+from sim import api
+from sim.planner import closed_forms as planning
 from sim.plan import Plan
-from sim.streams import trace_stream
+from sim.model.streams import trace_stream
 
 EXAMPLE = EXAMPLES_DIR / "smollm2-135m-cpu"
 BETA = {0.7: lambda e: 0.15 + 0.1 * e, 1.0: lambda e: 0.05 + 0.05 * e}

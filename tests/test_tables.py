@@ -1,4 +1,4 @@
-"""The plain same-budget verdict the Overview and What-if pages show (sim/verdict.py, shown by
+"""The plain same-budget verdict the Overview and What-if pages show (sim/planner/verdict.py, shown by
 dashboard/ui.show_verdict) on sweeps where AR on both cores wins and where a plan does."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from dashboard import tables
 from profiler.synthetic import write_synthetic_profile
 from sim import api
-from sim.verdict import Outcome, decide
+from sim.planner.verdict import Outcome, decide
 
 
 @pytest.mark.parametrize("alpha, thread_speedup, ar_wins", [(0.02, 1.65, True), (0.98, 1.0, False)])

@@ -242,7 +242,7 @@ def test_corun_drift_flags_stages_that_slow_each_other_more_than_profiled():
 
 def test_simulated_timeline_is_clipped_to_the_measured_span():
     from ppsd.validation_folder import clip_to_span
-    from sim.plan import Event
+    from sim.timeline import Event
 
     measured = [Event("forward", "stage 1", 0.0, 0.5), Event("forward", "stage 1", 0.5, 0.5)]  # ends at 1.0 s
     simulated = [Event("draft", "device 0", t / 4, 0.25) for t in range(16)]  # a 4 s replay of more tokens

@@ -1,4 +1,4 @@
-"""sim/verdict.py: the one recommendation `ppsd plan`, the planner and the dashboard share — the
+"""sim/planner/verdict.py: the one recommendation `ppsd plan`, the planner and the dashboard share — the
 noise band read from the profile, degenerate plans never named best, ties and same-budget wins
 said plainly — and `ppsd plan` printing and exposing it (--json)."""
 
@@ -11,11 +11,11 @@ import pytest
 
 from ppsd.cli import main
 from profiler.synthetic import write_synthetic_profile
-from sim import api, planning
+from sim import api
 from sim.modes import Mode
 from sim.plan import Plan, Result, SimulatedDetails
-from sim.heads import decide_over_heads
-from sim.verdict import (MIN_ALPHA, MIN_DRAFT_SHARE, NOISE_FLOOR, NoiseBand, Outcome, decide, degenerate_reason,
+from sim.planner.heads import best_over_heads, decide_over_heads
+from sim.planner.verdict import (MIN_ALPHA, MIN_DRAFT_SHARE, NOISE_FLOOR, NoiseBand, Outcome, decide, degenerate_reason,
                          noise_band)
 
 
@@ -59,7 +59,7 @@ def test_noise_band_is_the_profiles_whole_step_spread_with_a_floor(tmp_path):
 
 def test_the_example_profiles_band_comes_from_its_whole_step():
     from dashboard_fixtures import EXAMPLE
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
 
     p = load_profile(EXAMPLE)
     ws = p.latency["whole_step"]
@@ -132,7 +132,7 @@ def test_a_sweep_with_a_useless_shallow_exit_never_recommends_it(tmp_path):
     assert all(e.result.plan.exit_layer == 1 or "accepted drafts" in e.why for e in v.excluded)
     # the planner's entry points are this verdict
     assert api.recommend(results, p) == (v.recommended, v.text)
-    head, best, text = planning.best_over_heads({"shared": results}, p)
+    head, best, text = best_over_heads({"shared": results}, p)
     over = decide_over_heads({"shared": results}, p)
     assert (head, best, text) == (over.head, over.recommended, over.text) and head == "shared"
 

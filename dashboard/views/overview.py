@@ -1,5 +1,5 @@
 """Overview: the answer first. The verdict on the selected profile (the same sweeps, defaults and
-function as `ppsd plan`: sim/verdict.py), its figures against AR on one thread and on the whole
+function as `ppsd plan`: sim/planner/verdict.py), its figures against AR on one thread and on the whole
 budget, AR tokens/s, and why."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import cached, charts, data, tables, theme, ui
-from sim.heads import available_heads, head_label
-from sim.modes import Mode
-from sim.planning import acceptance_by_exit
+from sim.planner.heads import available_heads, head_label
+from sim.planner.closed_forms import acceptance_by_exit
+from sim.planner.draft_cost import draft_cost
 
 profile = ui.require_profile()
 path = ui.selected_path()
@@ -20,7 +20,7 @@ facts = data.source_summary(profile.meta)
 st.caption(f"Versions: {facts['versions'] or '–'}")
 
 HEADS = available_heads(profile)
-# like `ppsd plan`: every exit head the profile has, one verdict over all of them (sim/verdict.py)
+# like `ppsd plan`: every exit head the profile has, one verdict over all of them (sim/planner/verdict.py)
 verdict = cached.verdict(path, HEADS)
 rec, spec = verdict.recommended, verdict.best_speculative
 # the head whose curves the page draws: the recommendation's, else the best speculative plan's
@@ -30,12 +30,12 @@ ar_tps = verdict.ar.tokens_per_s if verdict.ar is not None else None
 
 m = st.columns(5 if verdict.same_budget else 4)
 m[0].metric("recommended plan", tables.short_label(rec.plan.label()),
-            help="The verdict of `ppsd plan` on this profile (the same function, sim/verdict.py). "
+            help="The verdict of `ppsd plan` on this profile (the same function, sim/planner/verdict.py). "
             + theme.GLOSSARY["eesd"] + " " + theme.GLOSSARY["ppsd"])
 m[1].metric("predicted speedup (vs AR, one thread)", theme.fmt_x(rec.speedup_vs_ar), help=theme.GLOSSARY["speedup"])
 if verdict.same_budget:
     m[2].metric(f"vs AR on all {verdict.budget}", theme.fmt_x(rec.speedup_vs_ar_tp),
-                help="Same budget: the plan using every core / GPU against AR using all of them (sim/budget.py).")
+                help="Same budget: the plan using every core / GPU against AR using all of them (sim/model/budget.py).")
 m[-2].metric("AR decoding", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
 rec_tps = rec.details.budget_tokens_per_s if verdict.same_budget else rec.tokens_per_s
 m[-1].metric("with the recommended plan" + (f" (all {verdict.budget})" if verdict.same_budget else ""),
@@ -44,29 +44,19 @@ ui.show_verdict(verdict)
 
 
 def explain() -> str:
-    """One paragraph: acceptance at the plan's exit against what a draft costs there."""
-    n = profile.num_layers
-    layers = [profile.layer_ms(l, 1) for l in range(n)]
-    head, embed = profile.head_ms(1), profile.embed_ms(1)
-    full = sum(layers) + head + embed
+    """One paragraph: acceptance at the plan's exit against what a draft costs there (the schemes' own
+    prices: sim/planner/draft_cost.py), and how the plan's scheme turns acceptance into speed."""
     if spec is None:
         return f"No usable speculative plan was simulated. {verdict.text}"
     e, h = spec.plan.exit_layer, spec.plan.exit_head
     alpha = acceptance_by_exit(profile, head=h).get(e)
-    draft_head = profile.exit_head_ms(h, 1)  # what a draft pays for its head
-    draft = sum(layers[:e]) + draft_head + embed
+    cost = draft_cost(profile, e, h)
     a_txt = f"α = {alpha:.2f}" if alpha is not None else "the measured acceptance"
-    text = (f"At exit layer {e} of {n} the draft ({head_label(h)} head) matches the full model's token at {a_txt} of "
-            f"positions, and a draft costs {theme.fmt_ms(draft)} ({draft / full:.0%} of a {theme.fmt_ms(full)} full "
-            f"pass, of which the exit head is {theme.fmt_ms(draft_head)}). ")
-    if spec.plan.mode is Mode.PPSD:
-        text += (f"In a {spec.plan.num_stages}-stage pipeline an accepted draft lets stage 1 start the next token "
-                 "while the later stages verify, so accepted tokens cost about one stage's time and a rejection "
-                 "costs a full pass plus the flush. ")
-    elif spec.plan.mode is Mode.EESD and alpha is not None and alpha < 1:
-        g = spec.plan.draft_len
-        text += (f"Drafting γ = {g} tokens per round commits about {(1 - alpha ** (g + 1)) / (1 - alpha):.2f} tokens "
-                 "per verification. ")
+    text = (f"At exit layer {e} of {profile.num_layers} the draft ({head_label(h)} head) matches the full model's "
+            f"token at {a_txt} of positions, and a draft costs {theme.fmt_ms(cost.draft_ms)} ({cost.share:.0%} of a "
+            f"{theme.fmt_ms(cost.full_ms)} full pass, of which the exit head is {theme.fmt_ms(cost.head_ms)}). ")
+    if alpha is not None:
+        text += spec.plan.scheme.how_it_pays(spec.plan, alpha)
     if rec.plan.mode.speculative:
         return text + f"That makes {tables.short_label(spec.plan.label())} the plan to run here."
     return (text + f"Even so, {tables.short_label(spec.plan.label())} does not beat {verdict.baseline} by more than the "

@@ -8,13 +8,16 @@ setting; exit layer, draft length and stage count pick rows out of it (see dashb
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import streamlit as st
 
 from dashboard import cached, charts, tables, theme, ui
-from sim.heads import available_heads, head_label
+from sim.planner.heads import available_heads, head_label
 from sim.modes import Mode
-from sim.planning import round_robin
+from sim.planner.gpus import round_robin
+from sim.planner.sweep_spec import MAX_DEVICES
+from sim.schemes import scheme
 from sim.plan import Plan
 
 profile = ui.require_profile()
@@ -28,7 +31,7 @@ pk = hashlib.sha1(path.encode()).hexdigest()[:8]
 
 HEADS = available_heads(profile)
 # start on `ppsd plan`'s verdict over every head: its recommendation, or when AR stays ahead the best
-# speculative plan it names (sim/verdict.py), the plan a user would look at next
+# speculative plan it names (sim/planner/verdict.py), the plan a user would look at next
 verdict0 = cached.verdict(path, HEADS)
 start = verdict0.recommended if verdict0.recommended.plan.mode.speculative else verdict0.best_speculative
 head0 = start.plan.exit_head if start is not None else verdict0.head or HEADS[0]
@@ -70,7 +73,7 @@ with left:
     exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
     gamma = st.slider("draft length γ (EESD)", 1, max(cached.DEFAULT_GAMMAS), 4, key=f"pl_gamma_{pk}",
                       help=theme.GLOSSARY["draft_len"])
-    k_max = max(2, min(8, N - exit_layer + 1))
+    k_max = max(2, min(MAX_DEVICES, N - exit_layer + 1))
     stages = st.slider("stages k (PPSD)", 2, k_max, min(2, k_max), key=f"pl_k_{pk}", help=theme.GLOSSARY["stages"])
 
 hop_key = None if hop == measured_hop else hop  # the measured hop is the profile's (as `ppsd plan`)
@@ -87,8 +90,8 @@ def pick(mode: Mode) -> dict:
     row = tables.find_row(table, mode, exit_layer, draft_len=gamma, stages=stages)
     if row is not None:
         return row.to_dict()
-    plan = Plan(mode, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop, exit_head=head,
-                placement=round_robin(stages, devices) if mode == Mode.PPSD else None)
+    plan = Plan(mode, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop, exit_head=head)
+    plan = replace(plan, placement=round_robin(plan.num_stages, devices))  # more stages than devices share them
     # shared devices need the event engine; 500 tokens keep it interactive (the speedup moves by
     # well under 1% against 2000 on the profiles tried)
     res = cached.simulate_one(path, stamp, plan.to_dict(), scale, temp, tokens=SHARED_TOKENS)
@@ -101,7 +104,7 @@ sel_e, sel_p = pick(Mode.EESD), pick(Mode.PPSD)
 with right:
     fig = charts.speedup_vs_exit(
         tables.curves(table), closed,
-        {"exit_layer": best["exit_layer"] if best["mode"] != Mode.AR else None, "speedup": best["speedup"],
+        {"exit_layer": best["exit_layer"] if scheme(best["mode"]).speculative else None, "speedup": best["speedup"],
          "label": best["plan"]},
         [{"exit_layer": exit_layer, "speedup": sel_p["speedup"], "label": sel_p["plan"]},
          {"exit_layer": exit_layer, "speedup": sel_e["speedup"], "label": sel_e["plan"]}], N)
@@ -109,8 +112,8 @@ with right:
     if not preview and "speedup_lo" in table.columns and table["speedup_lo"].notna().any():
         st.caption("Shaded bands: 90% intervals for a run over 8 prompts like the profile's (prompt-to-prompt "
                    "acceptance bootstrapped over its prompts, and its latency spread; `ppsd plan --prompts-n`).")
-    ar_tps = float(table.loc[table["mode"] == Mode.AR, "tokens_per_s"].iloc[0]) if (table["mode"] == Mode.AR).any() \
-        else None
+    ar_rows = table.loc[~tables.speculative(table), "tokens_per_s"]
+    ar_tps = float(ar_rows.iloc[0]) if len(ar_rows) else None
     m = st.columns(4)
 
     short = tables.short_label
@@ -124,7 +127,7 @@ with right:
                 delta_color="off", delta_arrow="off", help=theme.GLOSSARY["eesd"])
     if preview:
         st.caption(f":material/hourglass_top: Preview: {reason}.")
-    else:  # this setting's verdict, by the function `ppsd plan` uses (sim/verdict.py)
+    else:  # this setting's verdict, by the function `ppsd plan` uses (sim/planner/verdict.py)
         st.caption(f"Simulator: the trace-driven sweep of this setting ({head_label(head)} head, up to {devices} "
                    "devices) says:")
         ui.show_verdict(cached.verdict(path, [head], devices, hop_key, scale, temp))

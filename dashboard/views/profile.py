@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 
 from dashboard import charts, data, estimates, heldout, theme, ui
-from sim.heads import head_label
+from sim.planner.heads import head_label
 
 profile = ui.require_profile()
 ui.page_header("Profile", profile, "What one decoder layer, the head, the embedding and a hop cost on this "

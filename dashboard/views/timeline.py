@@ -10,10 +10,11 @@ import streamlit as st
 
 from dashboard import cached, charts, data, theme, ui
 from ppsd import validation_folder as vf
-from sim.heads import available_heads, head_label
+from sim.planner.heads import available_heads, head_label
 from sim.modes import Mode
-from sim.plan import Event, Plan
-from sim.timeline import to_chrome_trace
+from sim.plan import Plan
+from sim.schemes import scheme
+from sim.timeline import Event, to_chrome_trace
 
 profile = ui.require_profile()
 path = ui.selected_path()
@@ -26,24 +27,31 @@ HEADS = available_heads(profile)
 
 c = st.columns(6 if len(HEADS) > 1 else 5)
 modes = [Mode.PPSD, Mode.EESD, Mode.AR]
+drafts = scheme(best["mode"]).speculative
 # the recommended mode first; when that is plain AR, show PPSD (more to see)
-mode = c[0].selectbox("mode", modes, index=modes.index(best["mode"]) if best["mode"] != Mode.AR else 0,
+mode = c[0].selectbox("mode", modes, index=modes.index(best["mode"]) if drafts else 0,
                       format_func=str.upper, key="tl_mode", help=theme.GLOSSARY["ppsd"])
-e_default = int(best["exit_layer"]) if best["mode"] != Mode.AR else N // 2
-exit_layer = c[1].number_input("exit layer E", 1, N - 1, e_default, key="tl_exit", help=theme.GLOSSARY["exit_layer"],
-                               disabled=mode == Mode.AR)
-gamma = c[2].number_input("draft length γ", 1, 16, int(best["draft_len"]) if best["mode"] == Mode.EESD else 4,
-                          key="tl_gamma", help=theme.GLOSSARY["draft_len"], disabled=mode != Mode.EESD)
-stages = c[3].number_input("stages k", 2, max(2, N - int(exit_layer) + 1),
-                           int(best["stages"]) if best["mode"] == Mode.PPSD else 2, key="tl_k",
-                           help=theme.GLOSSARY["stages"], disabled=mode != Mode.PPSD)
+sch = scheme(mode)
+exit_layer = c[1].number_input("exit layer E", 1, N - 1, int(best["exit_layer"]) if drafts else N // 2, key="tl_exit",
+                               help=theme.GLOSSARY["exit_layer"], disabled=not sch.speculative)
+
+
+def _best(field_name: str, default: int) -> int:
+    """The recommended plan's second number when it is held in `field_name`, else `default`."""
+    return int(best[field_name]) if scheme(best["mode"]).has_size(field_name) else default
+
+
+gamma = c[2].number_input("draft length γ", 1, 16, _best("draft_len", 4), key="tl_gamma",
+                          help=theme.GLOSSARY["draft_len"], disabled=not sch.has_size("draft_len"))
+stages = c[3].number_input("stages k", 2, max(2, N - int(exit_layer) + 1), _best("stages", 2), key="tl_k",
+                           help=theme.GLOSSARY["stages"], disabled=not sch.has_size("stages"))
 tokens = c[4].number_input("tokens", 4, 200, 24, key="tl_tokens", help="Tokens to decode in the simulated run.")
 head = HEADS[0]
 if len(HEADS) > 1:
     head = c[5].selectbox("exit head", HEADS, key="tl_head", format_func=head_label, help=theme.GLOSSARY["exit_head"],
-                          disabled=mode == Mode.AR)
+                          disabled=not sch.speculative)
 
-plan = Plan(mode, exit_layer=None if mode == Mode.AR else int(exit_layer), draft_len=int(gamma), stages=int(stages),
+plan = Plan(mode, exit_layer=int(exit_layer) if sch.speculative else None, draft_len=int(gamma), stages=int(stages),
             exit_head=head)
 res = cached.simulate_one(path, stamp, plan.to_dict(), tokens=int(tokens), timeline=True, engine="event")
 events = [Event(**e) for e in res.get("timeline") or []]

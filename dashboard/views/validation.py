@@ -8,9 +8,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard import charts, data, theme, ui
+from dashboard import charts, data, tables, theme, ui
+from dashboard import hf as hf_view
 from ppsd import validation_folder as vf
-from sim.modes import Mode
 
 ui.page_header("Validation", None, "Predicted versus measured speedup for the same plans on the same machine.")
 
@@ -55,7 +55,7 @@ m[1].metric("MAPE, tokens/s", theme.fmt_pct(meta.get("mape_tokens_per_s_pct")),
             help="Mean absolute percentage error of predicted against measured tokens/s.")
 m[2].metric("plans", len(rows))
 if "outputs_match_ar" in rows.columns:
-    spec = rows[rows["mode"] != Mode.AR] if "mode" in rows.columns else rows  # AR is the reference itself
+    spec = rows[tables.speculative(rows)] if "mode" in rows.columns else rows  # AR is the reference itself
     judged = spec[spec["outputs_match_ar"].notna()]  # forced-acceptance and sampled runs are not judged
     ok = int(judged["outputs_match_ar"].astype(bool).sum())
     m[3].metric("outputs identical to AR", f"{ok} / {len(judged)}",
@@ -64,6 +64,7 @@ if "outputs_match_ar" in rows.columns:
                      "neither is counted.")
 st.caption(f"Model {meta.get('model', '?')} · device {meta.get('device_name', '?')} · "
            f"created {str(meta.get('created', '?'))[:19]} · profile `{meta.get('profile', '?')}`")
+hf_view.render(st, Path(labels[choice]), meta)  # transformers' assisted generation (issue 29)
 if meta.get("predicted_from") is not None:
     sample = ("**out of sample**: the predicting prompts and the measured ones are disjoint"
               if meta.get("out_of_sample") else

@@ -96,13 +96,17 @@ def head_rows(adapter, heads, results, temperature: float, progress=None):
     return pd.concat(frames, ignore_index=True)[ACCEPTANCE_COLUMNS]
 
 
-def head_latency(heads, n_values, repeats: int = 10) -> dict:
-    """`latency.exit_heads` entries {name: {kind, params, n_values, median_ms, p10_ms, p90_ms}}."""
+def head_latency(heads, n_values, repeats: int = 10, adapter=None) -> dict:
+    """`latency.exit_heads` entries {name: {kind, params, timing, n_values, median_ms, p10_ms, p90_ms}};
+    given the model's `adapter`, each timed call follows a read of the draft's layers (the caches as a
+    decode leaves them: `profiler.heads.vocab.draft_path_evictor`)."""
     from profiler.heads.evaluate import measure_latency
+    from profiler.heads.vocab import draft_path_evictor
 
-    exits = heads.exits
-    return measure_latency(heads, exits[len(exits) // 2], vocab_sizes_of(heads), tuple(int(n) for n in n_values),
-                           repeats=max(int(repeats), 5))[0]
+    mid = heads.exits[len(heads.exits) // 2]
+    evict = None if adapter is None else draft_path_evictor(adapter, mid)
+    return measure_latency(heads, mid, vocab_sizes_of(heads), tuple(int(n) for n in n_values),
+                           repeats=max(int(repeats), 5), evict=evict)[0]
 
 
 def head_info(heads) -> dict:
@@ -128,7 +132,7 @@ def profile_heads(adapter, heads, results, temperature: float, n_values, repeats
     rows = None if results is None else head_rows(adapter, heads, results, temperature, progress)
     info = head_info(heads)
     info["trained_on_profile_prompts"] = len(training_overlap(heads, results))
-    return rows, head_latency(heads, n_values, repeats), info
+    return rows, head_latency(heads, n_values, repeats, adapter=adapter), info
 
 
 def summary_lines(profile) -> list[str]:

@@ -10,6 +10,7 @@ from sim.modes import Mode
 from sim.schemes.ar import AR
 from sim.schemes.base import RunStats, Scheme
 from sim.schemes.eesd import EESD
+from sim.schemes.hf import HFAR, HFAssisted
 from sim.schemes.ppsd import PPSD
 
 SCHEMES: dict[Mode, Scheme] = {
@@ -24,4 +25,23 @@ def scheme(mode) -> Scheme:
     return SCHEMES[Mode.parse(mode)]
 
 
-__all__ = ["SCHEMES", "RunStats", "Scheme", "scheme"]
+# Plans another runtime decodes (Plan.runtime): transformers' generate (sim/schemes/hf.py)
+RUNTIME_SCHEMES: dict[tuple[str, Mode], Scheme] = {
+    ("hf", Mode.AR): HFAR(),
+    ("hf", Mode.EESD): HFAssisted(),
+}
+
+
+def runtime_decodes(runtime: str, mode) -> bool:
+    """Whether `runtime` decodes plans of `mode` (ppsd's own decodes every scheme; another runtime the
+    modes it has a scheme for in RUNTIME_SCHEMES)."""
+    return runtime == "ppsd" or (runtime, Mode.parse(mode)) in RUNTIME_SCHEMES
+
+
+def scheme_for(plan) -> Scheme:
+    """The scheme that decodes `plan`: its runtime's when that is not ppsd's own, else its mode's."""
+    runtime = getattr(plan, "runtime", "ppsd")
+    return SCHEMES[plan.mode] if runtime == "ppsd" else RUNTIME_SCHEMES[(runtime, plan.mode)]
+
+
+__all__ = ["RUNTIME_SCHEMES", "SCHEMES", "RunStats", "Scheme", "runtime_decodes", "scheme", "scheme_for"]

@@ -6,15 +6,20 @@ the same contexts by the plan's.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import simpy
 
 from ppsd.exit_heads import SHARED
-from sim.costs import cost_model
+from sim.model.cost_model import cost_model
+from sim.model.streams import Stream
 from sim.modes import Mode
-from sim.plan import Event, Plan
 from sim.schemes.base import RunStats, Scheme
-from sim.streams import Stream
+from sim.timeline import Event
+
+if TYPE_CHECKING:  # types only (see sim/schemes/base.py)
+    from sim.plan import Plan
 
 
 def step_ms(profile, context: np.ndarray, exit_head: str = SHARED, sampled: bool = False) -> np.ndarray:
@@ -27,6 +32,19 @@ def step_ms(profile, context: np.ndarray, exit_head: str = SHARED, sampled: bool
 
 class AR(Scheme):
     mode = Mode.AR
+    speculative = False
+
+    def label(self, plan: Plan) -> str:
+        return "AR"
+
+    def check(self, plan: Plan, num_layers: int, num_devices: int | None) -> None:
+        return None  # no exit layer, nothing else to choose
+
+    def in_words(self, plan: Plan) -> str:
+        return "plain AR, no early exit"
+
+    def gpu_advice(self, plan: Plan, speed: str, tokens_per_s: float) -> str:
+        return f"use 1 GPU and no early exit: plain AR, {tokens_per_s:.1f} tokens/s (more GPUs do not pay here)"
 
     def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> np.ndarray:
         return step_ms(profile, context, plan.exit_head, plan.sampled)

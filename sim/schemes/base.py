@@ -1,7 +1,7 @@
 """The one interface every decoding scheme implements, and what its engines return.
 
-A scheme (AR, EESD, PPSD: one module or subpackage each under `sim/schemes/`) holds its whole
-timing model in one place, behind four methods:
+A scheme (AR, EESD, PPSD: one module or subpackage each under `sim/schemes/`) holds everything
+that differs between the ways of decoding. Its timing model, behind four methods:
 
   unit_costs(profile, plan, context)   the work it does, priced by `CostModel` at each position's context
   event_model(stream, costs, record)   the SimPy discrete-event model: the reference, and timelines
@@ -10,21 +10,33 @@ timing model in one place, behind four methods:
   closed_form(profile, plan, alpha)    expected ms per token for i.i.d. acceptance at one context
                                        (the oracle of the other two, and the planner's preview)
 
-plus what the planner needs: which plans to sweep at an exit layer. Schemes register themselves in
-`sim.schemes.SCHEMES` (enum → class, vidur style): adding a scheme is one module and one line.
+and what a plan of its mode means, which `Plan`, the planner and every surface reach through the
+registry instead of branching on the mode: its label and its second number in a plan spec
+(`size`: EESD's γ, PPSD's k), its stages and devices, its checks and what resolving it fills in,
+the tokens a verification round commits, where a token's time goes per stage, the plans a sweep
+tries, the workers it runs within a budget of cores or GPUs. Schemes register themselves in
+`sim.schemes.SCHEMES` (enum → instance, vidur style): adding a scheme is one module and one line.
+
+Schemes never import `sim.plan` at run time (`Plan` imports the registry to delegate to it): they
+build plans from the plan they are given (`dataclasses.replace`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ppsd import exit_heads
+from ppsd.errors import UserError
+from sim.model.streams import Stream
 from sim.modes import Mode
-from sim.plan import Event, Plan
-from sim.streams import Stream
+from sim.timeline import Event
+
+if TYPE_CHECKING:  # types only: sim.plan imports this package to delegate to it
+    from sim.plan import Plan
 
 
 @dataclass
@@ -51,10 +63,119 @@ def seg_ends(stream: Stream) -> np.ndarray:
     return np.repeat(ends, np.diff(np.append(starts, t)))
 
 
+@dataclass(frozen=True)
+class PlanSize:
+    """A scheme's second number, after the exit layer, in a plan spec ("mode:E:N") and its label."""
+
+    symbol: str   # how a label spells it: "γ", "k"
+    letter: str   # how a file name spells it: "g", "k"
+    field: str    # the Plan field that holds it: "draft_len", "stages"
+    default: int  # what a spec that leaves it out means
+
+
+@dataclass(frozen=True)
+class StagePart:
+    """One part of one pipeline stage's time for one token (`Scheme.stage_parts`)."""
+
+    stage: str  # "stage 1 (L0–L9)"
+    part: str   # "layers", "embedding", "exit head", "overhead", "head", "draw", "hop"
+    ms: float
+
+
 class Scheme(ABC):
-    """One decoding scheme's timing model (see the module doc)."""
+    """One decoding scheme: its timing model and what a plan of its mode means (see the module doc)."""
 
     mode: ClassVar[Mode]
+    speculative: ClassVar[bool] = True  # drafts with an exit head (an exit layer is part of its plans)
+    pipelined: ClassVar[bool] = False  # its stages run as separate processes, one per device, passing messages
+    size: ClassVar[PlanSize | None] = None  # the second number of its plan specs, if it has one
+    # charts of speedup against the exit layer: one curve per value of its second number (PPSD's k:
+    # each is a different machine), or one curve of the best over it (EESD's γ: a setting)
+    curve_per_size: ClassVar[bool] = False
+
+    # --- what a plan of this scheme means ---------------------------------------------------
+    def label(self, plan: Plan) -> str:
+        """A plan's short name, e.g. "EESD E=12 γ=3 vocab4096"."""
+        head = exit_head_suffix(plan.exit_head)
+        return f"{self.mode.name} E={plan.exit_layer} {self.size.symbol}={self.size_of(plan)}{head}"
+
+    def has_size(self, field_name: str) -> bool:
+        """Whether the scheme's second number is held in the Plan field `field_name`."""
+        return self.size is not None and self.size.field == field_name
+
+    def curve_name(self, size: int, short: bool = False) -> str:
+        """The name of its speedup-by-exit curve (`size`: the curve's second number, when it has one per size)."""
+        if self.curve_per_size:
+            return f"{self.mode.name} {self.size.symbol}={size}" if short else f"{self.mode.name} {self.size.symbol} = {size}"
+        return self.mode.name if short or self.size is None else f"{self.mode.name} (best {self.size.symbol})"
+
+    def curve_detail(self, size: int, stage_bounds: str | None = None) -> str:
+        """A curve point's hover detail: its second number (or, for pipelines, its stage bounds)."""
+        return f"{self.size.symbol} = {int(size)}"
+
+    def size_of(self, plan: Plan) -> int | None:
+        """The plan's second number (None for a scheme without one)."""
+        return None if self.size is None else int(getattr(plan, self.size.field))
+
+    def with_size(self, plan: Plan, size: int | None) -> Plan:
+        """`plan` as this scheme with its second number set (the default when None)."""
+        plan = replace(plan, mode=self.mode)
+        if self.size is None:
+            return plan
+        return replace(plan, **{self.size.field: int(self.size.default if size is None else size)})
+
+    def num_stages(self, plan: Plan) -> int:
+        return 1
+
+    def devices(self, plan: Plan) -> tuple[int, ...]:
+        return (0,)
+
+    def check(self, plan: Plan, num_layers: int, num_devices: int | None) -> None:
+        """UserError naming the valid range for anything of the plan out of range."""
+        if plan.exit_layer is None or not 1 <= int(plan.exit_layer) <= num_layers - 1:
+            raise UserError(f"exit layer {plan.exit_layer} is out of range for a {num_layers}-layer model",
+                            f"choose --exit between 1 and {num_layers - 1}")
+
+    def resolved(self, plan: Plan, profile) -> dict:
+        """What resolving fills in (`sim.planner.resolve.resolve_plan`): the fields to replace.
+        Single-device schemes send no messages: no hop."""
+        return {"hop_ms": 0.0} if plan.hop_ms is None else {}
+
+    def tokens_per_round(self, plan: Plan, alpha: float) -> float:
+        """Expected tokens a verification round commits at i.i.d. acceptance α."""
+        return 1.0
+
+    def stage_parts(self, profile, plan: Plan, context: float | None = None) -> list[StagePart]:
+        """Where one token's time goes in each stage of a resolved plan (pipelined schemes)."""
+        raise UserError(f"{plan.label()} has no pipeline stages", "choose a PPSD plan")
+
+    def context_slack(self, plan: Plan) -> int:
+        """Positions past the committed tokens a plan may hold in its KV cache (drafts in flight):
+        what a prompt plus its new tokens must leave free of the model's context."""
+        return self.num_stages(plan) + 1
+
+    def workers(self, plan: Plan, units: int) -> int:
+        """Threads (GPUs) each of the plan's processes gets within a budget of `units`: all of them
+        for a single-process scheme."""
+        return units
+
+    def in_words(self, plan: Plan) -> str:
+        """The plan in a sentence's words, e.g. "EESD with exit layer 12, γ=3"."""
+        return f"{self.mode.name} with exit layer {plan.exit_layer}, {self.size.symbol}={self.size_of(plan)}"
+
+    def gpu_advice(self, plan: Plan, speed: str, tokens_per_s: float) -> str:
+        """The planner's answer in GPU terms (`speed`: "1.20× AR, 30.1 tokens/s"); a single-device
+        scheme runs on one GPU."""
+        return (f"use 1 GPU with exit layer {plan.exit_layer}: {self.mode.name} {self.size.symbol}={self.size_of(plan)}, "
+                f"{speed} (more GPUs do not pay here)")
+
+    def how_it_pays(self, plan: Plan, alpha: float) -> str:
+        """A sentence on how the scheme turns acceptance α into speed ("" when it does not draft)."""
+        return ""
+
+    def latency_cv(self, profile, step_cv: float) -> float:
+        """The relative spread of the plan's time per token given one decode step's (sim/intervals/)."""
+        return step_cv
 
     @abstractmethod
     def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> Any:
@@ -81,10 +202,16 @@ class Scheme(ABC):
         return [self.closed_form(profile, plan, float(a), context) for a in alphas]
 
     def first_token_ms(self, plan: Plan, whole_prefill_ms: float) -> float:
-        """Time to the first token given the whole model's prefill of the prompt (sim/prefill.py):
+        """Time to the first token given the whole model's prefill of the prompt (sim/model/prefill.py):
         one pass over the prompt, as AR does; schemes that split the model add their messages."""
         return whole_prefill_ms
 
-    def sweep_plans(self, exit_layer: int, *, num_layers: int, gammas, devices: int, hop_ms, exit_head: str) -> list[Plan]:
-        """The plans of this scheme a sweep tries at one exit layer (unresolved)."""
+    def sweep_plans(self, base: Plan, exit_layer: int, *, num_layers: int, gammas, devices: int) -> list[Plan]:
+        """The plans of this scheme a sweep tries at one exit layer (unresolved), built from `base`
+        (its hop, exit head, temperature)."""
         return []
+
+
+def exit_head_suffix(head: str) -> str:
+    """" vocab4096" for a named exit head; "" for the shared one, which labels leave unnamed."""
+    return exit_heads.suffix(head, " ")

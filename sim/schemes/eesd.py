@@ -10,17 +10,22 @@ token from the verifier. With i.i.d. acceptance α a round commits (1 − α^(γ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
-from sim.costs import CostModel, cost_model
+from ppsd.errors import UserError
+from sim.model.cost_model import CostModel, cost_model
+from sim.model.streams import Stream
 from sim.modes import Mode
-from sim.plan import Event, Plan
-from sim.schemes.base import RunStats, Scheme, seg_ends
-from sim.streams import Stream
+from sim.schemes.base import PlanSize, RunStats, Scheme, seg_ends
+from sim.timeline import Event
+
+if TYPE_CHECKING:  # types only (see sim/schemes/base.py)
+    from sim.plan import Plan
 
 
 # --- unit costs ---------------------------------------------------------------------------------
@@ -118,6 +123,26 @@ def rounds(stream: Stream, gamma: int):
 
 class EESD(Scheme):
     mode = Mode.EESD
+    size = PlanSize("γ", "g", "draft_len", default=3)
+
+    def check(self, plan: Plan, num_layers: int, num_devices: int | None) -> None:
+        super().check(plan, num_layers, num_devices)
+        if not 1 <= plan.draft_len <= 64:
+            raise UserError(f"draft length {plan.draft_len} is out of range", "choose --draft-len between 1 and 64")
+
+    def resolved(self, plan: Plan, profile) -> dict:
+        cost_model(profile, plan.exit_head)  # raises UserError for an unknown exit head
+        return super().resolved(plan, profile)
+
+    def tokens_per_round(self, plan: Plan, alpha: float) -> float:
+        return expected_tokens_per_round(alpha, plan.draft_len)
+
+    def context_slack(self, plan: Plan) -> int:
+        return plan.draft_len + 1  # a round's drafts and the verifier's token
+
+    def how_it_pays(self, plan: Plan, alpha: float) -> str:
+        return (f"Drafting γ = {plan.draft_len} tokens per round commits about "
+                f"{self.tokens_per_round(plan, alpha):.2f} tokens per verification. ")
 
     def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> EESDCosts:
         return EESDCosts(cost_model(profile, plan.exit_head), plan.exit_layer, plan.draft_len, plan.sampled)
@@ -192,6 +217,5 @@ class EESD(Scheme):
         g = plan.draft_len
         return time_per_token(float(costs.draft(c)[0]), float(costs.verify(c, g)[0]), alpha, g)
 
-    def sweep_plans(self, exit_layer, *, num_layers, gammas, devices, hop_ms, exit_head):
-        return [Plan(Mode.EESD, exit_layer=exit_layer, draft_len=g, hop_ms=hop_ms, exit_head=exit_head)
-                for g in gammas]
+    def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices):
+        return [replace(base, mode=self.mode, exit_layer=exit_layer, draft_len=g) for g in gammas]

@@ -9,28 +9,120 @@ model lives here:
   event_model.py  the SimPy model of the stages (the reference; timelines)
   replay.py       the same model replayed exactly, cycle by cycle, without SimPy (sweeps)
   closed_form.py  expected time per token for i.i.d. acceptance (oracle, preview)
+  partition.py    where to cut the layers into stages (balanced by profiled time)
 
 The restart rule (when the corrected token can enter stage 1) is shared by all three:
-`sim/restart.py`.
+`sim/model/restart.py`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from sim.costs import corun_factors
+from ppsd.errors import UserError
+from sim.model.cost_model import cost_model, corun_factors
+from sim.model.streams import Stream
 from sim.modes import Mode
-from sim.plan import Plan
-from sim.schemes.base import RunStats, Scheme
+from sim.schemes.base import PlanSize, RunStats, Scheme, StagePart, exit_head_suffix
 from sim.schemes.ppsd import closed_form as _closed_form
 from sim.schemes.ppsd import event_model as _event_model
 from sim.schemes.ppsd import replay as _replay
-from sim.schemes.ppsd.costs import PPSDCosts, ppsd_costs
-from sim.streams import Stream
+from sim.schemes.ppsd.partition import stage_bounds
+from sim.schemes.ppsd.stage_costs import PPSDCosts, ppsd_costs, stage_parts
+
+if TYPE_CHECKING:  # types only (see sim/schemes/base.py)
+    from sim.plan import Plan
 
 
 class PPSD(Scheme):
     mode = Mode.PPSD
+    size = PlanSize("k", "k", "stages", default=2)
+    curve_per_size = True
+    pipelined = True
+
+    def curve_detail(self, size: int, stage_bounds: str | None = None) -> str:
+        return f"stages [{stage_bounds}]" if stage_bounds else f"k = {int(size)}"
+
+    # --- what a PPSD plan means ---------------------------------------------------------------
+    def label(self, plan: Plan) -> str:
+        bounds = "" if plan.stage_bounds is None else " [" + ",".join(map(str, plan.stage_bounds)) + "]"
+        launch = "" if plan.launch == "local" else f" ({plan.launch})"
+        return f"PPSD E={plan.exit_layer} k={plan.num_stages}{bounds}{exit_head_suffix(plan.exit_head)}{launch}"
+
+    def num_stages(self, plan: Plan) -> int:
+        return plan.stages
+
+    def devices(self, plan: Plan) -> tuple[int, ...]:
+        return plan.placement if plan.placement is not None else tuple(range(plan.stages))
+
+    def check(self, plan: Plan, num_layers: int, num_devices: int | None) -> None:
+        super().check(plan, num_layers, num_devices)
+        k = plan.num_stages
+        if plan.stage_bounds is not None and k < 2:
+            raise UserError(f"--stage-bounds {','.join(map(str, plan.stage_bounds))} gives fewer than 2 stages",
+                            "give at least 0,E,N")
+        if k < 2:
+            raise UserError(f"PPSD needs at least 2 stages, got {k}", "use --stages 2 or more")
+        max_k = 1 + (num_layers - plan.exit_layer)
+        if k > max_k:
+            raise UserError(f"{k} stages do not fit: stage 1 ends at layer {plan.exit_layer} and only "
+                            f"{num_layers - plan.exit_layer} layers remain",
+                            f"use --stages between 2 and {max_k}, or a smaller --exit")
+        b = plan.stage_bounds
+        if b is not None:
+            if b[0] != 0 or b[-1] != num_layers or any(x >= y for x, y in zip(b, b[1:])):
+                raise UserError(f"stage bounds {list(b)} must increase strictly from 0 to {num_layers}",
+                                f"e.g. --stage-bounds 0,{plan.exit_layer},{num_layers}")
+            if b[1] != plan.exit_layer:
+                raise UserError(f"stage 1 must end at the exit layer {plan.exit_layer}, bounds are {list(b)}",
+                                f"start the bounds with 0,{plan.exit_layer}")
+        if plan.placement is not None:
+            if len(plan.placement) != k:
+                raise UserError(f"placement lists {len(plan.placement)} devices for {k} stages",
+                                "give one device index per stage")
+            if num_devices is not None and max(plan.placement) >= num_devices:
+                raise UserError(f"placement uses device {max(plan.placement)} but only {num_devices} exist",
+                                f"use device indices 0..{num_devices - 1}")
+
+    def resolved(self, plan: Plan, profile) -> dict:
+        changes: dict = {}
+        if plan.stage_bounds is None:
+            changes["stage_bounds"] = stage_bounds(profile, plan.exit_layer, plan.num_stages, plan.exit_head)
+        if plan.hop_ms is None:
+            changes["hop_ms"] = float(profile.hop_ms())
+        return changes
+
+    def tokens_per_round(self, plan: Plan, alpha: float) -> float:
+        return 1.0 / (1.0 - alpha)  # a cycle runs until the first rejection
+
+    def stage_parts(self, profile, plan: Plan, context: float | None = None) -> list[StagePart]:
+        c = float(profile.context_values[0]) if context is None else float(context)
+        return stage_parts(cost_model(profile, plan.exit_head), plan, c)
+
+    def how_it_pays(self, plan: Plan, alpha: float) -> str:
+        return (f"In a {plan.num_stages}-stage pipeline an accepted draft lets stage 1 start the next token "
+                "while the later stages verify, so accepted tokens cost about one stage's time and a rejection "
+                "costs a full pass plus the flush. ")
+
+    def workers(self, plan: Plan, units: int) -> int:
+        return max(1, units // plan.num_stages)  # the stages split the budget
+
+    def in_words(self, plan: Plan) -> str:
+        return f"PPSD with exit layer {plan.exit_layer}, {plan.num_stages} stages"
+
+    def gpu_advice(self, plan: Plan, speed: str, tokens_per_s: float) -> str:
+        k = len(set(self.devices(plan)))
+        bounds = ",".join(map(str, plan.stage_bounds or ()))
+        return (f"use {k} GPUs with exit layer {plan.exit_layer}: PPSD with {plan.num_stages} stages on {k} GPUs "
+                f"(layers {bounds}), {speed}")
+
+    def latency_cv(self, profile, step_cv: float) -> float:
+        return max(step_cv, profile.pass_jitter_cv())  # at least the pipeline probe's pass spread
+
+    # --- its timing model ---------------------------------------------------------------------
 
     def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
         return ppsd_costs(profile, plan, context)
@@ -70,6 +162,6 @@ class PPSD(Scheme):
         # the verifier's first token is the first token out, the draft rides along in parallel
         return whole_prefill_ms + (plan.num_stages - 1) * float(plan.hop_ms or 0.0)
 
-    def sweep_plans(self, exit_layer, *, num_layers, gammas, devices, hop_ms, exit_head):
-        return [Plan(Mode.PPSD, exit_layer=exit_layer, stages=k, hop_ms=hop_ms, exit_head=exit_head)
+    def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices):
+        return [replace(base, mode=self.mode, exit_layer=exit_layer, stages=k)
                 for k in range(2, min(int(devices), num_layers - exit_layer + 1) + 1)]

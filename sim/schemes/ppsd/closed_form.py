@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
+from sim.model.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
 
 
 def ideal_speedup(alpha: float, exit_layer: int, num_layers: int) -> float:
@@ -86,7 +86,7 @@ def time_per_token(stage_ms: Sequence[float], hop_ms: float, alpha: float,
                    launch: str = "local", cap: int | None = None) -> float:
     """Expected ms per committed token of PPSD (see module doc); exact for the engines' model.
     exit_ms: the exit head's part of stage_ms[0] (see `cycle_schedule`); jitter_cv: the relative
-    spread of a pass, which softens the restart race (sim/restart.py); checkpoints: where stage 1
+    spread of a pass, which softens the restart race (sim/model/restart.py); checkpoints: where stage 1
     looks at the epoch board, offsets from its pass start (`PPSDCosts.checkpoints` at one context;
     None: anywhere before the exit head); launch "local" or "torchrun"; cap: the in-flight cap
     (None: k; 0: none)."""
@@ -139,7 +139,7 @@ def cycle_lengths(stage_ms: Sequence[float], hop_ms: float, count: int,
                   launch: str = "local", cap: int | None = None) -> np.ndarray:
     """L(a), a < count: how long a cycle that accepts a drafts lasts, from its restart to the next
     one: the commit of its (a+1)-th token D(a), then (local) the verdict's hop or stage 1's way out
-    of the uncuttable stretch the commit finds it in (sim/restart.py: board_wait), or (torchrun)
+    of the uncuttable stretch the commit finds it in (sim/model/restart.py: board_wait), or (torchrun)
     the verdict's arrival or the end of stage 1's pass a + cap − 1, whichever is later. Exact for
     the engines (stage 1's schedule within a cycle does not depend on a)."""
     k = len(stage_ms)
@@ -154,7 +154,7 @@ def cycle_lengths(stage_ms: Sequence[float], hop_ms: float, count: int,
 
 def _board_waits(stage_ms, ends, exit_ms, commit, hop_ms, factors, num_devices, checkpoints, jitter_cv):
     """Per cycle length a: the wait beyond commit + hop for stage 1 to leave the uncuttable stretch
-    the commit finds it in (sim/restart.py: board_wait), over the cycle's stage-1 passes."""
+    the commit finds it in (sim/model/restart.py: board_wait), over the cycle's stage-1 passes."""
     k = len(stage_ms)
     devices = k if num_devices is None else num_devices
     fac = [1.0] * (devices + 1) if factors is None else list(factors)

@@ -20,7 +20,7 @@ The model in words
   layers [0, E) (between layers, or right after the last one, before sending); if the flush finds
   it in its exit head (one matmul that cannot be cut), it finishes that head (the stale draft is
   not sent) and the corrected token enters when the head ends. With timing jitter (the profile's
-  pipeline probe) the entry time is the expectation over where the flush lands (sim/restart.py).
+  pipeline probe) the entry time is the expectation over where the flush lands (sim/model/restart.py).
 - Co-run slowdown: stages working at the same time on one machine share memory bandwidth. The
   i-th token after a restart, at stage m, runs while min(devices, m + i) stages compute (stage 1
   always drafts ahead, so the pipeline is full from its k-th token on) and its pass is slowed by the
@@ -32,12 +32,12 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from sim.plan import Event
-from sim.restart import TIE_MS, board_wait, jitter_sigma
+from sim.timeline import Event
+from sim.model.restart import TIE_MS, board_wait, jitter_sigma
 from sim.schemes.base import RunStats
 from sim.schemes.ppsd.clock import decode_busy_scale, decode_time_ms
-from sim.schemes.ppsd.costs import PPSDCosts
-from sim.streams import Stream
+from sim.schemes.ppsd.stage_costs import PPSDCosts
+from sim.model.streams import Stream
 
 
 class _Pipeline:
@@ -273,7 +273,7 @@ class _Pipeline:
 
     def _board_wait(self, commit: float) -> float:
         """Expected wait beyond commit + hop for stage 1 to leave the uncuttable stretch the commit
-        finds it in (sim/restart.py: board_wait), over this cycle's stage-1 passes begun before it."""
+        finds it in (sim/model/restart.py: board_wait), over this cycle's stage-1 passes begun before it."""
         begun = [p for p in self.s1 if p[0] < commit - TIE_MS]
         if not begun:
             return 0.0

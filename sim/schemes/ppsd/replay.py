@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
+from sim.model.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
 from sim.schemes.base import RunStats
 from sim.schemes.ppsd.clock import decode_busy_scale, decode_time_ms
-from sim.schemes.ppsd.costs import PPSDCosts
-from sim.streams import Stream
+from sim.schemes.ppsd.stage_costs import PPSDCosts
+from sim.model.streams import Stream
 
 
 def _seg_cumsum(w: np.ndarray, first: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -138,7 +138,7 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
     s1 = dep[0] - w[0]  # stage 1's pass starts
     if local:
         # the board: stage 1 leaves the uncuttable stretch the commit finds it in, then the verdict
-        # (a hop after the commit) lets the corrected token in (sim/restart.py: board_wait)
+        # (a hop after the commit) lets the corrected token in (sim/model/restart.py: board_wait)
         c = np.repeat(commit, lens)
         sigma = np.repeat(jitter_sigma(costs.jitter_cv, w[0][first], commit), lens)
         # only passes begun before the commit (a later one never starts) and ending after the

@@ -1,0 +1,23 @@
+"""The profile contract: the one interface between the profiler and everything else (torch-free).
+
+A profile folder (`files.py`: its files, columns and schema versions, documented there) loads into a
+`Profile` (`profile.py`: the latency tables, machine facts, acceptance tables) whose optional
+blocks the simulator prices come as typed parts (`parts.py`: `ControlPlane`, `DrawCosts`,
+`PassOverheads`). `folder.py` reads and writes folders. It lives in `ppsd/` beside the other shared
+vocabularies (errors, exit heads, paths) so that `sim/`, `dashboard/`, `runtime/` and `profiler/`
+all depend on it and it on none of them; `profiler.schema` re-exports it.
+"""
+
+from ppsd.profile.files import (ACCEPTANCE_COLUMNS, ACCEPTANCE_FILE, GENERATIONS_FILE, MEASURED_N_VALUES, PROFILE_FILE,
+                                READABLE_VERSIONS, SAMPLED_BETA_DECIMALS, SAMPLED_COLUMNS, SAMPLED_FILE,
+                                SAMPLED_OPTIONAL, SCHEMA_VERSION, SHARED_HEAD, TEMPERATURE_TOL, malformed,
+                                read_acceptance, read_sampled)
+from ppsd.profile.folder import load_profile, save_profile
+from ppsd.profile.parts import ControlPlane, DrawCosts, PassOverheads
+from ppsd.profile.profile import Profile
+from ppsd.profile.tables import StatTable, interp
+
+__all__ = ["ACCEPTANCE_COLUMNS", "ACCEPTANCE_FILE", "GENERATIONS_FILE", "MEASURED_N_VALUES", "PROFILE_FILE",
+           "READABLE_VERSIONS", "SAMPLED_BETA_DECIMALS", "SAMPLED_COLUMNS", "SAMPLED_FILE", "SAMPLED_OPTIONAL",
+           "SCHEMA_VERSION", "SHARED_HEAD", "TEMPERATURE_TOL", "ControlPlane", "DrawCosts", "PassOverheads", "Profile",
+           "StatTable", "interp", "load_profile", "malformed", "read_acceptance", "read_sampled", "save_profile"]

@@ -1,0 +1,241 @@
+"""PPSD unit costs: each stage's time per token over a stream's positions, the hop, the device of
+each stage and the co-run slowdown, priced once by `CostModel` for every PPSD engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sim.model.cost_model import CostModel, corun_factors, cost_model
+from sim.model.streams import Stream
+from sim.schemes.base import StagePart
+
+if TYPE_CHECKING:  # types only (see sim/schemes/base.py)
+    from sim.plan import Plan
+
+
+def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: Sequence[float] | float = 0.0,
+             sampled: bool = False) -> list[np.ndarray]:
+    """Per-stage one-token times: stage 1 adds embed and the exit head (it drafts), the last stage
+    adds the final norm + LM head (it verifies), and every stage the fixed cost of a pass
+    (`overhead_ms`, one per stage or one for all: host sync, sends and receives, the stage loop).
+    Stage 1's time is its whole occupancy per token; its hidden state leaves `PPSDCosts.exit_ms`
+    earlier (the exit head and the overhead after the send).
+
+    Sampled decoding (T > 0) adds what the runtime does then: stage 1 draws each draft over the exit
+    head's vocabulary and sends q(draft) with it; the verifier takes the softmax of its logits and
+    draws one token over the whole vocabulary (it draws only at a rejection, so this over-prices an
+    accepted verification by one draw, `CostModel.sample_full`, ~0.9 ms of a 20 ms pass on the
+    example CPU). At a rejection it also recomputes all of q with the exit head from the layer-E
+    state, for the residual: `reject_ms`, which the engines add where the draft is rejected."""
+    return [np.asarray(t, dtype=float) for t in
+            _stages(cm, bounds, lambda lo, hi: cm.layers(context, lo, hi), 1, overhead_ms, sampled)]
+
+
+def stage_prefill_ms(cm: CostModel, prompt_len: float, bounds: tuple[int, ...], overhead_ms: Sequence[float] | float = 0.0,
+                     sampled: bool = False) -> list[float]:
+    """Per-stage times of a generation's first pass, the prefill: each stage runs its layers over
+    the whole prompt (`CostModel.prefill_layers`), stage 1 after embedding it and before drafting
+    from its last position, the last stage then verifies that draft with the head on the last
+    position. The runtime hands the prompt on stage by stage (runtime/pipeline.py: PREFILL), and
+    stage 1 drafts on from the end of its own part, up to its in-flight cap, while later stages
+    are still in the prompt: so when the decode clock starts (the first token, clock.py) the
+    pipeline already holds up to k drafted tokens, which a one-token first pass never shows (found
+    on the emulated runtime, CPU profile, E = 8, k = 8, every draft accepted, 32-token generations:
+    speedup under-predicted by 17.7% with one-token first passes, over-predicted by 1.4% with this)."""
+    return [float(t) for t in _stages(cm, bounds, lambda lo, hi: cm.prefill_layers(prompt_len, lo, hi), prompt_len,
+                                      overhead_ms, sampled)]
+
+
+def _stages(cm: CostModel, bounds: tuple[int, ...], layers_of, embed_n: float, overhead_ms: Sequence[float] | float,
+            sampled: bool):
+    """One pass per stage: its layers (`layers_of(lo, hi)`), stage 1 also the embedding of `embed_n`
+    tokens and the draft from the last one, the last stage the head on one position (and at T > 0
+    the verifier's draw), every stage its fixed cost of a pass."""
+    k = len(bounds) - 1
+    over = [float(overhead_ms)] * k if np.ndim(overhead_ms) == 0 else [float(o) for o in overhead_ms]
+    out = []
+    for m in range(k):
+        t = layers_of(bounds[m], bounds[m + 1])
+        if m == 0:
+            t = t + cm.embed(embed_n) + draft_tail_ms(cm, sampled)
+        if m == k - 1:
+            t = t + cm.head(1)
+            if sampled:
+                t = t + cm.sample_full()
+        out.append(t + over[m])
+    return out
+
+
+def stage_parts(cm: CostModel, plan: Plan, context: float) -> list[StagePart]:
+    """Where one token's time goes in each stage of a resolved plan at one context, before co-run
+    slowdown: the pieces `stage_ms` adds up (its layers; stage 1 the embedding and the exit head;
+    the last stage the LM head; at T > 0 the draws; every stage its fixed cost of a pass), and the
+    hop to the next stage as `ppsd_costs` prices it. A stage's parts but the hop sum to its
+    `stage_ms`; the slowest stage bounds the pipeline's rate while drafts are accepted."""
+    bounds, k = plan.stage_bounds, len(plan.stage_bounds) - 1
+    roles, c = cm.pass_overheads(k), np.array([float(context)])
+    hop = max(float(plan.hop_ms or 0.0), cm.transit(k))
+    parts = []
+    for m in range(k):
+        name = f"stage {m + 1} (L{bounds[m]}–L{bounds[m + 1] - 1})"
+        pieces = [("layers", float(cm.layers(c, bounds[m], bounds[m + 1])[0]))]
+        if m == 0:
+            pieces += [("embedding", cm.embed(1)), ("exit head", cm.exit_head())]
+            if plan.sampled:
+                pieces.append(("draw", cm.sample_draft()))
+        if m == k - 1:
+            pieces.append(("head", cm.head(1)))
+            if plan.sampled:
+                pieces.append(("draw", cm.sample_full()))
+        pieces.append(("overhead", roles.of_stage(m, k)))
+        if m < k - 1:
+            pieces.append(("hop", hop))
+        parts += [StagePart(name, part, float(ms)) for part, ms in pieces]
+    return parts
+
+
+def draft_tail_ms(cm: CostModel, sampled: bool = False) -> float:
+    """What stage 1 does after its hidden state has left: the exit head, and at T > 0 the draw."""
+    return cm.exit_head() + (cm.sample_draft() if sampled else 0.0)
+
+
+def stage1_checkpoints(cm: CostModel, context: np.ndarray, exit_layer: int) -> np.ndarray:
+    """Where stage 1 looks at the epoch board during its pass, as offsets (ms, before co-run
+    slowdown) from the pass's start: after the embedding and after each of layers [0, E) (the
+    runtime asks before each layer and once after the last, `runtime/pipeline.py`). [E + 1][T]."""
+    ctx = np.asarray(context, dtype=float)
+    rows = [np.full(ctx.shape, cm.embed(1), dtype=float)]
+    for layer in range(exit_layer):
+        rows.append(rows[-1] + cm.layers(ctx, layer, layer + 1))
+    return np.stack(rows)
+
+
+@dataclass
+class PPSDCosts:
+    """Everything the PPSD engines need: per-stage cost arrays over the stream's positions, the hop,
+    the device of each stage and the co-run factors.
+
+    `exit_ms` is the tail of `stage[0]` per position (None: 0): what stage 1 does after its hidden
+    state has left. Stage 1's pass of a token is embed + layers [0, E) + the overhead before the
+    send (the hidden state leaves for stage 2 then), followed by the tail: the exit head (the draft
+    for the next token, sent to the last stage on its own channel) and the rest of the pass's
+    overhead; both parts get the pass's co-run factor.
+
+    `checkpoints` [P][T]: offsets from stage 1's pass start at which it can abandon a stale pass
+    (`stage1_checkpoints`); the pass start is one too. Between two of them (and from the last to
+    the pass's end: overhead and exit head) a pass cannot be cut. None: anywhere before the exit
+    head (the pass's last `exit_ms`). `launch` "local" (the runtime's shared epoch board: stage 1
+    hears of a rejection at the commit and drops its pass at the next checkpoint) or "torchrun"
+    (stage 1 finishes its passes and hears of a rejection only from the verdict, which its
+    in-flight cap makes it read before its k-th pass after the rejected token). Either way stage 1
+    starts the i-th pass of a cycle (i >= cap) only once the verdict on the (i − cap)-th is in:
+    the runtime's in-flight cap (`inflight_cap`, k; 0 = none)."""
+
+    stage: list[np.ndarray]  # [k][T] ms
+    hop_ms: float
+    placement: tuple[int, ...]
+    factors: list[float]  # factors[b]: slowdown with b devices busy
+    exit_ms: np.ndarray | None = None  # [T] ms, stage[0]'s tail after the send (exit head, overhead)
+    jitter_cv: float = 0.0  # relative spread of a pass: softens the restart race (sim/model/restart.py)
+    checkpoints: np.ndarray | None = None  # [P][T] ms from stage 1's pass start where it may abandon
+    launch: str = "local"
+    inflight_cap: int | None = None  # None: k (the runtime's); 0: no cap
+    overhead_ms: float = 0.0  # stage 1's fixed cost per pass, already in `stage` (reported, not added again)
+    # a generation's first pass per stage for a prompt of L tokens (`stage_prefill_ms`); None: a
+    # one-token pass like the others
+    first_pass: Callable[[float], list[float]] | None = None
+    # what the last stage adds to a pass whose draft it rejects (T > 0: all of q, the exit head again)
+    reject_ms: float = 0.0
+
+    def stage_for(self, stream: Stream) -> list[np.ndarray]:
+        """`stage` with each generation's first token priced as its prefill (`first_pass` at the
+        prompt length, the context that token sees) and `reject_ms` on the last stage's passes
+        whose draft the stream rejects: what the engines run."""
+        if self.first_pass is None and not self.reject_ms:
+            return self.stage
+        t = len(stream.context)
+        out = [np.array(np.broadcast_to(s, (t,)), dtype=float) for s in self.stage]
+        if self.first_pass is not None:
+            for j in np.flatnonzero(stream.seg_start).tolist():
+                for m, ms in enumerate(self.first_pass(float(stream.context[j]))):
+                    out[m][j] = ms
+        if self.reject_ms:
+            out[-1][~np.asarray(stream.match, dtype=bool)] += self.reject_ms
+        return out
+
+    def expected_last(self, alpha: float) -> np.ndarray:
+        """The last stage's expected pass at i.i.d. acceptance α (closed forms): `reject_ms` at 1 − α."""
+        return self.stage[-1] + (1.0 - float(alpha)) * self.reject_ms
+
+    @property
+    def cap(self) -> int:
+        return self.k if self.inflight_cap is None else int(self.inflight_cap)
+
+    def segments(self, j) -> np.ndarray:
+        """Stage 1's uncuttable stretches of the pass of token(s) j: offsets [S + 1][...] from the
+        pass's start (before co-run slowdown); stretch s runs from row s to row s + 1."""
+        j = np.asarray(j)
+        end = self.stage[0][j]
+        if self.checkpoints is None:
+            return np.stack([end - self.exit_array()[j], end])
+        return np.concatenate([np.zeros((1, *np.shape(j))), np.asarray(self.checkpoints)[:, j], end[None]])
+
+    def exit_array(self) -> np.ndarray:
+        n = len(self.stage[0])
+        if self.exit_ms is None:
+            return np.zeros(n)
+        return np.broadcast_to(np.asarray(self.exit_ms, dtype=float), (n,))
+
+    @property
+    def k(self) -> int:
+        return len(self.stage)
+
+    @property
+    def num_devices(self) -> int:
+        return len(set(self.placement))
+
+    def factor(self, index_in_cycle: int, stage: int) -> float:
+        """Co-run slowdown of the pass of the i-th token of a cycle at stage m (0-based). Stage 1
+        never idles (it drafts ahead), so when that token reaches stage m, stages 1..m are busy
+        with it and its successors, and min(i, k-m-1) later stages with its predecessors: the
+        pipeline is fully loaded from its k-th token on. Stages sharing a device count once."""
+        busy = min(self.num_devices, stage + 1 + index_in_cycle)
+        return self.factors[min(busy, len(self.factors) - 1)]
+
+
+def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
+    """The costs of `plan` on `profile`: with the profile's control plane at k stages (each role's
+    `Profile.pass_overheads_ms(k)` added to its stage's passes, stage 1's after its send in its
+    tail, the hop at least `Profile.transit_ms(k)`)."""
+    cm = cost_model(profile, plan.exit_head)
+    placement = plan.devices()
+    d = len(set(placement))
+    k = len(plan.stage_bounds) - 1
+    roles, transit = cm.pass_overheads(k), cm.transit(k)
+    over = [roles.of_stage(m, k) for m in range(k)]
+    # what stage 1 does after its hidden state has left (the draft's send, the loop) runs while
+    # stage 2 works: it belongs to the tail, with the exit head, not to the hand-over
+    tail = draft_tail_ms(cm, plan.sampled) + max(roles.first - roles.first_before_send, 0.0)
+    first_pass = lru_cache(maxsize=None)(
+        lambda prompt_len: stage_prefill_ms(cm, prompt_len, plan.stage_bounds, over, plan.sampled))
+    stage = stage_ms(cm, context, plan.stage_bounds, over, plan.sampled)
+    # the restart race's noise (sim/model/restart.py: σ = cv · sqrt(2 · w0 · fr), w0 stage 1's pass): the
+    # passes' own (the probe's relative spread), or the host's on each hand-over (an absolute spread
+    # s per message, cv = s / w0), whichever is larger. Without it the race is a cliff: at a tie a
+    # 0.1 ms shift moves a whole exit head of waiting per rejection (emulated CPU profile, E = 8, k = 8,
+    # alpha 0.3: the commit 0.03 ms before stage 1's layers end, +13% against the runtime's 1.01x)
+    w0 = float(np.median(stage[0])) if np.size(stage[0]) else 0.0
+    jitter = max(float(profile.pass_jitter_cv()), cm.hop_jitter(k) / w0 if w0 > 0 else 0.0)
+    return PPSDCosts(stage=stage,
+                     hop_ms=max(float(plan.hop_ms or 0.0), transit),
+                     placement=placement, factors=corun_factors(profile, d),
+                     exit_ms=np.full(np.shape(context), tail, dtype=float),
+                     jitter_cv=jitter,
+                     checkpoints=stage1_checkpoints(cm, context, plan.stage_bounds[1]),
+                     launch=plan.launch, overhead_ms=roles.first, first_pass=first_pass,
+                     reject_ms=cm.exit_head() if plan.sampled else 0.0)

@@ -1,0 +1,135 @@
+"""runtime/validation/bench.py: the one bench loop, with a fake runtime plugged in (no model): AR
+around every plan, greedy rounds in alternating order, sampled seeds each opening with AR."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from runtime.measure import Job, Measurement
+from runtime.validation.bench import AR_PLAN, Bench, greedy_passes, sampled_passes
+from runtime.validation.statistics import SeedSummary, median_round
+from sim.modes import Mode
+from sim.plan import Plan
+
+EESD, PPSD = Plan(Mode.EESD, 2, draft_len=3), Plan(Mode.PPSD, 3, stages=2)
+
+
+class FakeRuntime:
+    """A MeasureFn: AR runs at 10, 11, 12, ... tokens/s in turn; a plan at 20 (EESD) or 30 (PPSD)."""
+
+    def __init__(self):
+        self.jobs: list[Job] = []
+
+    def __call__(self, model, job: Job) -> Measurement:
+        self.jobs.append(job)
+        ar_runs = sum(j.plan.mode is Mode.AR for j in self.jobs)
+        tps = {Mode.AR: 9.0 + ar_runs, Mode.EESD: 20.0, Mode.PPSD: 30.0}[job.plan.mode]
+        acc = None if job.plan.mode is Mode.AR else 0.5
+        return Measurement(SimpleNamespace(tokens_per_s=tps, acceptance_rate=acc), [[1, 2]])
+
+
+def _bench(runtime, **kw) -> Bench:
+    return Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1]], max_new=[4], warmup=1, repeats=2), measure=runtime,
+                 **kw)
+
+
+def test_greedy_rounds_bracket_every_plan_with_ar_in_alternating_order(capsys):
+    runtime = FakeRuntime()
+    runs = _bench(runtime).run([EESD, PPSD], greedy_passes(2, 2, warmup=1), [None, None], ["eesd", "ppsd"])
+    modes = [j.plan.mode.value for j in runtime.jobs]
+    # AR once up front, then each plan followed by AR; round 2 runs the plans backwards
+    assert modes == ["ar", "eesd", "ar", "ppsd", "ar", "ppsd", "ar", "eesd", "ar"]
+    assert runs.ar_tokens_per_s == [10.0, 11.0, 12.0, 13.0, 14.0]
+    eesd_runs = runs.plan_runs[0]
+    assert [r.ar_reference for r in eesd_runs] == [10.5, 13.5]  # the AR runs just before and after
+    assert eesd_runs[0].speedup == pytest.approx(20 / 10.5)
+    assert median_round(eesd_runs) is eesd_runs[1]  # the lower middle of two: the slower speedup
+    again = runtime.jobs[2]
+    assert (again.warmup, again.repeats, again.timeline) == (0, 1, False)  # a bracket is one quick run
+    err = capsys.readouterr().err
+    assert "[round 2/2 1/2] ppsd ... (then AR again)" in err
+
+
+def test_ar_once_measures_ar_up_front_only():
+    runtime = FakeRuntime()
+    runs = _bench(runtime, bracket=False).run([EESD], greedy_passes(1, 1, warmup=1), [None], ["eesd"])
+    assert [j.plan.mode.value for j in runtime.jobs] == ["ar", "eesd"]
+    assert runs.plan_runs[0][0].ar_reference == 10.0
+
+
+def test_sampled_seeds_each_open_with_ar_at_their_seed():
+    runtime = FakeRuntime()
+    runs = _bench(runtime).run([EESD, PPSD], sampled_passes(2, [0, 1], warmup=1), [None, None], ["e", "p"])
+    assert [(j.plan.mode.value, j.seed) for j in runtime.jobs] == [
+        ("ar", 0), ("eesd", 0), ("ar", 0), ("ppsd", 0), ("ar", 0),
+        ("ar", 1), ("eesd", 1), ("ar", 1), ("ppsd", 1), ("ar", 1)]
+    assert len(runs.ar_opening) == 2 and len(runs.ar_tokens_per_s) == 2 * 3
+    first, second = runtime.jobs[1], runtime.jobs[6]
+    assert (first.warmup, first.timeline) == (1, True) and (second.warmup, second.timeline) == (0, False)
+    seeds = SeedSummary.of([20.0, 20.0], runs.plan_runs[0])
+    assert seeds.speedups == [pytest.approx(20 / 10.5), pytest.approx(20 / 13.5)]
+    assert seeds.acceptance_rate == 0.5
+
+
+class DriftingMachine:
+    """A MeasureFn on a machine that halves its speed from the `slow_from`-th run on: AR decodes 10
+    tokens/s per thread, EESD 20, every prompt 8 tokens, records as runtime.measure makes them."""
+
+    def __init__(self, slow_from: int):
+        self.jobs: list[Job] = []
+        self.slow_from = slow_from
+
+    def __call__(self, model, job: Job) -> Measurement:
+        from runtime.decoding import SeqRecord
+        from runtime.measure import summarize
+
+        self.jobs.append(job)
+        speed = {Mode.AR: 10.0, Mode.EESD: 20.0}[job.plan.mode] * job.threads
+        if len(self.jobs) >= self.slow_from:
+            speed /= 2
+        recs = [SeqRecord(tokens=list(range(9)), prefill_s=0.1, decode_s=8 / speed, rounds=[1] * 4, verified=8,
+                          busy_s=[8 / speed]) for _ in job.prompts]
+        return summarize(job.plan, [recs] * job.repeats)
+
+
+def test_turns_pair_each_chunk_of_prompts_with_the_ar_run_right_before_it(capsys):
+    # runs: AR opening, then AR p1, EESD p1, AR p2 (slow from here), EESD p2
+    machine = DriftingMachine(slow_from=4)
+    bench = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1], [2]], max_new=[8, 8], warmup=1, repeats=1),
+                  measure=machine, turn_prompts=1)
+    runs = bench.run([EESD], greedy_passes(1, 1, warmup=1), [None], ["eesd"])
+    assert [(j.plan.mode.value, len(j.prompts)) for j in machine.jobs] == [
+        ("ar", 2), ("ar", 1), ("eesd", 1), ("ar", 1), ("eesd", 1)]
+    ar_turn = machine.jobs[1]
+    assert (ar_turn.warmup, ar_turn.repeats, ar_turn.timeline) == (0, 1, False)
+    assert machine.jobs[2].warmup == 1  # the plan warms up on each chunk as on the whole set
+    (run,) = runs.plan_runs[0]
+    # the slowdown hit AR and EESD alike on prompt 2: the speedup is the machine-free 2.0 (bracketing
+    # against the fast opening AR would have said (16 / 1.2) / 10 = 1.33)
+    assert run.speedup == pytest.approx(2.0)
+    assert run.measurement.result.tokens_per_s == pytest.approx(16 / (0.4 + 0.8))
+    assert runs.ar_tokens_per_s[-1] == pytest.approx(16 / (0.8 + 1.6))
+    assert "(in turns with AR)" in capsys.readouterr().err
+
+
+def test_turns_within_a_budget_pool_every_chunk_on_all_cores():
+    machine = DriftingMachine(slow_from=10 ** 6)
+    bench = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1], [2], [3]], max_new=[8] * 3, warmup=0, repeats=1),
+                  measure=machine, turn_prompts=2, cores=2)
+    runs = bench.run([EESD], greedy_passes(1, 1, warmup=0), [None], ["eesd"])
+    (run,) = runs.plan_runs[0]
+    assert run.budget_tokens_per_s == pytest.approx(40.0) and run.budget_ar_reference == pytest.approx(20.0)
+    assert run.budget_speedup == pytest.approx(2.0)
+    # per chunk (prompts 1-2, then 3): AR, EESD, AR on 2 threads, EESD on 2 threads
+    per_chunk = [(j.plan.mode.value, j.threads, len(j.prompts)) for j in machine.jobs[2:]]
+    assert per_chunk == [("ar", 1, 2), ("eesd", 1, 2), ("ar", 2, 2), ("eesd", 2, 2),
+                         ("ar", 1, 1), ("eesd", 1, 1), ("ar", 2, 1), ("eesd", 2, 1)]
+
+
+def test_turns_leave_sampled_runs_bracketed():
+    runtime = FakeRuntime()
+    bench = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1], [2]], max_new=[4, 4], temperature=0.7),
+                  measure=runtime, turn_prompts=1)
+    assert not bench.in_turns  # a sampled sequence's seed follows its place in the job
