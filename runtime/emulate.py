@@ -61,6 +61,7 @@ import torch
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
+from ppsd.profile.tables import interp_last
 
 SPIN_S = 100e-6  # the last stretch of a wait is spun on perf_counter, the rest slept
 SLEEP_SLICE_S = 1e-3  # the longest single sleep of a wait
@@ -175,20 +176,9 @@ class EmulatedCache:
         self.lengths[layer_idx] = start_pos + n
 
 
-# --- interpolation, exactly as ppsd/profile/tables.py's `interp`, vectorised over layers -----------------
+# --- interpolation: ppsd/profile/tables.py's, vectorised over layers ---------------------------------------
 
-def _lin(x: float, grid: np.ndarray, values: np.ndarray) -> np.ndarray:
-    if len(grid) == 1:
-        return np.maximum(values[..., 0], 0.0)
-    if x <= grid[0]:
-        i = 0
-    elif x >= grid[-1]:
-        i = len(grid) - 2
-    else:
-        i = int(np.searchsorted(grid, x)) - 1
-    x0, x1 = grid[i], grid[i + 1]
-    y0, y1 = values[..., i], values[..., i + 1]
-    return np.maximum(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 0.0)
+_lin = interp_last  # the profile's own interpolation, vectorised over layers
 
 
 # --- the model ----------------------------------------------------------------------------------------

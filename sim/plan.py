@@ -12,7 +12,7 @@ from ppsd import exit_heads
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED as SHARED_HEAD
 from sim.modes import LAUNCHES, Mode  # LAUNCHES re-exported: Plan.launch's values
-from sim.schemes import SCHEMES, scheme_for
+from sim.schemes import SCHEMES, runtime_decodes, scheme_for
 from sim.timeline import Event
 
 
@@ -66,8 +66,6 @@ class Plan:
             raise UserError(f"unknown runtime {self.runtime!r}", f"use one of: {', '.join(RUNTIMES)}")
         if self.schedule not in SCHEDULES:
             raise UserError(f"unknown draft-length schedule {self.schedule!r}", f"use one of: {', '.join(SCHEDULES)}")
-        from sim.schemes import runtime_decodes
-
         if not runtime_decodes(self.runtime, self.mode):  # transformers' generate has AR and assisted only
             raise UserError("transformers' generate has no pipeline (PPSD) mode", "use --mode ar or eesd with --runtime hf")
         t = float(self.temperature or 0.0)

@@ -31,3 +31,18 @@ def spec_bench_path():
     if not paths.SPEC_BENCH_PATH.is_file():
         pytest.skip(f"needs the Spec-Bench prompts at {paths.SPEC_BENCH_PATH} (../shared beside the checkout)")
     return paths.SPEC_BENCH_PATH
+
+
+def make_tiny_profile(tmp_path_factory, folder: str, argv: list[str]):
+    """A `ppsd profile` of tiny-llama (`argv`: the command line, without --out) in a fresh folder, its
+    model cache beside it: the module fixtures of the validation tests build theirs with it."""
+    from ppsd.cli import main
+
+    out = tmp_path_factory.mktemp(folder) / "tiny"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PPSD_CACHE", str(out.parent / "cache"))
+    try:
+        assert main([*argv, "--out", str(out)]) == 0
+    finally:
+        mp.undo()
+    return out

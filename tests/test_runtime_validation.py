@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from conftest import make_tiny_profile
 from ppsd.cli import main
 from ppsd.profile import load_profile
 from ppsd.validation_folder import CSV_COLUMNS, INTERVAL_COLUMNS, SAME_BUDGET_COLUMNS
@@ -16,14 +17,7 @@ TINY = ["profile", "--model", "tiny-llama", "--limit", "4", "--max-new-tokens", 
 
 @pytest.fixture(scope="module")
 def tiny_profile(tmp_path_factory):
-    out = tmp_path_factory.mktemp("validate") / "tiny"
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PPSD_CACHE", str(out.parent / "cache"))
-    try:
-        assert main([*TINY, "--out", str(out)]) == 0
-    finally:
-        mp.undo()
-    return out
+    return make_tiny_profile(tmp_path_factory, "validate", TINY)
 
 
 def test_validate_writes_the_folder_and_the_outputs_match_ar(tiny_profile, tmp_path, capsys):

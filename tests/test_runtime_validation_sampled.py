@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from conftest import make_tiny_profile
 from ppsd.cli import main
 from ppsd.profile import load_profile
 
@@ -17,14 +18,7 @@ TINY = ["profile", "--model", "tiny-llama", "--limit", "3", "--max-new-tokens", 
 
 @pytest.fixture(scope="module")
 def tiny_profile(tmp_path_factory):
-    out = tmp_path_factory.mktemp("vsampled") / "tiny"
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PPSD_CACHE", str(out.parent / "cache"))
-    try:
-        assert main([*TINY, "--out", str(out)]) == 0
-    finally:
-        mp.undo()
-    return out
+    return make_tiny_profile(tmp_path_factory, "vsampled", TINY)
 
 
 def test_sampled_validation_reports_seeds_acceptance_and_temperature(tiny_profile, tmp_path, capsys):

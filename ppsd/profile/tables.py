@@ -38,11 +38,11 @@ class StatTable:
         return self if factor == 1.0 else StatTable(self.median_ms * factor, self.p10_ms * factor, self.p90_ms * factor)
 
 
-def interp(x: float, grid: np.ndarray, values: np.ndarray) -> float:
-    """Linear in x between grid points; linear extrapolation past the ends (context keeps growing),
-    never below zero."""
+def interp_last(x: float, grid: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`interp` along the last axis of `values` (one answer per leading index, e.g. per layer)."""
+    values = np.asarray(values, dtype=float)
     if len(grid) == 1:
-        return float(values[0])
+        return np.maximum(values[..., 0], 0.0)
     if x <= grid[0]:
         i = 0
     elif x >= grid[-1]:
@@ -50,6 +50,11 @@ def interp(x: float, grid: np.ndarray, values: np.ndarray) -> float:
     else:
         i = int(np.searchsorted(grid, x)) - 1
     x0, x1 = grid[i], grid[i + 1]
-    y0, y1 = values[i], values[i + 1]
-    y = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return float(max(y, 0.0))
+    y0, y1 = values[..., i], values[..., i + 1]
+    return np.maximum(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 0.0)
+
+
+def interp(x: float, grid: np.ndarray, values: np.ndarray) -> float:
+    """Linear in x between grid points; linear extrapolation past the ends (context keeps growing),
+    never below zero."""
+    return float(interp_last(x, grid, values))
