@@ -132,6 +132,8 @@ def test_dry_run_writes_every_result_with_the_device_in_the_names(dry_run):
     assert {"ar", "eesd"} <= modes
     assert ("ppsd" in modes) == (len(os.sched_getaffinity(0)) >= 2)
     assert val["forced_trace"] is True and val["model"] == "random:smollm2-135m?layers=4"
+    # traces drawn from an α curve commit drafts a random model would reject: no losslessness asked
+    assert prof.acceptance_drawn and all(r["outputs_match_ar"] is None for r in val["rows"])
     summary = json.loads((out / f"{RUN}.json").read_text())
     assert summary["cpu_dry_run"] and set(summary["phases_s"]) == {"1 profile", "2 traces", "3 estimate",
                                                                    "4 validate", "5 heads"}

@@ -360,6 +360,12 @@ class Profile:
         return bool(self.meta.get("acceptance")) and (self.path / self.meta["acceptance"]["file"]).exists()
 
     @property
+    def acceptance_drawn(self) -> bool:
+        """True when the acceptance table was drawn from an α curve (a random-weight model, `bench/gpu_check.py`)
+        rather than traced from the model's own drafts: replaying it commits drafts the model would reject."""
+        return bool((self.meta.get("acceptance") or {}).get("alpha_curve"))
+
+    @property
     def acceptance(self):
         """pandas DataFrame with ACCEPTANCE_COLUMNS (loaded on first use)."""
         if self._acceptance is None:

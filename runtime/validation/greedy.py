@@ -98,8 +98,11 @@ class GreedyValidation:
     def _plan_row(self, plan, alpha: float | None, plan_runs: list, ar_outputs) -> vf.ValidationRow:
         kept = median_round(plan_runs)
         pred = self.predictor.result(plan, alpha, timeline=True, scale=kept.scale)
-        # a forced run commits the drafts it was told to accept: its output is not AR's by design
-        match = None if alpha is not None else all(x.measurement.outputs == ar_outputs for x in plan_runs)
+        # a forced run commits the drafts it was told to accept, and so does a replay of traces drawn
+        # from an α curve (not the model's own): their output is not AR's by design, so losslessness is
+        # not asked of them (None, shown blank) rather than reported as False
+        drawn = self.config.force_trace and self.inputs.profile.acceptance_drawn
+        match = None if alpha is not None or drawn else all(x.measurement.outputs == ar_outputs for x in plan_runs)
         row = vf.ValidationRow.from_results(plan, pred, kept.measurement.result, kept.ar_reference, match,
                                             forced_alpha=alpha)
         if self.config.rounds > 1:
