@@ -295,7 +295,7 @@ def run_hf_block(profile_dir, args, *, added_later: bool) -> int:
                    limit=getattr(args, "hf_limit", 6), threads=getattr(args, "threads", None),
                    force=bool(getattr(args, "force", False)) or not added_later,
                    progress=lambda d, t: report("hf", d, t), added_later=added_later)
-    print(f"latency.hf: AR +{block['ar_token_overhead_ms']:.2f} ms a token, a round +{block['round_overhead_ms']:.2f} ms "
-          f"+ {block['draft_overhead_ms']:.2f} ms a draft (transformers {block['transformers']}, drafter re-feeds "
+    print(f"latency.hf: AR {block['ar_token_overhead_ms']:+.2f} ms a token, a round {block['round_overhead_ms']:+.2f} ms "
+          f"{block['draft_overhead_ms']:+.2f} ms a draft (transformers {block['transformers']}, drafter re-feeds "
           f"{block['refeed']}, piece scale {block['piece_scale']:.3f}, {block['seconds']:.0f} s) -> {profile_dir}")
     return 0

@@ -29,11 +29,19 @@ class PieceScale:
     head: float = 1.0
     embedding: float = 1.0
     exit_heads: dict[str, float] = field(default_factory=dict)
+    # the 2-process co-run slowdown measured now over the profile's (`ppsd validate --retime` before a
+    # pipelined plan): co-running stages slow each other by a factor that drifts with the machine's
+    # state (AMD EPYC VM, 2026-12-04: 0.99x in the profile, 1.03x ninety minutes later), which no
+    # single-process timing of the pieces can see
+    corun: float = 1.0
 
     def drift_pct(self) -> dict[str, float]:
-        """{piece: % now against the profile}, exit heads as `exit_head:<name>`."""
+        """{piece: % now against the profile}, exit heads as `exit_head:<name>`, the co-run slowdown as
+        `corun` when it was measured."""
         out = {k: round(100.0 * (getattr(self, k) - 1.0), 2) for k in STEP_PIECES}
         out.update({f"exit_head:{k}": round(100.0 * (v - 1.0), 2) for k, v in sorted(self.exit_heads.items())})
+        if self.corun != 1.0:
+            out["corun"] = round(100.0 * (self.corun - 1.0), 2)
         return out
 
 

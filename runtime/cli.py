@@ -110,7 +110,8 @@ def register(sub) -> None:
                         "machine whose speed wanders over minutes, R = 3 separates model error from noise")
     v.add_argument("--retime", action="store_true",
                    help="time the pieces of a decode step (layers, LM head, embedding, the exit heads with --heads) "
-                        "right before AR and before every plan, and price that plan with them "
+                        "right before AR and before every plan (and before a PPSD plan on a CPU, the 2-process "
+                        "co-run slowdown), and price that plan with them "
                         "(profiler/piece_times.py): acceptance still comes from the predicting profile alone. A "
                         "shared machine's pieces drift apart over minutes; validation.json keeps the prediction "
                         "priced from the profile alone beside it (predicted_speedup_profile)")

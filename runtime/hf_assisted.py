@@ -30,6 +30,7 @@ exit as ppsd's shared head) and verifies the drafts with the whole model. Its AR
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -129,6 +130,12 @@ def instrumented(hf, log: list[ForwardCall] | None, drafts: list[int]):
     cls.get_candidates = get_candidates
     orig_forward = hf.forward if log is not None else None
     if log is not None:
+        # `wraps` keeps forward's signature visible: generate() asks it whether the model takes
+        # `logits_to_keep` and, seeing a bare (*args, **kwargs), computes the LM head on every position
+        # of every call, the drafter's 2-token re-feed included (AMD EPYC VM, 2026-12-04: each timed
+        # round then carried ~16 ms of head the un-timed runs never pay, and the fitted round overhead
+        # came out at 18.5 ms where the gaps between forward calls are 3-5 ms)
+        @functools.wraps(orig_forward)
         def forward(*args, **kwargs):
             ids = kwargs.get("input_ids", args[0] if args else None)
             cache = kwargs.get("cache", kwargs.get("past_key_values"))

@@ -4,6 +4,7 @@ schedule exactly as the simulator replays it (sim/schemes/hf.py), and the CLI wi
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -147,3 +148,31 @@ def test_cli_run_hf_refuses_ppsd(capsys):
     assert main(["run", "--runtime", "hf", "--model", "tiny-llama", "--mode", "ppsd", "--exit", "3"]) == 2
     err = capsys.readouterr().err
     assert "no pipeline" in err and len(err.strip().splitlines()) == 1
+
+
+def test_logging_forward_calls_leaves_generate_computing_the_logits_it_would(tiny):
+    """The forward-call log wraps the model's forward; generate() must still see `logits_to_keep` in its
+    signature, or it computes the LM head on every position of every call (the drafter's re-feed
+    included), and the profiler times rounds no un-logged run pays for."""
+    from runtime.hf_assisted import ForwardCall, generate_hf, hf_model, instrumented
+
+    hf = hf_model(tiny)
+    assert hf._supports_logits_to_keep(), "tiny-llama's forward takes logits_to_keep"
+    log: list[ForwardCall] = []
+    with instrumented(hf, log, []):
+        assert hf._supports_logits_to_keep()
+    seen = []
+    orig = type(hf).forward
+
+    @functools.wraps(orig)  # the spy keeps the signature too
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("logits_to_keep"))
+        return orig(self, *args, **kwargs)
+
+    type(hf).forward = spy
+    try:
+        rec = generate_hf(tiny, _prompts(tiny)[0], 12, exit_layer=2, eos=set(), log=log)
+    finally:
+        type(hf).forward = orig
+    assert len(rec.tokens) == 12 and log  # the log still records every call
+    assert seen and all(k is not None for k in seen)  # every call was told how many logits to keep

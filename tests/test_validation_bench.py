@@ -104,7 +104,8 @@ def test_turns_pair_each_chunk_of_prompts_with_the_ar_run_right_before_it(capsys
         ("ar", 2), ("ar", 1), ("eesd", 1), ("ar", 1), ("eesd", 1)]
     ar_turn = machine.jobs[1]
     assert (ar_turn.warmup, ar_turn.repeats, ar_turn.timeline) == (0, 1, False)
-    assert machine.jobs[2].warmup == 1  # the plan warms up on each chunk as on the whole set
+    # an in-process plan warms up on its first chunk only: the decoder is warm after it
+    assert (machine.jobs[2].warmup, machine.jobs[4].warmup) == (1, 0)
     (run,) = runs.plan_runs[0]
     # the slowdown hit AR and EESD alike on prompt 2: the speedup is the machine-free 2.0 (bracketing
     # against the fast opening AR would have said (16 / 1.2) / 10 = 1.33)
@@ -133,3 +134,27 @@ def test_turns_leave_sampled_runs_bracketed():
     bench = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1], [2]], max_new=[4, 4], temperature=0.7),
                   measure=runtime, turn_prompts=1)
     assert not bench.in_turns  # a sampled sequence's seed follows its place in the job
+
+
+def test_turns_warm_a_pipeline_up_on_every_chunk():
+    """A pipelined plan's stage processes start afresh every run, so each chunk warms up again."""
+    runtime = FakeRuntime()
+    bench = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1], [2], [3]], max_new=[4] * 3, warmup=1, repeats=1),
+                  measure=_combinable(runtime), turn_prompts=1)
+    bench.run([PPSD, EESD], greedy_passes(2, 1, warmup=1), [None, None], ["ppsd", "eesd"])
+    warm = {m: [j.warmup for j in runtime.jobs[1:] if j.plan.mode.value == m] for m in ("ppsd", "eesd", "ar")}
+    assert warm == {"ppsd": [1, 1, 1], "eesd": [1, 0, 0], "ar": [0] * 6}
+
+
+def _combinable(runtime):
+    """`runtime` returning measurements `combine` can sum (records as runtime.measure makes them)."""
+    from runtime.decoding import SeqRecord
+    from runtime.measure import summarize
+
+    def measure(model, job):
+        runtime(model, job)
+        recs = [SeqRecord(tokens=list(range(5)), prefill_s=0.1, decode_s=0.4, rounds=[1] * 2, verified=4,
+                          busy_s=[0.4]) for _ in job.prompts]
+        return summarize(job.plan, [recs] * job.repeats)
+
+    return measure

@@ -147,10 +147,11 @@ class Profile:
         procs = corun.get("processes") or [1]
         slow = corun.get("slowdown") or [1.0]
         table = lambda p: float(_interp(p, np.asarray(procs, float), np.asarray(slow, float)))  # noqa: E731
+        now = float(corun.get("now_over_profile", 1.0))  # `retimed` with a co-run measured again
         piped = self.pipeline.get("slowdown")
         if piped is None:
-            return table(processes)
-        return float(piped) * table(processes) / table(2)
+            return now * table(processes)
+        return now * float(piped) * table(processes) / table(2)
 
     def corun_table(self) -> dict | None:
         """The co-run measurement's 2-process figure as the profiler took it, without the pipeline
@@ -221,7 +222,8 @@ class Profile:
     def retimed(self, scale) -> Profile:
         """This profile with its pieces priced as timed now (`profiler.piece_times.PieceScale`: each
         layer, the LM head, the embedding and each named exit head scaled by now / profiled, at every
-        n, context and thread count alike); acceptance, hop, co-run and control plane stay.
+        n, context and thread count alike; with `scale.corun`, every co-run slowdown of 2 or more
+        processes scaled by it); acceptance, hop and control plane stay.
         Why: a shared machine's pieces drift apart over minutes (the memory-bound LM head most), and
         `ppsd validate --retime` prices each plan on the machine it ran on."""
         lat = dict(self.latency)
@@ -252,6 +254,9 @@ class Profile:
                 if t.get("whole_step_ms"):
                     tables[u]["whole_step_ms"] = whole(float(t["whole_step_ms"]), t, tables[u])
             lat["parallel"] = {**par, "tables": tables}
+        corun = float(getattr(scale, "corun", 1.0))
+        if corun != 1.0:
+            lat.update(_corun_scaled(lat, corun))
         return Profile(path=self.path, meta={**self.meta, "latency": lat}, n_values=self.n_values,
                        context_values=self.context_values, _acceptance=self._acceptance, _sampled=self._sampled,
                        **main_new)
@@ -479,3 +484,13 @@ class Profile:
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+
+def _corun_scaled(latency: dict, factor: float) -> dict:
+    """`latency`'s co-run block with `now_over_profile` = `factor` (in memory only, never written):
+    `Profile.corun_slowdown` multiplies every figure of 2 or more processes by it, so each k moves by
+    the same factor however the table is interpolated or extrapolated."""
+    corun = dict(latency.get("corun") or {})
+    corun["now_over_profile"] = float(corun.get("now_over_profile", 1.0)) * factor
+    return {"corun": corun}

@@ -139,7 +139,7 @@ class Bench:
 
     def _measure_plan(self, plan: Plan, forced, bench_pass: BenchPass, runs: BenchRuns) -> PlanRun:
         """The plan, then AR again (unless AR ran once): the plan against the AR runs around it."""
-        scale = self.retimer.now(plan.label()) if self.retimer is not None else None
+        scale = self.retimer.now(plan.label(), plan.scheme.pipelined) if self.retimer is not None else None
         job = self._job(plan, bench_pass, forced)
         measured = self.measure(self.model, job)
         ar_reference = runs.ar_tokens_per_s[-1]
@@ -166,17 +166,22 @@ class Bench:
         the plan on it, the same way): the plan against the AR that ran seconds before each chunk."""
         from runtime.same_budget import measure_ar_in_budget, measure_plan_in_budget
 
-        scale = self.retimer.now(plan.label()) if self.retimer is not None else None
+        scale = self.retimer.now(plan.label(), plan.scheme.pipelined) if self.retimer is not None else None
         job = self._job(plan, bench_pass, forced)
         ar_job = replace(self._job(AR_PLAN, bench_pass), warmup=0, repeats=1, timeline=False)
         turns = Turns(len(job.prompts), self.turn_prompts)
         ar_parts, plan_parts, budget_ar, budget_plan = [], [], [], []
-        for chunk in turns.chunks:
+        for k, chunk in enumerate(turns.chunks):
+            plan_job = turns.job(job, chunk)
+            if k and not plan.scheme.pipelined:
+                # a decoder in this process is warm after its first chunk (and AR decoded just before it):
+                # only a pipeline, whose stage processes start afresh every run, warms up every chunk
+                plan_job = replace(plan_job, warmup=0)
             ar_parts.append(self.measure(self.model, turns.job(ar_job, chunk)))
-            plan_parts.append(self.measure(self.model, turns.job(job, chunk)))
+            plan_parts.append(self.measure(self.model, plan_job))
             if self.cores > 1:
                 budget_ar.append(measure_ar_in_budget(self.model, turns.job(ar_job, chunk), self.cores, self.measure))
-                budget_plan.append(measure_plan_in_budget(self.model, turns.job(job, chunk), self.cores,
+                budget_plan.append(measure_plan_in_budget(self.model, plan_job, self.cores,
                                                           plan_parts[-1].result.tokens_per_s, self.measure))
         measured, ar = combine(plan_parts), combine(ar_parts)
         runs.ar_tokens_per_s.append(ar.result.tokens_per_s)

@@ -38,6 +38,9 @@ class GreedyValidation:
         # threads do not speed up a wait: emulated runs have no same-budget baseline
         self.cores = 1 if config.emulated else cores_for_budget(config.cores, model.device.type == "cuda")
         self.budget_priced = self.cores > 1 and self.cores in inputs.predict.parallel_units()
+        # the AR row is the measuring runtime's AR (transformers' plain generate with --runtime hf), priced
+        # and labelled as such ("AR [hf]"); the bench's AR jobs are the same whichever plan names them
+        self.ar_plan = replace(AR_PLAN, runtime=config.runtime)
         # in-sample twins (out-of-sample runs whose measured profile traced the measured prompts): what the
         # default, in-sample validation predicts for the same runs, reported beside the real prediction
         acc = inputs.acceptance
@@ -55,7 +58,7 @@ class GreedyValidation:
         if corun is not None:
             corun.measure("before the plans")
         # --retime: the pieces timed right before AR and before every plan price it (profiler/piece_times.py)
-        retimer = Retimer.for_run(config.retime, inputs.predict, inputs.model, config.heads, config.emulated)
+        retimer = Retimer.for_run(config.retime, inputs.predict, inputs.model, config.heads, config.emulated, corun)
         runs = self._bench(retimer).run(inputs.plans, greedy_passes(len(inputs.plans), config.rounds, config.warmup),
                                         self._forced_traces(), self._titles())
         if corun is not None:
@@ -88,9 +91,9 @@ class GreedyValidation:
     def _rows(self, runs: BenchRuns) -> list[vf.ValidationRow]:
         """AR's row, then each plan's from its median round."""
         ar = runs.ar_opening[0]
-        ar_pred = self.predictor.result(AR_PLAN, timeline=True, scale=runs.ar_scale)
-        rows = [vf.ValidationRow.from_results(AR_PLAN, ar_pred, ar.result, ar.result.tokens_per_s, None)]
-        vf.write_plan_timelines(self.out, AR_PLAN, ar_pred, ar.result, write_chrome_trace)
+        ar_pred = self.predictor.result(self.ar_plan, timeline=True, scale=runs.ar_scale)
+        rows = [vf.ValidationRow.from_results(self.ar_plan, ar_pred, ar.result, ar.result.tokens_per_s, None)]
+        vf.write_plan_timelines(self.out, self.ar_plan, ar_pred, ar.result, write_chrome_trace)
         for plan, alpha, plan_runs in zip(self.inputs.plans, self.inputs.forced, runs.plan_runs):
             rows.append(self._plan_row(plan, alpha, plan_runs, ar.outputs))
         return rows
@@ -126,7 +129,7 @@ class GreedyValidation:
         alphas = [None, *self.inputs.forced]
         predicted = [self.predictor.result(p, a, budget=self.cores, engine="fast", scale=s).speedup_vs_ar_tp
                      if self.budget_priced else None
-                     for p, a, s in zip([AR_PLAN, *self.inputs.plans], alphas, scales)]
+                     for p, a, s in zip([self.ar_plan, *self.inputs.plans], alphas, scales)]
         return [r.with_same_budget(p, m) for r, p, m in zip(rows, predicted, measured)]
 
     def _with_intervals(self, rows: list, runs: BenchRuns) -> list:

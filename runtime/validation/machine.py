@@ -5,7 +5,7 @@ again before AR and before every plan, so each is priced on the machine it ran o
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ppsd.errors import UserError
 
@@ -47,6 +47,17 @@ class CorunCheck:
             return
         self.runs.append(float(got["slowdown"][1]))
 
+    def now_over_profile(self, when: str) -> float:
+        """The co-run slowdown measured now over the profile's (1.0 when the check fails). Each is taken
+        as at least 1: two processes sharing a machine cannot speed each other up, so a figure under 1 is
+        a slow one-process baseline (AMD EPYC VM, 2026-12-04: a profile's 0.909), and dividing by it
+        would price every pipelined plan that much slower."""
+        before = len(self.runs)
+        self.measure(when)
+        if len(self.runs) == before or self.profile_slowdown <= 0:
+            return 1.0
+        return max(self.runs[-1], 1.0) / max(self.profile_slowdown, 1.0)
+
     def summary_args(self) -> dict | None:
         return {"profile_slowdown": self.profile_slowdown, "runs": list(self.runs)} if self.runs else None
 
@@ -54,15 +65,18 @@ class CorunCheck:
 @dataclass
 class Retimer:
     """`ppsd validate --retime`: the pieces of a decode step timed again right before AR and before
-    every plan (`profiler.piece_times.time_pieces`), so each is priced on the machine it ran on."""
+    every plan (`profiler.piece_times.time_pieces`), so each is priced on the machine it ran on; before
+    a pipelined plan, with `corun`, the 2-process co-run slowdown is measured again too."""
 
     profile: object
     adapter: object
     heads: object = None
-    taken: list = field(default_factory=list)  # (what ran next, PieceTimes), in time order
+    taken: list = field(default_factory=list)  # (what ran next, PieceTimes, co-run factor), in time order
+    corun: CorunCheck | None = None
 
     @classmethod
-    def for_run(cls, retime: bool, profile, model, heads_dir: str | None, emulated: bool) -> Retimer | None:
+    def for_run(cls, retime: bool, profile, model, heads_dir: str | None, emulated: bool,
+                corun: CorunCheck | None = None) -> Retimer | None:
         if not retime:
             return None
         if emulated or profile.kind != "measured":
@@ -73,27 +87,34 @@ class Retimer:
             from profiler.heads.profiling import load_for_profile
 
             heads = load_for_profile(heads_dir, model)
-        return cls(profile, model, heads)
+        return cls(profile, model, heads, corun=corun)
 
-    def now(self, what: str):
-        """The PieceScale of the pieces timed now (before `what` runs)."""
+    def now(self, what: str, pipelined: bool = False):
+        """The PieceScale of the pieces timed now (before `what` runs); for a pipelined plan, with its
+        co-run slowdown measured now over the profile's (two stages' layers at once, as the profiler
+        measured it)."""
         from profiler.piece_times import time_pieces
 
         got = time_pieces(self.profile, self.adapter, self.heads, repeats=RETIME_REPEATS)
-        self.taken.append((what, got))
+        corun = self.corun.now_over_profile(f"before {what}") if pipelined and self.corun is not None else 1.0
+        self.taken.append((what, got, corun))
         s = got.summary()["pieces"]
         print(f"  pieces now: layers {s['layers']['drift_pct']:+.1f}%, LM head {s['head']['drift_pct']:+.1f}% "
-              "against the profile", file=sys.stderr)
-        return got.scale
+              + (f", co-run {100 * (corun - 1):+.1f}% " if corun != 1.0 else "") + "against the profile",
+              file=sys.stderr)
+        return replace(got.scale, corun=corun)
 
     def summary(self, ar_scale) -> dict:
         """validation.json's `retime`: how, every timing's drift, and the AR run's."""
         return {"method": f"before AR and before every plan run: the pieces of one decode step timed "
-                          f"{RETIME_REPEATS} times (profiler/piece_times.py), each scaled by now / profiled; "
-                          "acceptance from the predicting profile alone",
+                          f"{RETIME_REPEATS} times (profiler/piece_times.py), each scaled by now / profiled"
+                          + ("; before a pipelined plan also the 2-process co-run slowdown, scaled by now / "
+                             "profiled" if self.corun is not None else "")
+                          + "; acceptance from the predicting profile alone",
                 "repeats": RETIME_REPEATS,
                 "ar_drift_pct": ar_scale.drift_pct() if ar_scale is not None else None,
-                "timings": [{"before": what, "drift_pct": got.scale.drift_pct()} for what, got in self.taken]}
+                "timings": [{"before": what, "drift_pct": replace(got.scale, corun=corun).drift_pct()}
+                            for what, got, corun in self.taken]}
 
 
 RETIME_REPEATS = 30  # steps timed per retiming (~2 s for SmolLM2-135M on a CPU)
