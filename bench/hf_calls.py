@@ -4,9 +4,9 @@
         [--max-new-tokens 32] [--out calls.json]
 
 Every forward call of `generate(..., assistant_early_exit=E)` at constant γ is timed (the runtime's
-forward-call log, `runtime/hf_assisted.py: instrumented`) and priced from the profile's tables as the
-simulator prices it (`sim/schemes/hf.py`: a draft pass through E layers with the head on its last
-position, a verification through every layer with the head on each of its γ + 1 positions). Plain AR
+forward-call log, `runtime/hf_assisted.py: instrumented`) and priced with the simulator's own pieces
+(`sim/schemes/hf.py: HFCosts`: a draft pass through E layers with the head on its last position, a
+verification through every layer with the head on each of its γ + 1 positions). Plain AR
 calls are timed beside them. Printed per (E, γ, layers run, new tokens): calls, median measured ms,
 median priced ms and their ratio; per (E, γ): the median wall time of a full round and what the
 forward calls in it leave over (host time between calls).
@@ -52,6 +52,7 @@ def main(argv=None) -> int:
     from profiler.model import load_model
     from runtime.hf_assisted import ForwardCall, assisted_config, generate_hf, hf_model
     from sim.model.cost_model import cost_model
+    from sim.schemes.hf import HFCosts
 
     try:
         prof = load_profile(args.profile)
@@ -71,8 +72,12 @@ def main(argv=None) -> int:
     n_layers = prof.num_layers
 
     def price(c: ForwardCall) -> float:
-        ctx = np.array([float(c.cached)])
-        return float(cm.embed(c.n) + cm.layers(ctx, 0, c.layers, c.n)[0] + cm.head(c.n if c.layers == n_layers else 1))
+        # the simulator's own pieces (sim/schemes/hf.py), overheads left out: the ratio is the pieces' alone
+        costs = HFCosts(cm, prof, exit_layer=c.layers, draft_len=1, schedule="constant", refeed="tail",
+                        ar_overhead=0.0, round_overhead=0.0, draft_overhead=0.0, scale=1.0)
+        if c.layers == n_layers:  # a verification of n positions (n = 1: an AR step)
+            return costs.verify_ms(c.cached, c.n - 1)
+        return costs.refeed_ms(c.n, c.cached) if c.n > 1 else costs.draft_ms(c.cached)
 
     calls, rounds = [], []
     generate_hf(model, prompts[0], 8, eos=set())  # warm up

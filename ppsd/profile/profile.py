@@ -254,9 +254,10 @@ class Profile:
                 if t.get("whole_step_ms"):
                     tables[u]["whole_step_ms"] = whole(float(t["whole_step_ms"]), t, tables[u])
             lat["parallel"] = {**par, "tables": tables}
-        corun = float(getattr(scale, "corun", 1.0))
-        if corun != 1.0:
-            lat.update(_corun_scaled(lat, corun))
+        if scale.corun != 1.0:  # in memory only, never written: `corun_slowdown` multiplies k >= 2 by it
+            corun = dict(lat.get("corun") or {})
+            corun["now_over_profile"] = float(corun.get("now_over_profile", 1.0)) * scale.corun
+            lat["corun"] = corun
         return Profile(path=self.path, meta={**self.meta, "latency": lat}, n_values=self.n_values,
                        context_values=self.context_values, _acceptance=self._acceptance, _sampled=self._sampled,
                        **main_new)
@@ -484,13 +485,3 @@ class Profile:
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-
-def _corun_scaled(latency: dict, factor: float) -> dict:
-    """`latency`'s co-run block with `now_over_profile` = `factor` (in memory only, never written):
-    `Profile.corun_slowdown` multiplies every figure of 2 or more processes by it, so each k moves by
-    the same factor however the table is interpolated or extrapolated."""
-    corun = dict(latency.get("corun") or {})
-    corun["now_over_profile"] = float(corun.get("now_over_profile", 1.0)) * factor
-    return {"corun": corun}
