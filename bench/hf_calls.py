@@ -75,6 +75,8 @@ def main(argv=None) -> int:
         # the simulator's own pieces (sim/schemes/hf.py), overheads left out: the ratio is the pieces' alone
         costs = HFCosts(cm, prof, exit_layer=c.layers, draft_len=1, schedule="constant", refeed="tail",
                         ar_overhead=0.0, round_overhead=0.0, draft_overhead=0.0, scale=1.0)
+        if c.cached == 0:  # a prompt's prefill (the drafter's cut to its layers): the profile's prefill price
+            return float(prof.prefill_ms(c.n)) * c.layers / n_layers
         if c.layers == n_layers:  # a verification of n positions (n = 1: an AR step)
             return costs.verify_ms(c.cached, c.n - 1)
         return costs.refeed_ms(c.n, c.cached) if c.n > 1 else costs.draft_ms(c.cached)

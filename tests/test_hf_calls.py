@@ -33,7 +33,8 @@ def test_every_call_is_timed_and_priced(tiny_profile, tmp_path, capsys):
     assert (2, 1, 2, 2) in kinds  # the drafter's 2-token re-feed through the first 2 layers
     assert (2, 2, 2, 1) in kinds  # a one-token draft pass
     assert any(c[0] == 0 for c in doc["calls"])  # plain AR beside them
-    assert all(c[5] > 0 and c[6] > 0 for c in doc["calls"])  # measured and priced
+    assert all(c[5] > 0 for c in doc["calls"])  # every call measured
+    assert all(c[6] > 0 for c in doc["calls"] if c[4] > 0)  # and every decode call (what is reported) priced
     printed = capsys.readouterr().out
     assert "ratio" in printed and "full rounds" in printed
 
