@@ -13,9 +13,13 @@ what a new user would do there, out of sample, and writes what it found beside t
   3. the measured prompts: the Spec-Bench prompts that neither the profile traced nor the heads were
      trained on, taken round-robin over categories; `--prompt-set N` skips the first N × limit of
      them, so set 0 and set 1 are disjoint (look at one while changing the model, confirm on the other);
-  4. `ppsd validate --prompts <those> --unseen --heads H --cores C --plans PLANS` (10 plans by default:
-     4 EESD, 5 PPSD with real acceptance, 1 PPSD with forced acceptance);
-  5. the report: `machine_check.json` (machine, each step's duration, the headline figures, every
+  4. their acceptance traces: `ppsd profile --prompts <those> --skip-latency` (no timing). The validation
+     predicts from the profile's prompts as before; these give each plan a second prediction at the
+     measured prompts' own acceptance, so an error splits into what the machine's timing model missed
+     and what eight prompts drafting better or worse than the profile's pool moved;
+  5. `ppsd validate --prompts <those> --unseen --heads H --cores C --plans PLANS --measured-traces T` (10
+     plans by default: 4 EESD, 5 PPSD with real acceptance, 1 PPSD with forced acceptance);
+  6. the report: `machine_check.json` (machine, each step's duration, the headline figures, every
      plan) and `NOTE.md`, next to the `profile/` and `validation/` folders, all under `--out`.
 
 The headline figures are the ones issue 27 sets targets for: speedup MAPE (target <= 5%, over
@@ -130,7 +134,28 @@ def headline(doc: dict) -> dict:
               "predicted_speedup_hi": r["predicted_speedup_hi"] * r["predicted_speedup_profile"] / r["predicted_speedup"]}
              for r in priced if r.get("predicted_speedup_lo") is not None]
     covered, _ = coverage(moved)
-    return {"plans": len(rows), "eesd_plans": len(eesd), "mape_speedup_pct": doc.get("mape_speedup_pct"),
+    # at the measured prompts' own acceptance (--measured-traces): the timing model alone; a forced
+    # plan's acceptance is its forcing, so its own prediction stands
+    own = [r["speedup_error_in_sample_pct"] if r.get("speedup_error_in_sample_pct") is not None
+           else r["speedup_error_pct"] if r.get("forced_alpha") is not None else None for r in rows]
+    own_eesd = [e for e, r in zip(own, rows) if r["mode"] == "eesd" and e is not None]
+    alpha_errors = [abs(r["predicted_acceptance_rate"] - r["measured_acceptance_rate"]) for r in rows
+                    if r.get("forced_alpha") is None and r.get("predicted_acceptance_rate") is not None
+                    and r.get("measured_acceptance_rate") is not None]
+    own_alpha_errors = [abs(r["predicted_acceptance_rate_in_sample"] - r["measured_acceptance_rate"]) for r in rows
+                        if r.get("predicted_acceptance_rate_in_sample") is not None
+                        and r.get("measured_acceptance_rate") is not None]
+    has_own = any(r.get("speedup_error_in_sample_pct") is not None for r in rows)
+
+    def mean_abs(vals, digits=2):
+        vals = [abs(v) for v in vals if v is not None]
+        return round(sum(vals) / len(vals), digits) if vals else None
+
+    return {"mape_speedup_own_acceptance_pct": mean_abs(own) if has_own else None,
+            "mape_speedup_own_acceptance_eesd_pct": mean_abs(own_eesd) if has_own else None,
+            "acceptance_error_mean_abs": mean_abs(alpha_errors, 3),
+            "acceptance_error_own_mean_abs": mean_abs(own_alpha_errors, 3) if has_own else None,
+            "plans": len(rows), "eesd_plans": len(eesd), "mape_speedup_pct": doc.get("mape_speedup_pct"),
             "mape_speedup_profile_pct": round(sum(profile_errors) / len(profile_errors), 2) if priced else None,
             "coverage_profile": round(covered, 3) if covered is not None else None,
             "mape_speedup_eesd_pct": mape(eesd), "mape_speedup_ppsd_pct": mape([r for r in rows if r["mode"] == "ppsd"]),
@@ -161,16 +186,26 @@ def note(report: dict) -> str:
                             ("mape_speedup_ppsd_pct", "  PPSD plans", "{:.1f}%"),
                             ("signed_mean_error_pct", "mean signed error (predicted - measured)", "{:+.1f}%"),
                             ("mape_speedup_vs_ar_tp_pct", "same-budget MAPE", "{:.1f}%"),
-                            ("coverage", "90% interval coverage", "{:.0%}")):
+                            ("coverage", "90% interval coverage", "{:.0%}"),
+                            ("acceptance_error_mean_abs", "acceptance error, mean |predicted - measured|", "{:.3f}"),
+                            ("mape_speedup_own_acceptance_pct", "speedup MAPE at the measured prompts' own acceptance "
+                                                                "(traced before the run): the timing model alone",
+                             "{:.1f}%"),
+                            ("mape_speedup_own_acceptance_eesd_pct", "  EESD plans", "{:.1f}%"),
+                            ("acceptance_error_own_mean_abs", "  its acceptance error", "{:.3f}")):
         v = h.get(key)
         if key in ("mape_speedup_profile_pct", "coverage_profile") and key not in shown:
             continue  # without --retime the main figures are the profile-priced ones
+        if key.startswith(("mape_speedup_own", "acceptance_error_own")) and v is None:
+            continue  # a check made before the measured prompts were traced
         target = TARGETS.get({"mape_speedup_profile_pct": "mape_speedup_pct", "coverage_profile": "coverage"}.get(key, key))
         tgt = "" if target is None else ("≥ " + f"{target:.0%}" if key.startswith("coverage") else f"≤ {target:.0f}%")
         lines.append(f"| {label} | {'n/a' if v is None else fmt.format(v)} | {tgt} |")
     lines.append(f"| greedy outputs identical to AR | {h['lossless']} ({h['lossless_plans']} plans) | all |")
+    own = any(r.get("predicted_speedup_in_sample") is not None for r in report["rows"])
     lines += ["", "| plan | predicted | measured | error | interval | profile-priced | same budget pred / meas "
-                  "| acceptance pred / meas |", "|---|---|---|---|---|---|---|---|"]
+                  "| acceptance pred / meas |" + (" at own acceptance: predicted, error, α |" if own else ""),
+              "|---|---|---|---|---|---|---|---|" + ("---|" if own else "")]
     for r in report["rows"]:
         if r["mode"] == "ar":
             continue
@@ -179,16 +214,26 @@ def note(report: dict) -> str:
                      f"{r['speedup_error_pct']:+.1f}% | {'' if lo is None else f'{lo:.3f}-{hi:.3f}'} | "
                      f"{'' if r.get('predicted_speedup_profile') is None else format(r['predicted_speedup_profile'], '.3f')} | "
                      f"{r.get('predicted_speedup_vs_ar_tp') or 0:.3f} / {r.get('measured_speedup_vs_ar_tp') or 0:.3f} | "
-                     f"{r.get('predicted_acceptance_rate') or 0:.3f} / {r.get('measured_acceptance_rate') or 0:.3f} |")
+                     f"{r.get('predicted_acceptance_rate') or 0:.3f} / {r.get('measured_acceptance_rate') or 0:.3f} |"
+                     + (_own_cell(r) if own else ""))
     lines += ["", "Steps (minutes): " + ", ".join(f"{k} {v:.1f}" for k, v in report["step_minutes"].items()), ""]
     return "\n".join(lines) + "\n"
+
+
+def _own_cell(row: dict) -> str:
+    """A plan's prediction at its measured prompts' own acceptance, as a table cell."""
+    if row.get("predicted_speedup_in_sample") is None:
+        return " |"
+    a = row.get("predicted_acceptance_rate_in_sample")
+    return (f" {row['predicted_speedup_in_sample']:.3f}, {row['speedup_error_in_sample_pct']:+.1f}%"
+            + ("" if a is None else f", {a:.3f}") + " |")
 
 
 def repoint(file: Path, old: str, new: str) -> None:
     """validation.json names its profile by the path it had while the check ran (the `.partial`
     work folder): name the folder it ended in, so the dashboard pairs them."""
     doc = json.loads(file.read_text())
-    for key in ("profile", "predicted_from", "measured_prompts", "note"):
+    for key in ("profile", "predicted_from", "measured_prompts", "measured_traces", "note"):
         if isinstance(doc.get(key), str):
             doc[key] = doc[key].replace(old, new)
     tmp = file.with_suffix(".tmp")
@@ -290,8 +335,15 @@ def main(argv=None) -> int:
     log(f"prompt set {args.prompt_set}: {', '.join(ids)}")
 
     t = time.monotonic()
+    traces = work / "measured-traces"
+    ppsd(["profile", "--model", "smollm2-135m", "--device", "cpu", "--dtype", "float32", "--prompts", str(prompt_file),
+          "--max-new-tokens", "64", "--heads", str(heads), "--skip-latency", "--out", str(traces)], "measured traces")
+    minutes["traces"] = (time.monotonic() - t) / 60
+
+    t = time.monotonic()
     validation = work / "validation"
     ppsd(["validate", "--profile", str(profile), "--heads", str(heads), "--prompts", str(prompt_file), "--unseen",
+          "--measured-traces", str(traces),
           "--limit", str(args.limit), "--cores", str(args.cores), "--plans", args.plans, "--out", str(validation),
           "--repeats", str(args.runs), "--warmup", "1", "--turns", str(args.turns),
           *(["--retime"] if args.retime else [])], "validate")

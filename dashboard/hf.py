@@ -16,9 +16,14 @@ def is_hf(meta: dict) -> bool:
     return meta.get("runtime") == "hf"
 
 
+HF_CHECK_DIR = "hf-check"  # a bench folder's sibling of its validation/: the layout under examples/
+
+
 def find_hf_check(folder: Path) -> Path | None:
-    """hf_check.json in the validation folder, or in its parent (a bench folder holding both)."""
-    for f in (Path(folder) / HF_CHECK, Path(folder).parent / HF_CHECK):
+    """hf_check.json in the validation folder, in its parent (a bench folder holding both), or in an
+    `hf-check/` folder beside it."""
+    folder = Path(folder)
+    for f in (folder / HF_CHECK, folder.parent / HF_CHECK, folder.parent / HF_CHECK_DIR / HF_CHECK):
         if f.is_file():
             return f
     return None

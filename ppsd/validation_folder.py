@@ -215,13 +215,17 @@ class ValidationRow:
         return replace(self, predicted_speedup_lo=round(lo, 4), predicted_speedup_hi=round(hi, 4),
                        predicted_speedup_vs_ar_tp_lo=tp_lo, predicted_speedup_vs_ar_tp_hi=tp_hi)
 
-    def with_in_sample(self, predicted_speedup: float | None) -> ValidationRow:
-        """This row with the in-sample prediction of the same run beside its own (out-of-sample) one."""
+    def with_in_sample(self, predicted_speedup: float | None,
+                       acceptance_rate: float | None = None) -> ValidationRow:
+        """This row with the in-sample prediction of the same run (and the acceptance rate it predicts)
+        beside its own (out-of-sample) one."""
         if predicted_speedup is None:
             return self
         pred = round(predicted_speedup, 4)
         return replace(self, predicted_speedup_in_sample=pred,
-                       speedup_error_in_sample_pct=round(_pct(pred, self.measured_speedup), 3))
+                       speedup_error_in_sample_pct=round(_pct(pred, self.measured_speedup), 3),
+                       predicted_acceptance_rate_in_sample=(self.predicted_acceptance_rate_in_sample
+                                                            if acceptance_rate is None else acceptance_rate))
 
     @property
     def paying(self) -> bool:
@@ -457,6 +461,14 @@ BREAKDOWN_TITLES = {"real_acceptance": "real acceptance", "forced": "forced acce
                     "paying_real_acceptance": "paying, real acceptance",
                     "in_sample": "the same runs predicted in sample",
                     "out_of_sample_same_plans": "  ... and out of sample"}
+
+
+def breakdown_titles(doc: dict) -> dict[str, str]:
+    """BREAKDOWN_TITLES for one document: with `measured_traces` the twins are the predicting profile's
+    prices at the measured prompts' own acceptance, which is the timing model alone."""
+    if not doc.get("measured_traces"):
+        return dict(BREAKDOWN_TITLES)
+    return {**BREAKDOWN_TITLES, "in_sample": "at the measured prompts' own acceptance (the timing model alone)"}
 
 
 def _breakdown(rows: list[ValidationRow]) -> dict:

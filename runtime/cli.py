@@ -80,6 +80,10 @@ def register(sub) -> None:
                    "instead of the profile's; each generates the profile's recorded number of new tokens")
     v.add_argument("--unseen", action="store_true", help="with --prompts: measure only prompts the predicting "
                    "profile never traced and (with --heads) the exit heads were not trained on")
+    v.add_argument("--measured-traces", metavar="DIR", help="a profile folder holding the measured prompts' own "
+                   "acceptance traces (e.g. `ppsd profile --prompts FILE --skip-latency`, made before the run; no "
+                   "timing is read from it): each plan is also predicted at its prompts' own acceptance, priced "
+                   "from the predicting profile, so an out-of-sample error splits into timing and acceptance")
     v.add_argument("--split", type=float, metavar="F", help="split the profile's prompts: in each category the first "
                    "fraction F predict (their recorded acceptance), the others are measured (out of sample)")
     v.add_argument("--draws", type=int, default=200, metavar="B",

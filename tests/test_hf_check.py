@@ -34,6 +34,12 @@ def test_hf_check_writes_note_and_json(tmp_path):
     val = out / "validation"
     val.mkdir()
     assert find_hf_check(val) == out / "hf_check.json" and find_hf_check(tmp_path) is None
+    # the layout under examples/: validation/ beside hf-check/
+    bench = tmp_path / "bench"
+    (bench / "validation").mkdir(parents=True)
+    (bench / "hf-check").mkdir()
+    (bench / "hf-check" / "hf_check.json").write_text((out / "hf_check.json").read_text())
+    assert find_hf_check(bench / "validation") == bench / "hf-check" / "hf_check.json"
     table = check_table(doc)
     assert list(table["schedule"]) == ["constant", "heuristic"] and table["lossless"].all()
 

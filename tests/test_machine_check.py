@@ -74,6 +74,32 @@ def test_headline_and_note_report_both_pricings():
     assert "| PPSD E=24 k=2 | 1.100 | 1.000 | +10.0% | 1.050-1.200 | 1.050 | 0.990 / 0.900 |" in text
 
 
+def test_headline_splits_the_error_at_the_measured_prompts_own_acceptance():
+    """With --measured-traces each real-acceptance row has a twin at its prompts' own acceptance; a forced
+    plan's own prediction stands for it (its acceptance is its forcing)."""
+    eesd = {**_row("EESD E=20 γ=3", "eesd", 1.1, 1.0, 1.0, 1.2), "predicted_acceptance_rate": 0.42,
+            "measured_acceptance_rate": 0.33, "predicted_speedup_in_sample": 1.02, "speedup_error_in_sample_pct": 2.0,
+            "predicted_acceptance_rate_in_sample": 0.34}
+    forced = {**_row("PPSD E=15 k=2 forced α=0.9", "ppsd", 0.96, 1.0, 0.9, 1.1), "forced_alpha": 0.9,
+              "outputs_match_ar": None}
+    doc = {"mape_speedup_pct": 7.0, "rows": [{"plan": "AR", "mode": "ar"}, eesd, forced]}
+    h = mc.headline(doc)
+    assert h["mape_speedup_own_acceptance_pct"] == pytest.approx(3.0)       # (2 + 4) / 2
+    assert h["mape_speedup_own_acceptance_eesd_pct"] == pytest.approx(2.0)
+    assert h["acceptance_error_mean_abs"] == pytest.approx(0.09) and h["acceptance_error_own_mean_abs"] == pytest.approx(0.01)
+    report = {"headline": h, "machine": {"cpu": "Test CPU", "cores": 2}, "started": "2026-12-04 05:00",
+              "finished": "05:40", "minutes": 40.0, "prompt_set": 2, "measured_prompt_ids": ["1"],
+              "rows": doc["rows"], "step_minutes": {"traces": 1.5}}
+    text = mc.note(report)
+    assert "own acceptance (traced before the run): the timing model alone | 3.0% |" in text
+    assert "| 1.020, +2.0%, 0.340 |" in text
+    # a check made before the traces: no such lines
+    plain = mc.headline({"mape_speedup_pct": 7.0, "rows": [{"plan": "AR", "mode": "ar"},
+                                                           _row("EESD E=20 γ=3", "eesd", 1.1, 1.0, 1.0, 1.2)]})
+    assert plain["mape_speedup_own_acceptance_pct"] is None
+    assert "own acceptance" not in mc.note({**report, "headline": plain, "rows": []})
+
+
 def test_repoint_names_the_folder_the_check_ended_in(tmp_path):
     f = tmp_path / "validation.json"
     f.write_text(json.dumps({"profile": "runs/x.partial/profile", "predicted_from": "runs/x.partial/profile",

@@ -353,3 +353,36 @@ def test_validate_retime_refuses_emulated_devices(tiny_profile, tmp_path, capsys
                "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert rc == 2 and "--retime" in err and len(err.strip().splitlines()) == 1
+
+
+def test_validate_measured_traces_predicts_each_plan_at_its_prompts_own_acceptance(tiny_profile, tmp_path, capfd):
+    """--measured-traces: the measured prompts' own traces (an acceptance-only profile of the prompt file) give
+    each plan a twin priced by the predicting profile at that acceptance, so the out-of-sample error splits
+    into timing and acceptance; the twin drafts as the run did."""
+    new = [{"question_id": f"own{i}", "category": "writing", "turns": [f"Describe a city park in spring, part {i}."]}
+           for i in range(2)]
+    prompts = tmp_path / "own.jsonl"
+    prompts.write_text("".join(json.dumps(q) + "\n" for q in new))
+    traces = tmp_path / "traces"
+    assert main(["profile", "--model", "tiny-llama", "--prompts", str(prompts), "--max-new-tokens", "8",
+                 "--skip-latency", "--out", str(traces)]) == 0
+    doc, _ = _validate_json(["--profile", str(tiny_profile), "--prompts", str(prompts), "--measured-traces",
+                             str(traces), "--plans", "eesd:2:2;ppsd:3:2", "--out", str(tmp_path / "v")], capfd)
+    assert doc["out_of_sample"] is True and doc["measured_traces"].endswith("traces")
+    for r in doc["rows"][1:]:
+        assert r["predicted_speedup_in_sample"] > 0
+        # greedy drafts are the traces: the twin's acceptance is the run's
+        assert r["predicted_acceptance_rate_in_sample"] == pytest.approx(r["measured_acceptance_rate"], abs=0.05)
+    assert doc["breakdown"]["in_sample"]["plans"] == 2
+    from ppsd.validation_folder import breakdown_titles
+    assert "the timing model alone" in breakdown_titles(doc)["in_sample"]
+    assert "timing model alone" not in breakdown_titles({})["in_sample"]
+    # refusals, in one line, before anything runs: traces of other prompts; no --prompts
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"question_id": "x9", "category": "writing", "turns": ["Name three rivers."]}) + "\n")
+    for args, words in ((["--prompts", str(other), "--measured-traces", str(traces)], "no trace of prompt(s) x9"),
+                        (["--measured-traces", str(traces)], "--measured-traces holds")):
+        assert main(["validate", "--profile", str(tiny_profile), *args, "--plans", "eesd:2:2",
+                     "--out", str(tmp_path / "never")]) == 2
+        err = capfd.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[-1] and not (tmp_path / "never").exists()

@@ -108,7 +108,8 @@ if noise.get("plans"):
 
 breakdown = meta.get("breakdown") or {}
 if breakdown:
-    parts = {k: vf.BREAKDOWN_TITLES[k] for k in ("real_acceptance", "forced", "paying", "in_sample")}
+    titles = vf.breakdown_titles(meta)
+    parts = {k: titles[k] for k in ("real_acceptance", "forced", "paying", "in_sample")}
     cols = st.columns(len(parts))
     for col, (key, title) in zip(cols, parts.items()):
         part = breakdown.get(key) or {}

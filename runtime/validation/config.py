@@ -20,6 +20,7 @@ class ValidateConfig:
     profile: str | None = None
     emulate: str | None = None
     predict_from: str | None = None
+    measured_traces: str | None = None  # a profile with the measured prompts' own traces (the in-sample twins)
     prompts: str | None = None
     unseen: bool = False
     split: float | None = None
@@ -76,6 +77,12 @@ class ValidateConfig:
     def check(self) -> None:
         """Every refusal the flags alone decide (UserError, one line), before any profile loads."""
         self._check_sources()
+        if self.measured_traces and not self.prompts:
+            raise UserError("--measured-traces holds the traces of the prompts of --prompts FILE",
+                            "give --prompts FILE, the file the traces were profiled on")
+        if self.measured_traces and self.sampled:
+            raise UserError("--measured-traces replays greedy match traces; it does not combine with --temperature",
+                            "drop one of them")
         if self.unseen and not self.prompts:
             raise UserError("--unseen picks among the prompts of --prompts FILE", "give --prompts FILE (or spec-bench)")
         if int(self.draws) < MIN_DRAWS:

@@ -33,7 +33,7 @@ class GreedyValidation:
         self.config, self.inputs, self.out, self.measure = config, inputs, out, measure
         self.work = Workload.from_generations(inputs.sides.measured)
         self.predictor = GreedyPredictor(inputs.predict, inputs.profile, inputs.sides, self.work,
-                                         draws=int(config.draws), seed=int(config.seed))
+                                         draws=int(config.draws), seed=int(config.seed), traced=inputs.traced)
         model = inputs.model
         # threads do not speed up a wait: emulated runs have no same-budget baseline
         self.cores = 1 if config.emulated else cores_for_budget(config.cores, model.device.type == "cuda")
@@ -42,10 +42,11 @@ class GreedyValidation:
         # and labelled as such ("AR [hf]"); the bench's AR jobs are the same whichever plan names them
         self.ar_plan = replace(AR_PLAN, runtime=config.runtime)
         # in-sample twins (out-of-sample runs whose measured profile traced the measured prompts): what the
-        # default, in-sample validation predicts for the same runs, reported beside the real prediction
+        # default, in-sample validation predicts for the same runs, reported beside the real prediction;
+        # with --measured-traces, the predicting profile's prices at the measured prompts' own acceptance
         acc = inputs.acceptance
-        self.twins = not inputs.sides.in_sample and not config.emulated and acc is not None and \
-            set(map(str, self.work.ids)) <= set(acc["prompt_id"].astype(str))
+        self.twins = not inputs.sides.in_sample and not config.emulated and (inputs.traced is not None or (
+            acc is not None and set(map(str, self.work.ids)) <= set(acc["prompt_id"].astype(str))))
 
     def run(self) -> dict:
         inputs, config = self.inputs, self.config
@@ -67,6 +68,8 @@ class GreedyValidation:
         doc = self._document(rows, runs, corun, retimer)
         if config.runtime != "ppsd":  # another runtime measured every plan (additive)
             doc["runtime"] = config.runtime
+        if inputs.traced is not None:  # the twins' acceptance: the measured prompts' own traces (additive)
+            doc["measured_traces"] = display_path(inputs.traced.path)
         vf.write_validation(self.out, doc)
         return doc
 
@@ -111,8 +114,8 @@ class GreedyValidation:
         if self.config.rounds > 1:
             row = replace(row, measured_speedup_rounds=[round(x.speedup, 4) for x in plan_runs])
         if self.twins and alpha is None:
-            row = row.with_in_sample(self.predictor.result(plan, engine="fast", in_sample=True,
-                                                           scale=kept.scale).speedup_vs_ar)
+            twin = self.predictor.result(plan, engine="fast", in_sample=True, scale=kept.scale)
+            row = row.with_in_sample(twin.speedup_vs_ar, twin.acceptance_rate)
         if kept.scale is not None:  # beside it, what the profile's own prices said
             row = row.with_profile_priced(self.predictor.result(plan, alpha, engine="fast").speedup_vs_ar,
                                           kept.scale.drift_pct())

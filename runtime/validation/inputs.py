@@ -28,6 +28,7 @@ class Inputs:
     plans: list[Plan]            # resolved against `predict`
     forced: list[float | None]   # each plan's forced acceptance α (`--plans ...:alpha=A`), or None
     temperature: float           # 0: greedy
+    traced: object = None        # --measured-traces: a profile with the measured prompts' own traces
 
     @property
     def acceptance(self):
@@ -55,7 +56,40 @@ def load_inputs(config: ValidateConfig) -> Inputs:
             raise UserError(f"the profile {p.path} is for a {p.num_layers}-layer model but {model.model_id} has "
                             f"{model.num_layers}", "validate on the model that was profiled")
     plans, forced = _plans(config, model, profile, predict, head, temperature)
-    return Inputs(profile, predict, model, head, sides, plans, forced, temperature)
+    traced = _measured_traces(config, model, sides, plans) if config.measured_traces else None
+    return Inputs(profile, predict, model, head, sides, plans, forced, temperature, traced)
+
+
+def _measured_traces(config: ValidateConfig, model, sides: Sides, plans: list[Plan]):
+    """--measured-traces DIR, checked: the same model, every measured prompt traced at every exit and
+    head a plan drafts with (by prompt id; the prompt file is the one it was profiled on)."""
+    from ppsd.profile import load_profile
+
+    traced = load_profile(config.measured_traces)
+    where = f"--measured-traces {config.measured_traces}"
+    if not traced.has_acceptance:
+        raise UserError(f"{where} has no acceptance traces", "profile the measured prompts with acceptance enabled: "
+                        "`ppsd profile --prompts FILE --skip-latency --out DIR`")
+    if traced.model_id != model.model_id or traced.num_layers != model.num_layers:
+        raise UserError(f"{where} traced {traced.model_id}, not {model.model_id}",
+                        "trace the measured prompts on the model being validated")
+    traced_len = int((traced.meta.get("acceptance") or {}).get("max_new_tokens") or 0)
+    measured_len = max(len(g.get("token_ids") or []) for g in sides.measured)
+    if traced_len < measured_len:
+        raise UserError(f"{where} traced {traced_len} new tokens a prompt; the measured prompts generate {measured_len}",
+                        f"profile them with --max-new-tokens {measured_len}")
+    acc = traced.acceptance
+    measured = [str(g["prompt_id"]) for g in sides.measured]
+    for p in plans:
+        if p.exit_layer is None:
+            continue
+        have = acc[(acc["head"] == p.exit_head) & (acc["exit_layer"] == int(p.exit_layer))]
+        missing = sorted(set(measured) - set(have["prompt_id"].astype(str)))
+        if missing:
+            raise UserError(f"{where} has no trace of prompt(s) {', '.join(missing[:5])} at exit {p.exit_layer} "
+                            f"(head {p.exit_head})", "profile the --prompts file with the same --heads and "
+                            "max-new-tokens: `ppsd profile --prompts FILE --skip-latency --heads H --out DIR`")
+    return traced
 
 
 def _check_acceptance(config: ValidateConfig, profile, predict) -> None:

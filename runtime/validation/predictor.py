@@ -23,9 +23,10 @@ PREDICT_SEEDS = 16  # simulations averaged per predicted figure at T > 0 (Bernou
 class GreedyPredictor:
     """Greedy predictions, intervals and in-sample twins for one validation's measured prompts."""
 
-    def __init__(self, predict, measured, sides: Sides, work: Workload, *, draws: int, seed: int):
+    def __init__(self, predict, measured, sides: Sides, work: Workload, *, draws: int, seed: int, traced=None):
         self.predict = predict    # the profile that prices (and whose prediction prompts' traces replay)
         self.measured = measured  # the measured profile (its own traces make the in-sample twin)
+        self.traced = traced      # --measured-traces: the measured prompts' own traces, priced by `predict`
         self.sides, self.work = sides, work
         self.draws, self.seed = draws, seed
         self._traces: dict[tuple[int, str], iv.PromptTraces] = {}
@@ -37,6 +38,15 @@ class GreedyPredictor:
             self._traces[(exit_layer, head)] = iv.prompt_traces(self.predict, exit_layer, head=head,
                                                                 prompt_ids=self.sides.prediction_ids)
         return self._traces[(exit_layer, head)]
+
+    def own_stream(self, plan: Plan) -> iv.Stream:
+        """The measured prompts decoded with their own traces from --measured-traces, each at its own
+        contexts (a trace cut short by an end-of-sequence token is tiled to the measured length, as the
+        run decodes on past it)."""
+        traces = iv.prompt_traces(self.traced, plan.exit_layer, head=plan.exit_head,
+                                  prompt_ids=[str(i) for i in self.work.ids])
+        at = {pid: j for j, pid in enumerate(traces.prompt_ids)}
+        return iv.overlay_stream(traces, [at[str(i)] for i in self.work.ids], self.work.targets)
 
     def forced_bits(self, plan: Plan, alpha: float) -> iv.PromptTraces:
         return forced_bits(plan, alpha, self.seed, self.work.targets, self.work.ids, self.work.max_new)
@@ -64,6 +74,9 @@ class GreedyPredictor:
         if forced_alpha is not None:
             bits = self.forced_bits(plan, forced_alpha)
             stream = iv.overlay_stream(bits, list(range(len(bits))), self.work.targets)
+        elif in_sample and self.traced is not None and plan.exit_layer is not None:
+            # the timing model alone: the predicting profile's prices, the measured prompts' own acceptance
+            stream = self.own_stream(plan)
         elif in_sample:
             own = self.priced(self.predict if self.sides.in_sample else self.measured, scale)
             return simulate(own, resolve_plan(plan, own), acceptance="trace", prompt_ids=self.work.ids,

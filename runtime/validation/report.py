@@ -60,7 +60,7 @@ def breakdown_lines(doc: dict) -> list[str]:
     """The MAPE of parts of the plans (validation_folder._breakdown), one line each, when recorded."""
     b = doc.get("breakdown") or {}
     out = []
-    for key, title in vf.BREAKDOWN_TITLES.items():
+    for key, title in vf.breakdown_titles(doc).items():
         part = b.get(key) or {}
         if part.get("plans"):
             out.append(f"{title}: speedup MAPE {part['mape_speedup_pct']:.1f}% "
