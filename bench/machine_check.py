@@ -113,6 +113,12 @@ def measured_prompt_file(profile_dir: Path, heads_dir: Path | None, prompt_set: 
     return [str(r["prompt_id"]) for r in chosen]
 
 
+def mean_abs(vals, digits: int = 2) -> float | None:
+    """The mean of |v| over the values that are there (None without any)."""
+    vals = [abs(v) for v in vals if v is not None]
+    return round(sum(vals) / len(vals), digits) if vals else None
+
+
 def headline(doc: dict) -> dict:
     """The figures issue 27 sets targets for, from a validation.json."""
     rows = [r for r in doc["rows"] if r["mode"] != "ar"]
@@ -120,8 +126,7 @@ def headline(doc: dict) -> dict:
     matches = [r.get("outputs_match_ar") for r in rows if r.get("outputs_match_ar") is not None]
 
     def mape(rs, key="speedup_error_pct"):
-        vals = [abs(r[key]) for r in rs if r.get(key) is not None]
-        return round(sum(vals) / len(vals), 2) if vals else None
+        return mean_abs([r.get(key) for r in rs])
 
     # with --retime the row's prediction is priced with the pieces timed right before it; what a
     # user's `ppsd plan` would have said is the profile-priced one beside it
@@ -146,11 +151,6 @@ def headline(doc: dict) -> dict:
                         if r.get("predicted_acceptance_rate_in_sample") is not None
                         and r.get("measured_acceptance_rate") is not None]
     has_own = any(r.get("speedup_error_in_sample_pct") is not None for r in rows)
-
-    def mean_abs(vals, digits=2):
-        vals = [abs(v) for v in vals if v is not None]
-        return round(sum(vals) / len(vals), digits) if vals else None
-
     return {"mape_speedup_own_acceptance_pct": mean_abs(own) if has_own else None,
             "mape_speedup_own_acceptance_eesd_pct": mean_abs(own_eesd) if has_own else None,
             "acceptance_error_mean_abs": mean_abs(alpha_errors, 3),

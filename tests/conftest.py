@@ -24,12 +24,13 @@ def _keep_main_module():
 
 @pytest.fixture
 def spec_bench_path():
-    """The Spec-Bench prompts read from ../shared beside the checkout (ppsd/paths.py); a clone without
-    that folder skips the test and says why (CI has it, so there the test runs)."""
+    """The Spec-Bench prompts read from ../shared beside the checkout (ppsd/paths.py). The project needs
+    that folder (CI copies it beside the clone), so a checkout without it fails here, saying why, rather
+    than skipping the test."""
     from ppsd import paths
 
     if not paths.SPEC_BENCH_PATH.is_file():
-        pytest.skip(f"needs the Spec-Bench prompts at {paths.SPEC_BENCH_PATH} (../shared beside the checkout)")
+        pytest.fail(f"needs the Spec-Bench prompts at {paths.SPEC_BENCH_PATH}: put ../shared beside the checkout")
     return paths.SPEC_BENCH_PATH
 
 

@@ -6,7 +6,6 @@ the same contexts by the plan's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -15,11 +14,9 @@ from ppsd.exit_heads import SHARED
 from sim.model.cost_model import cost_model
 from sim.model.streams import Stream
 from sim.modes import Mode
-from sim.schemes.base import RunStats, Scheme
+from sim.schemes.base import PlanLike, RunStats, Scheme
 from sim.timeline import Event
 
-if TYPE_CHECKING:  # types only (see sim/schemes/base.py)
-    from sim.plan import Plan
 
 
 def step_ms(profile, context: np.ndarray, exit_head: str = SHARED, sampled: bool = False) -> np.ndarray:
@@ -34,19 +31,19 @@ class AR(Scheme):
     mode = Mode.AR
     speculative = False
 
-    def label(self, plan: Plan) -> str:
+    def label(self, plan: PlanLike) -> str:
         return "AR"
 
-    def check(self, plan: Plan, num_layers: int, num_devices: int | None) -> None:
+    def check(self, plan: PlanLike, num_layers: int, num_devices: int | None) -> None:
         return None  # no exit layer, nothing else to choose
 
-    def in_words(self, plan: Plan) -> str:
+    def in_words(self, plan: PlanLike) -> str:
         return "plain AR, no early exit"
 
-    def gpu_advice(self, plan: Plan, speed: str, tokens_per_s: float) -> str:
+    def gpu_advice(self, plan: PlanLike, speed: str, tokens_per_s: float) -> str:
         return f"use 1 GPU and no early exit: plain AR, {tokens_per_s:.1f} tokens/s (more GPUs do not pay here)"
 
-    def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> np.ndarray:
+    def unit_costs(self, profile, plan: PlanLike, context: np.ndarray) -> np.ndarray:
         return step_ms(profile, context, plan.exit_head, plan.sampled)
 
     def event_model(self, stream: Stream, costs: np.ndarray, record: bool = False) -> RunStats:
@@ -69,5 +66,5 @@ class AR(Scheme):
         total = float(np.sum(costs))
         return RunStats(total, len(costs), stage_busy_ms=[total], device_busy_ms={0: total})
 
-    def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+    def closed_form(self, profile, plan: PlanLike, alpha: float, context: float) -> float:
         return float(step_ms(profile, np.array([float(context)]), plan.exit_head, plan.sampled)[0])

@@ -17,15 +17,16 @@ the tokens a verification round commits, where a token's time goes per stage, th
 tries, the workers it runs within a budget of cores or GPUs. Schemes register themselves in
 `sim.schemes.SCHEMES` (enum → instance, vidur style): adding a scheme is one module and one line.
 
-Schemes never import `sim.plan` at run time (`Plan` imports the registry to delegate to it): they
-build plans from the plan they are given (`dataclasses.replace`).
+Schemes never import `sim.plan` (`Plan` imports the registry to delegate to it): they read a plan
+through `PlanLike`, what a scheme needs of one, and build plans from the plan they are given
+(`dataclasses.replace`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -35,8 +36,34 @@ from sim.model.streams import Stream
 from sim.modes import Mode
 from sim.timeline import Event
 
-if TYPE_CHECKING:  # types only: sim.plan imports this package to delegate to it
-    from sim.plan import Plan
+
+
+class PlanLike(Protocol):
+    """What a scheme reads of a plan; `sim.plan.Plan` is the one implementation (its docstring says
+    what each field means). A protocol, not an import: `Plan` imports this registry to delegate to it,
+    so the dependency runs one way."""
+
+    mode: Mode
+    exit_layer: int | None
+    draft_len: int
+    stage_bounds: tuple[int, ...] | None
+    stages: int
+    placement: tuple[int, ...] | None
+    hop_ms: float | None
+    exit_head: str
+    launch: str
+    runtime: str
+    schedule: str
+
+    @property
+    def sampled(self) -> bool: ...
+
+    @property
+    def num_stages(self) -> int: ...
+
+    def devices(self) -> tuple[int, ...]: ...
+
+    def label(self) -> str: ...
 
 
 @dataclass
@@ -94,7 +121,7 @@ class Scheme(ABC):
     curve_per_size: ClassVar[bool] = False
 
     # --- what a plan of this scheme means ---------------------------------------------------
-    def label(self, plan: Plan) -> str:
+    def label(self, plan: PlanLike) -> str:
         """A plan's short name, e.g. "EESD E=12 γ=3 vocab4096"."""
         head = exit_head_suffix(plan.exit_head)
         return f"{self.mode.name} E={plan.exit_layer} {self.size.symbol}={self.size_of(plan)}{head}"
@@ -113,63 +140,63 @@ class Scheme(ABC):
         """A curve point's hover detail: its second number (or, for pipelines, its stage bounds)."""
         return f"{self.size.symbol} = {int(size)}"
 
-    def size_of(self, plan: Plan) -> int | None:
+    def size_of(self, plan: PlanLike) -> int | None:
         """The plan's second number (None for a scheme without one)."""
         return None if self.size is None else int(getattr(plan, self.size.field))
 
-    def with_size(self, plan: Plan, size: int | None) -> Plan:
+    def with_size(self, plan: PlanLike, size: int | None) -> PlanLike:
         """`plan` as this scheme with its second number set (the default when None)."""
         plan = replace(plan, mode=self.mode)
         if self.size is None:
             return plan
         return replace(plan, **{self.size.field: int(self.size.default if size is None else size)})
 
-    def num_stages(self, plan: Plan) -> int:
+    def num_stages(self, plan: PlanLike) -> int:
         return 1
 
-    def devices(self, plan: Plan) -> tuple[int, ...]:
+    def devices(self, plan: PlanLike) -> tuple[int, ...]:
         return (0,)
 
-    def check(self, plan: Plan, num_layers: int, num_devices: int | None) -> None:
+    def check(self, plan: PlanLike, num_layers: int, num_devices: int | None) -> None:
         """UserError naming the valid range for anything of the plan out of range."""
         if plan.exit_layer is None or not 1 <= int(plan.exit_layer) <= num_layers - 1:
             raise UserError(f"exit layer {plan.exit_layer} is out of range for a {num_layers}-layer model",
                             f"choose --exit between 1 and {num_layers - 1}")
 
-    def resolved(self, plan: Plan, profile) -> dict:
+    def resolved(self, plan: PlanLike, profile) -> dict:
         """What resolving fills in (`sim.planner.resolve.resolve_plan`): the fields to replace.
         Single-device schemes send no messages: no hop."""
         return {"hop_ms": 0.0} if plan.hop_ms is None else {}
 
-    def tokens_per_round(self, plan: Plan, alpha: float) -> float:
+    def tokens_per_round(self, plan: PlanLike, alpha: float) -> float:
         """Expected tokens a verification round commits at i.i.d. acceptance α."""
         return 1.0
 
-    def stage_parts(self, profile, plan: Plan, context: float | None = None) -> list[StagePart]:
+    def stage_parts(self, profile, plan: PlanLike, context: float | None = None) -> list[StagePart]:
         """Where one token's time goes in each stage of a resolved plan (pipelined schemes)."""
         raise UserError(f"{plan.label()} has no pipeline stages", "choose a PPSD plan")
 
-    def context_slack(self, plan: Plan) -> int:
+    def context_slack(self, plan: PlanLike) -> int:
         """Positions past the committed tokens a plan may hold in its KV cache (drafts in flight):
         what a prompt plus its new tokens must leave free of the model's context."""
         return self.num_stages(plan) + 1
 
-    def workers(self, plan: Plan, units: int) -> int:
+    def workers(self, plan: PlanLike, units: int) -> int:
         """Threads (GPUs) each of the plan's processes gets within a budget of `units`: all of them
         for a single-process scheme."""
         return units
 
-    def in_words(self, plan: Plan) -> str:
+    def in_words(self, plan: PlanLike) -> str:
         """The plan in a sentence's words, e.g. "EESD with exit layer 12, γ=3"."""
         return f"{self.mode.name} with exit layer {plan.exit_layer}, {self.size.symbol}={self.size_of(plan)}"
 
-    def gpu_advice(self, plan: Plan, speed: str, tokens_per_s: float) -> str:
+    def gpu_advice(self, plan: PlanLike, speed: str, tokens_per_s: float) -> str:
         """The planner's answer in GPU terms (`speed`: "1.20× AR, 30.1 tokens/s"); a single-device
         scheme runs on one GPU."""
         return (f"use 1 GPU with exit layer {plan.exit_layer}: {self.mode.name} {self.size.symbol}={self.size_of(plan)}, "
                 f"{speed} (more GPUs do not pay here)")
 
-    def how_it_pays(self, plan: Plan, alpha: float) -> str:
+    def how_it_pays(self, plan: PlanLike, alpha: float) -> str:
         """A sentence on how the scheme turns acceptance α into speed ("" when it does not draft)."""
         return ""
 
@@ -178,7 +205,7 @@ class Scheme(ABC):
         return step_cv
 
     @abstractmethod
-    def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> Any:
+    def unit_costs(self, profile, plan: PlanLike, context: np.ndarray) -> Any:
         """The scheme's priced work for a resolved plan over a stream's contexts."""
 
     @abstractmethod
@@ -194,19 +221,19 @@ class Scheme(ABC):
         return True
 
     @abstractmethod
-    def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+    def closed_form(self, profile, plan: PlanLike, alpha: float, context: float) -> float:
         """Expected ms per committed token, i.i.d. acceptance α, every cost at one context."""
 
-    def closed_forms(self, profile, plan: Plan, alphas, context: float) -> list[float]:
+    def closed_forms(self, profile, plan: PlanLike, alphas, context: float) -> list[float]:
         """`closed_form` at each α (a scheme may share the work between them)."""
         return [self.closed_form(profile, plan, float(a), context) for a in alphas]
 
-    def first_token_ms(self, plan: Plan, whole_prefill_ms: float) -> float:
+    def first_token_ms(self, plan: PlanLike, whole_prefill_ms: float) -> float:
         """Time to the first token given the whole model's prefill of the prompt (sim/model/prefill.py):
         one pass over the prompt, as AR does; schemes that split the model add their messages."""
         return whole_prefill_ms
 
-    def sweep_plans(self, base: Plan, exit_layer: int, *, num_layers: int, gammas, devices: int) -> list[Plan]:
+    def sweep_plans(self, base: PlanLike, exit_layer: int, *, num_layers: int, gammas, devices: int) -> list[PlanLike]:
         """The plans of this scheme a sweep tries at one exit layer (unresolved), built from `base`
         (its hop, exit head, temperature)."""
         return []

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -21,11 +20,9 @@ from ppsd.errors import UserError
 from sim.model.cost_model import CostModel, cost_model
 from sim.model.streams import Stream
 from sim.modes import Mode
-from sim.schemes.base import PlanSize, RunStats, Scheme, seg_ends
+from sim.schemes.base import PlanLike, PlanSize, RunStats, Scheme, seg_ends
 from sim.timeline import Event
 
-if TYPE_CHECKING:  # types only (see sim/schemes/base.py)
-    from sim.plan import Plan
 
 
 # --- unit costs ---------------------------------------------------------------------------------
@@ -125,26 +122,26 @@ class EESD(Scheme):
     mode = Mode.EESD
     size = PlanSize("γ", "g", "draft_len", default=3)
 
-    def check(self, plan: Plan, num_layers: int, num_devices: int | None) -> None:
+    def check(self, plan: PlanLike, num_layers: int, num_devices: int | None) -> None:
         super().check(plan, num_layers, num_devices)
         if not 1 <= plan.draft_len <= 64:
             raise UserError(f"draft length {plan.draft_len} is out of range", "choose --draft-len between 1 and 64")
 
-    def resolved(self, plan: Plan, profile) -> dict:
+    def resolved(self, plan: PlanLike, profile) -> dict:
         cost_model(profile, plan.exit_head)  # raises UserError for an unknown exit head
         return super().resolved(plan, profile)
 
-    def tokens_per_round(self, plan: Plan, alpha: float) -> float:
+    def tokens_per_round(self, plan: PlanLike, alpha: float) -> float:
         return expected_tokens_per_round(alpha, plan.draft_len)
 
-    def context_slack(self, plan: Plan) -> int:
+    def context_slack(self, plan: PlanLike) -> int:
         return plan.draft_len + 1  # a round's drafts and the verifier's token
 
-    def how_it_pays(self, plan: Plan, alpha: float) -> str:
+    def how_it_pays(self, plan: PlanLike, alpha: float) -> str:
         return (f"Drafting γ = {plan.draft_len} tokens per round commits about "
                 f"{self.tokens_per_round(plan, alpha):.2f} tokens per verification. ")
 
-    def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> EESDCosts:
+    def unit_costs(self, profile, plan: PlanLike, context: np.ndarray) -> EESDCosts:
         return EESDCosts(cost_model(profile, plan.exit_head), plan.exit_layer, plan.draft_len, plan.sampled)
 
     def event_model(self, stream: Stream, costs: EESDCosts, record: bool = False) -> RunStats:
@@ -211,7 +208,7 @@ class EESD(Scheme):
             total += float(np.sum(costs.draft((c[:, None] + q[None, :])[q[None, :] < g[:, None]])))
         return RunStats(total, stream.tokens, a.tolist(), (a < g).tolist(), [total], {0: total})
 
-    def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+    def closed_form(self, profile, plan: PlanLike, alpha: float, context: float) -> float:
         costs = self.unit_costs(profile, plan, np.array([float(context)]))
         c = np.array([float(context)])
         g = plan.draft_len

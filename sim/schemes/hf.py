@@ -36,7 +36,6 @@ tokens per second would give it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,12 +43,10 @@ from ppsd.errors import UserError
 from sim.model.cost_model import CostModel, cost_model
 from sim.model.streams import Stream
 from sim.schemes.ar import AR
-from sim.schemes.base import RunStats, seg_ends
+from sim.schemes.base import PlanLike, RunStats, seg_ends
 from sim.schemes.eesd import EESD
 from sim.timeline import Event
 
-if TYPE_CHECKING:  # types only (see sim/schemes/base.py)
-    from sim.plan import Plan
 
 HF_BLOCK = "hf"  # profile.json latency.hf
 MIN_SHARE = 0.05  # a fitted overhead below −95% of the pieces it sits on is noise: never price a step under this
@@ -150,7 +147,7 @@ class HFCosts:
         return max(t + self.round_overhead + g * self.draft_overhead, MIN_SHARE * t)
 
 
-def hf_costs(profile, plan: Plan) -> HFCosts:
+def hf_costs(profile, plan: PlanLike) -> HFCosts:
     block = hf_block(profile)
     return HFCosts(cost_model(profile), profile, int(plan.exit_layer or 0), int(plan.draft_len), plan.schedule,
                    str(block.get("refeed", "sequence")), float(block.get("ar_token_overhead_ms", 0.0)),
@@ -210,19 +207,19 @@ class HFAssisted(EESD):
     """Plans Mode.EESD with runtime "hf": transformers' assisted generation at an early exit (an EESD
     plan in every other respect: its label, checks, size γ0 and budget are EESD's)."""
 
-    def label(self, plan: Plan) -> str:
+    def label(self, plan: PlanLike) -> str:
         return f"{super().label(plan)} [hf{'' if plan.schedule == 'constant' else ' ' + plan.schedule}]"
 
-    def in_words(self, plan: Plan) -> str:
+    def in_words(self, plan: PlanLike) -> str:
         return f"transformers' assisted generation at exit layer {plan.exit_layer}, γ0={plan.draft_len} ({plan.schedule})"
 
-    def check(self, plan: Plan, num_layers: int, num_devices: int | None) -> None:
+    def check(self, plan: PlanLike, num_layers: int, num_devices: int | None) -> None:
         super().check(plan, num_layers, num_devices)
         if plan.exit_head != "shared":
             raise UserError(f"transformers' early exit drafts with the model's own head, not {plan.exit_head!r}",
                             "drop --exit-head with --runtime hf")
 
-    def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> HFCosts:
+    def unit_costs(self, profile, plan: PlanLike, context: np.ndarray) -> HFCosts:
         return hf_costs(profile, plan)
 
     def _stream(self, stream: Stream, costs: HFCosts) -> Stream:
@@ -234,7 +231,7 @@ class HFAssisted(EESD):
     def replay(self, stream: Stream, costs: HFCosts) -> RunStats:
         return simulate_rounds(self._stream(stream, costs), costs, False)
 
-    def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+    def closed_form(self, profile, plan: PlanLike, alpha: float, context: float) -> float:
         """Constant schedule, i.i.d. acceptance α·scale: a round's time over its expected tokens."""
         costs = hf_costs(profile, plan)
         a = min(1.0, alpha * costs.scale)
@@ -242,7 +239,7 @@ class HFAssisted(EESD):
         tokens = g + 1.0 if a >= 1.0 else (1.0 - a ** (g + 1)) / (1.0 - a)
         return costs.round_ms(float(context), g) / tokens
 
-    def baseline_ms(self, profile, plan: Plan, context: np.ndarray) -> np.ndarray:
+    def baseline_ms(self, profile, plan: PlanLike, context: np.ndarray) -> np.ndarray:
         return hf_ar_step_ms(profile, context)
 
     def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices):
@@ -255,14 +252,14 @@ class HFAssisted(EESD):
 class HFAR(AR):
     """Plans Mode.AR with runtime "hf": transformers' plain greedy generate."""
 
-    def label(self, plan: Plan) -> str:
+    def label(self, plan: PlanLike) -> str:
         return f"{super().label(plan)} [hf]"
 
-    def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> np.ndarray:
+    def unit_costs(self, profile, plan: PlanLike, context: np.ndarray) -> np.ndarray:
         return hf_ar_step_ms(profile, context)
 
-    def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+    def closed_form(self, profile, plan: PlanLike, alpha: float, context: float) -> float:
         return float(hf_ar_step_ms(profile, np.array([float(context)]))[0])
 
-    def baseline_ms(self, profile, plan: Plan, context: np.ndarray) -> np.ndarray:
+    def baseline_ms(self, profile, plan: PlanLike, context: np.ndarray) -> np.ndarray:
         return hf_ar_step_ms(profile, context)

@@ -18,7 +18,6 @@ The restart rule (when the corrected token can enter stage 1) is shared by all t
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,15 +25,13 @@ from ppsd.errors import UserError
 from sim.model.cost_model import cost_model, corun_factors
 from sim.model.streams import Stream
 from sim.modes import Mode
-from sim.schemes.base import PlanSize, RunStats, Scheme, StagePart, exit_head_suffix
+from sim.schemes.base import PlanLike, PlanSize, RunStats, Scheme, StagePart, exit_head_suffix
 from sim.schemes.ppsd import closed_form as _closed_form
 from sim.schemes.ppsd import event_model as _event_model
 from sim.schemes.ppsd import replay as _replay
 from sim.schemes.ppsd.partition import stage_bounds
 from sim.schemes.ppsd.stage_costs import PPSDCosts, ppsd_costs, stage_parts
 
-if TYPE_CHECKING:  # types only (see sim/schemes/base.py)
-    from sim.plan import Plan
 
 
 class PPSD(Scheme):
@@ -47,18 +44,18 @@ class PPSD(Scheme):
         return f"stages [{stage_bounds}]" if stage_bounds else f"k = {int(size)}"
 
     # --- what a PPSD plan means ---------------------------------------------------------------
-    def label(self, plan: Plan) -> str:
+    def label(self, plan: PlanLike) -> str:
         bounds = "" if plan.stage_bounds is None else " [" + ",".join(map(str, plan.stage_bounds)) + "]"
         launch = "" if plan.launch == "local" else f" ({plan.launch})"
         return f"PPSD E={plan.exit_layer} k={plan.num_stages}{bounds}{exit_head_suffix(plan.exit_head)}{launch}"
 
-    def num_stages(self, plan: Plan) -> int:
+    def num_stages(self, plan: PlanLike) -> int:
         return plan.stages
 
-    def devices(self, plan: Plan) -> tuple[int, ...]:
+    def devices(self, plan: PlanLike) -> tuple[int, ...]:
         return plan.placement if plan.placement is not None else tuple(range(plan.stages))
 
-    def check(self, plan: Plan, num_layers: int, num_devices: int | None) -> None:
+    def check(self, plan: PlanLike, num_layers: int, num_devices: int | None) -> None:
         super().check(plan, num_layers, num_devices)
         k = plan.num_stages
         if plan.stage_bounds is not None and k < 2:
@@ -87,7 +84,7 @@ class PPSD(Scheme):
                 raise UserError(f"placement uses device {max(plan.placement)} but only {num_devices} exist",
                                 f"use device indices 0..{num_devices - 1}")
 
-    def resolved(self, plan: Plan, profile) -> dict:
+    def resolved(self, plan: PlanLike, profile) -> dict:
         changes: dict = {}
         if plan.stage_bounds is None:
             changes["stage_bounds"] = stage_bounds(profile, plan.exit_layer, plan.num_stages, plan.exit_head)
@@ -95,25 +92,25 @@ class PPSD(Scheme):
             changes["hop_ms"] = float(profile.hop_ms())
         return changes
 
-    def tokens_per_round(self, plan: Plan, alpha: float) -> float:
+    def tokens_per_round(self, plan: PlanLike, alpha: float) -> float:
         return 1.0 / (1.0 - alpha)  # a cycle runs until the first rejection
 
-    def stage_parts(self, profile, plan: Plan, context: float | None = None) -> list[StagePart]:
+    def stage_parts(self, profile, plan: PlanLike, context: float | None = None) -> list[StagePart]:
         c = float(profile.context_values[0]) if context is None else float(context)
         return stage_parts(cost_model(profile, plan.exit_head), plan, c)
 
-    def how_it_pays(self, plan: Plan, alpha: float) -> str:
+    def how_it_pays(self, plan: PlanLike, alpha: float) -> str:
         return (f"In a {plan.num_stages}-stage pipeline an accepted draft lets stage 1 start the next token "
                 "while the later stages verify, so accepted tokens cost about one stage's time and a rejection "
                 "costs a full pass plus the flush. ")
 
-    def workers(self, plan: Plan, units: int) -> int:
+    def workers(self, plan: PlanLike, units: int) -> int:
         return max(1, units // plan.num_stages)  # the stages split the budget
 
-    def in_words(self, plan: Plan) -> str:
+    def in_words(self, plan: PlanLike) -> str:
         return f"PPSD with exit layer {plan.exit_layer}, {plan.num_stages} stages"
 
-    def gpu_advice(self, plan: Plan, speed: str, tokens_per_s: float) -> str:
+    def gpu_advice(self, plan: PlanLike, speed: str, tokens_per_s: float) -> str:
         k = len(set(self.devices(plan)))
         bounds = ",".join(map(str, plan.stage_bounds or ()))
         return (f"use {k} GPUs with exit layer {plan.exit_layer}: PPSD with {plan.num_stages} stages on {k} GPUs "
@@ -124,7 +121,7 @@ class PPSD(Scheme):
 
     # --- its timing model ---------------------------------------------------------------------
 
-    def unit_costs(self, profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
+    def unit_costs(self, profile, plan: PlanLike, context: np.ndarray) -> PPSDCosts:
         return ppsd_costs(profile, plan, context)
 
     def event_model(self, stream: Stream, costs: PPSDCosts, record: bool = False) -> RunStats:
@@ -136,10 +133,10 @@ class PPSD(Scheme):
     def can_replay(self, costs: PPSDCosts) -> bool:
         return costs.num_devices == costs.k  # stages sharing a device serialise: only SimPy queues them
 
-    def closed_form(self, profile, plan: Plan, alpha: float, context: float) -> float:
+    def closed_form(self, profile, plan: PlanLike, alpha: float, context: float) -> float:
         return self.closed_forms(profile, plan, [alpha], context)[0]
 
-    def closed_forms(self, profile, plan: Plan, alphas, context: float) -> list[float]:
+    def closed_forms(self, profile, plan: PlanLike, alphas, context: float) -> list[float]:
         costs = self.unit_costs(profile, plan, np.array([float(context)]))
         if not self.can_replay(costs):
             raise ValueError("the closed form needs one device per stage; simulate shared placements")
@@ -157,7 +154,7 @@ class PPSD(Scheme):
         # sampled: the verifier's pass depends on α (it recomputes q at a rejection)
         return [at(stage[:-1] + [float(costs.expected_last(a)[0])], [a])[0] for a in alphas]
 
-    def first_token_ms(self, plan: Plan, whole_prefill_ms: float) -> float:
+    def first_token_ms(self, plan: PlanLike, whole_prefill_ms: float) -> float:
         # the prompt's hidden states go through the stages one after another (one payload per hop);
         # the verifier's first token is the first token out, the draft rides along in parallel
         return whole_prefill_ms + (plan.num_stages - 1) * float(plan.hop_ms or 0.0)

@@ -6,16 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.model.cost_model import CostModel, corun_factors, cost_model
 from sim.model.streams import Stream
-from sim.schemes.base import StagePart
+from sim.schemes.base import PlanLike, StagePart
 
-if TYPE_CHECKING:  # types only (see sim/schemes/base.py)
-    from sim.plan import Plan
 
 
 def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: Sequence[float] | float = 0.0,
@@ -71,7 +68,7 @@ def _stages(cm: CostModel, bounds: tuple[int, ...], layers_of, embed_n: float, o
     return out
 
 
-def stage_parts(cm: CostModel, plan: Plan, context: float) -> list[StagePart]:
+def stage_parts(cm: CostModel, plan: PlanLike, context: float) -> list[StagePart]:
     """Where one token's time goes in each stage of a resolved plan at one context, before co-run
     slowdown: the pieces `stage_ms` adds up (its layers; stage 1 the embedding and the exit head;
     the last stage the LM head; at T > 0 the draws; every stage its fixed cost of a pass), and the
@@ -208,7 +205,7 @@ class PPSDCosts:
         return self.factors[min(busy, len(self.factors) - 1)]
 
 
-def ppsd_costs(profile, plan: Plan, context: np.ndarray) -> PPSDCosts:
+def ppsd_costs(profile, plan: PlanLike, context: np.ndarray) -> PPSDCosts:
     """The costs of `plan` on `profile`: with the profile's control plane at k stages (each role's
     `Profile.pass_overheads_ms(k)` added to its stage's passes, stage 1's after its send in its
     tail, the hop at least `Profile.transit_ms(k)`)."""
