@@ -18,8 +18,8 @@
 A row's keys are the fields of `ValidationRow`, in order; the CSV leaves out the last two (the
 acceptance rates). Older folders may lack keys that came later (`forced_trace`, `exit_head`,
 `ar_reference`, a row's `ar_reference_tokens_per_s`): readers treat them as absent. `ar_reference`:
-"bracketed" (AR before and after every plan), "turns" (`--turns N`: AR and each plan every N prompts
-in turns), "once" (`--ar-once`).
+"bracketed" (AR before and after every plan), "turns" (`--turns N`: AR and the plans every N prompts
+in turns, `--turn-plans` of them on either side of each AR turn), "once" (`--ar-once`).
 """
 
 from __future__ import annotations
@@ -164,6 +164,9 @@ class ValidationRow:
     predicted_speedup_profile: float | None = None
     speedup_error_profile_pct: float | None = None
     piece_drift_pct: dict | None = None
+    # the same-budget twins of the two above (with --retime and a budget of several cores)
+    predicted_speedup_vs_ar_tp_profile: float | None = None
+    speedup_vs_ar_tp_error_profile_pct: float | None = None
 
     @classmethod
     def from_results(cls, plan, predicted, measured, ar_tokens_per_s: float,
@@ -246,6 +249,14 @@ class ValidationRow:
         return replace(self, predicted_speedup_profile=pred, piece_drift_pct=drift_pct,
                        speedup_error_profile_pct=round(_pct(pred, self.measured_speedup), 3))
 
+    def with_same_budget_profile_priced(self, predicted: float | None) -> ValidationRow:
+        """This (re-timed) row with its same-budget prediction priced from the profile alone beside it."""
+        if predicted is None or not self.measured_speedup_vs_ar_tp:
+            return self
+        pred = round(predicted, 4)
+        return replace(self, predicted_speedup_vs_ar_tp_profile=pred,
+                       speedup_vs_ar_tp_error_profile_pct=round(_pct(pred, self.measured_speedup_vs_ar_tp), 3))
+
     def with_same_budget(self, predicted: float | None, measured: float | None) -> ValidationRow:
         """This row with the same-budget speedups (predicted, measured) and their error."""
         err = round(_pct(predicted, measured), 3) if predicted is not None and measured else None
@@ -301,7 +312,8 @@ ROUND_FIELDS: list[str] = ["measured_speedup_rounds",  # a list: validation.json
                             "piece_drift_pct"]  # a dict: validation.json only, with --retime
 EXTRA_COLUMNS: list[str] = ["forced_alpha", "predicted_speedup_in_sample", "speedup_error_in_sample_pct",
                              "predicted_acceptance_rate_in_sample", "predicted_speedup_profile",
-                             "speedup_error_profile_pct"]  # in the CSV when a row has them
+                             "speedup_error_profile_pct", "predicted_speedup_vs_ar_tp_profile",
+                             "speedup_vs_ar_tp_error_profile_pct"]  # in the CSV when a row has them
 OPTIONAL_FIELDS: list[str] = [*SAME_BUDGET_COLUMNS, *INTERVAL_COLUMNS, *SAMPLED_FIELDS,
                               *EXTRA_COLUMNS, *ROUND_FIELDS]  # written only when set
 PAYING_SPEEDUP = 1.05  # a plan "pays" when measured at least this much faster than AR
@@ -358,8 +370,10 @@ def _retime_summary(rows: list[ValidationRow], retime: dict | None) -> dict:
     if not retime:
         return {}
     priced = _mape_of([r for r in rows if r.speculative], "speedup_error_profile_pct")
+    budget = _mape_of([r for r in rows if r.speculative], "speedup_vs_ar_tp_error_profile_pct")
     return {"retime": {**retime, "mape_speedup_profile_pct": priced["mape_speedup_pct"],
-                       "worst_error_profile_pct": priced["worst_error_pct"]}}
+                       "worst_error_profile_pct": priced["worst_error_pct"],
+                       **({"mape_speedup_vs_ar_tp_profile_pct": budget["mape_speedup_pct"]} if budget["plans"] else {})}}
 
 
 DRIFT_FLAG_PCT = 5.0  # AR measured this much off the profile's price: the machine is not as profiled

@@ -98,6 +98,10 @@ def register(sub) -> None:
                    help="profiled prompts to decode, taken round-robin over categories (default 8; 0 = all)")
     v.add_argument("--repeats", type=int, default=3)
     v.add_argument("--warmup", type=int, default=1)
+    v.add_argument("--warmup-tokens", type=int, default=0, metavar="N",
+                   help="cut each warm-up pass to a prompt's first 32 tokens and N new ones: enough to bring a "
+                        "process (and a pipeline's fresh stage processes) to speed, at a fraction of a whole pass's "
+                        "time (default 0: whole passes; bench/machine_check.py gives 16)")
     v.add_argument("--force-trace", action="store_true", help="replay the profile's traces instead of the drafts")
     v.add_argument("--ar-once", action="store_true",
                    help="measure AR once up front (faster) instead of again after every plan; by default each "
@@ -107,6 +111,10 @@ def register(sub) -> None:
                         "AR on the next N, ...), each speedup against the AR that ran seconds before its prompts; "
                         "the same decoding as bracketing, paired minutes closer. 0 (default): AR before and after "
                         "every plan. On a machine whose speed moves in bursts of a minute, --turns 1")
+    v.add_argument("--turn-plans", type=int, default=2, metavar="P",
+                   help="with --turns: P plans share one AR turn, run on either side of it (plan A, AR, plan B; the "
+                        "next prompts B, AR, A), so AR runs once for P plans and each is still seconds from it "
+                        "(default 2; 1: AR beside every plan)")
     v.add_argument("--rounds", type=int, default=1, metavar="R",
                    help="measure every plan R times, once a round, plans in alternating order, each run against "
                         "the AR runs around it; a plan keeps its median round, and validation.json reports the "

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from ppsd.errors import UserError
 from runtime.decoding import SeqRecord
+from runtime.warmup import warmup_view
 
 SCHEDULES = ("constant", "heuristic")
 
@@ -211,9 +212,10 @@ def generate_hf(model, prompt: list[int], max_new: int, *, exit_layer: int | Non
 
 
 def run_hf(model, plan, prompts: list[list[int]], max_new: list[int], *, warmup: int = 1, repeats: int = 3,
-           eos: set[int] | None = None, threads: int = 1, log: list[ForwardCall] | None = None
-           ) -> list[list[HFSeqRecord]]:
-    """Every prompt `warmup` untimed times, then `repeats` timed passes; per repetition, per prompt.
+           eos: set[int] | None = None, threads: int = 1, log: list[ForwardCall] | None = None,
+           warmup_tokens: int = 0) -> list[list[HFSeqRecord]]:
+    """Every prompt `warmup` untimed times (each cut short with `warmup_tokens`, runtime/warmup.py),
+    then `repeats` timed passes; per repetition, per prompt.
     `plan`: Mode.AR (plain generate) or Mode.EESD (assisted at plan.exit_layer, γ0 = plan.draft_len,
     plan.schedule). A heuristic schedule restarts at γ0 at every pass over the prompts."""
     import torch
@@ -235,9 +237,11 @@ def run_hf(model, plan, prompts: list[list[int]], max_new: list[int], *, warmup:
             for rep in range(-warmup, repeats):
                 if assisted:
                     gc.num_assistant_tokens = int(plan.draft_len)
-                recs = [generate_hf(model, p, max_new[i], exit_layer=plan.exit_layer if assisted else None,
-                                    eos=eos, log=log if rep >= 0 else None)
+                seqs = [(p, max_new[i]) if rep >= 0 else warmup_view(p, max_new[i], warmup_tokens)
                         for i, p in enumerate(prompts)]
+                recs = [generate_hf(model, p, n, exit_layer=plan.exit_layer if assisted else None,
+                                    eos=eos, log=log if rep >= 0 else None)
+                        for p, n in seqs]
                 if rep >= 0:
                     reps.append(recs)
     finally:
@@ -246,12 +250,13 @@ def run_hf(model, plan, prompts: list[list[int]], max_new: list[int], *, warmup:
 
 
 def measure_hf(model, plan, prompts, max_new, *, warmup: int = 1, repeats: int = 3, eos=None, threads: int = 1,
-               facts: dict | None = None):
+               facts: dict | None = None, warmup_tokens: int = 0):
     """`runtime.measure.measure` for the hf runtime: a Measurement (result, outputs, records)."""
     from runtime.measure import summarize
 
-    reps = run_hf(model, plan, prompts, max_new, warmup=warmup, repeats=repeats, eos=eos, threads=threads)
-    facts = {"warmup": warmup, "temperature": 0.0, **(facts or {})}
+    reps = run_hf(model, plan, prompts, max_new, warmup=warmup, repeats=repeats, eos=eos, threads=threads,
+                  warmup_tokens=warmup_tokens)
+    facts = {"warmup": warmup, "warmup_tokens": warmup_tokens or None, "temperature": 0.0, **(facts or {})}
     return summarize(plan, reps, load_s=getattr(model, "load_s", 0.0), facts=facts)
 
 
@@ -276,7 +281,7 @@ def measure_job(model, job):
                         "drop --exit-head / head= with --runtime hf")
     eos = model.eos_token_ids if job.stop_at_eos else set()
     return measure_hf(model, plan, job.prompts, job.max_new, warmup=job.warmup, repeats=job.repeats, eos=eos,
-                      threads=job.threads)
+                      threads=job.threads, warmup_tokens=job.warmup_tokens)
 
 
 def runtime_plans(plans, forced, predict, runtime: str, schedule: str):

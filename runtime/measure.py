@@ -17,6 +17,7 @@ import numpy as np
 
 from runtime.acceptance import ForcedTrace, Sampler
 from runtime.decoding import SeqRecord, generate_ar, generate_eesd
+from runtime.warmup import warmup_view
 from sim.modes import Mode
 from sim.plan import MeasuredDetails, Plan, Result
 from sim.timeline import Event
@@ -40,6 +41,7 @@ class Job:
     timeline: bool = True
     heads_dir: str | None = None  # exit-head folder when plan.exit_head is not "shared"
     threads: int = 1  # torch threads of the decoding process (AR, EESD) or of each stage process (PPSD)
+    warmup_tokens: int = 0  # > 0: a warm-up pass decodes this many tokens of each prompt's start (runtime/warmup.py)
 
 
 @dataclass
@@ -53,14 +55,23 @@ def _seq_seed(seed: int, seq: int) -> int:
     return seed * 1_000_003 + seq * 2 + 1
 
 
-def _decode_ar(model, job: Job, i: int, sampler, eos, origin, record: bool, drafter) -> SeqRecord:
-    return generate_ar(model, job.prompts[i], job.max_new[i], sampler, eos, origin, record)
+def _decode_ar(model, job: Job, i: int, sampler, eos, origin, record: bool, drafter, warm: bool) -> SeqRecord:
+    prompt, max_new = _sequence(job, i, warm)
+    return generate_ar(model, prompt, max_new, sampler, eos, origin, record)
 
 
-def _decode_eesd(model, job: Job, i: int, sampler, eos, origin, record: bool, drafter) -> SeqRecord:
+def _decode_eesd(model, job: Job, i: int, sampler, eos, origin, record: bool, drafter, warm: bool) -> SeqRecord:
     forced = job.forced[i] if job.forced else None
-    return generate_eesd(model, job.prompts[i], job.max_new[i], sampler, job.plan.exit_layer, job.plan.draft_len, eos,
+    prompt, max_new = _sequence(job, i, warm)
+    return generate_eesd(model, prompt, max_new, sampler, job.plan.exit_layer, job.plan.draft_len, eos,
                          forced, origin, record, drafter)
+
+
+def _sequence(job: Job, i: int, warm: bool) -> tuple[list[int], int]:
+    """Prompt i and its new tokens: as given in a timed pass, cut short in a warm-up (`warmup_tokens`)."""
+    if warm:
+        return warmup_view(job.prompts[i], job.max_new[i], job.warmup_tokens)
+    return job.prompts[i], job.max_new[i]
 
 
 # the single-process decoders, per scheme (PPSD decodes in stage processes: `_run_pipeline`)
@@ -86,7 +97,7 @@ def _run_in_process(model, job: Job) -> list[list[SeqRecord]]:
             record = job.timeline and rep == 0
             if record and origin is None:
                 origin = time.perf_counter()
-            recs.append(decode(model, job, i, sampler, eos, origin, record, drafter))
+            recs.append(decode(model, job, i, sampler, eos, origin, record, drafter, rep < 0))
         if rep >= 0:
             reps.append(recs)
     return reps
@@ -109,6 +120,7 @@ def _pipeline_job(model, job: Job):
         bounds=tuple(job.plan.stage_bounds), prompts=job.prompts, max_new=job.max_new,
         temperature=job.temperature, seed=job.seed, forced=job.forced,
         eos=tuple(sorted(model.eos_token_ids)) if job.stop_at_eos else (), warmup=job.warmup, repeats=job.repeats,
+        warmup_tokens=job.warmup_tokens,
         timeline_rep=0 if job.timeline else -(10 ** 9), timeout_s=job.timeout_s,
         device=str(model.device.type), dtype=str(model.dtype).replace("torch.", ""),
         heads_dir=job.heads_dir, exit_head=job.plan.exit_head, threads=job.threads, launch=job.plan.launch,
@@ -223,6 +235,6 @@ def measure(model, job: Job, *, load_s: float = 0.0, facts: dict | None = None) 
 
 def details_facts(model, job: Job, facts: dict | None = None) -> dict:
     """The MeasuredDetails fields a run of `job` on `model` settles, plus `facts`."""
-    return {"warmup": job.warmup, "temperature": job.temperature,
+    return {"warmup": job.warmup, "warmup_tokens": job.warmup_tokens or None, "temperature": job.temperature,
             "forced_trace": (job.forced[0].label if job.forced and job.forced[0] else None),
             "emulated": True if getattr(model, "emulated", False) else None, **(facts or {})}

@@ -38,6 +38,7 @@ from runtime.acceptance import ForcedTrace, Sampler
 from runtime.emulate import stamp_sent, wait_due, wait_until
 from runtime.transport import (TAG_D, TAG_V, Header, Links, RecvRing, SendRing, TokenIn, TokenOut, control_ring_depth,
                                draft_receives_ahead)
+from runtime.warmup import warmup_view
 from sim.timeline import Event
 
 TOKEN, PREFILL, END, SHUTDOWN = 1, 2, 3, 4
@@ -93,11 +94,27 @@ class PipelineJob:
     # finishes every pass and middle stages drop stale work only when a pass starts. None: by the board.
     launch: str | None = None
     hop_ms: float = 0.0  # emulated devices: every message delivered no earlier than its send + this
+    warmup_tokens: int = 0  # > 0: a warm-up sequence is its prompt's start and this many new tokens (runtime/warmup.py)
 
     @property
     def schedule(self) -> list[tuple[int, int]]:
         """(repetition, prompt index) in order; repetitions < 0 are warm-up."""
         return [(r, i) for r in range(-self.warmup, self.repeats) for i in range(len(self.prompts))]
+
+    def prompt_of(self, seq: int) -> list[int]:
+        """The prompt sequence `seq` of the schedule prefills (cut short in a short warm-up)."""
+        return self._sequence(seq)[0]
+
+    def max_new_of(self, seq: int) -> int:
+        """The tokens sequence `seq` of the schedule generates."""
+        return self._sequence(seq)[1]
+
+    def _sequence(self, seq: int) -> tuple[list[int], int]:
+        rep, i = divmod(seq, len(self.prompts))  # the schedule's order, without building it per token
+        rep -= self.warmup
+        if rep < 0:
+            return warmup_view(self.prompts[i], self.max_new[i], self.warmup_tokens)
+        return self.prompts[i], self.max_new[i]
 
 
 @dataclass
@@ -256,7 +273,7 @@ class Stage:
         for seq, (rep, pi) in enumerate(job.schedule):
             self.record = rep == job.timeline_rep
             sampler = Sampler.make(job.temperature, job.seed * 1_000_003 + seq * 2 + 1, self.dev)
-            prompt = job.prompts[pi]
+            prompt = job.prompt_of(seq)
             L = len(prompt)
             cache = model.new_cache()
             t0 = time.perf_counter()
@@ -518,7 +535,7 @@ class Stage:
             st["run"] = 0
             st["epoch"] += 1
             self._post_stale(seq, st["epoch"])
-        max_new = job.max_new[job.schedule[seq][1]]
+        max_new = job.max_new_of(seq)
         done = len(st["tokens"]) >= max_new or tok in self.eos
         if done and ok:
             st["rounds"].append(st["run"])  # the last, unfinished round

@@ -219,6 +219,7 @@ class MeasuredDetails:
     prefill_s: float
     load_s: float
     warmup: int | None = None
+    warmup_tokens: int | None = None  # > 0: each warm-up pass was cut to this many tokens a prompt (runtime/warmup.py)
     temperature: float | None = None
     forced_trace: str | None = None  # label of a forced acceptance trace (timing only, not lossless)
     model: str | None = None

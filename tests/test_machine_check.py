@@ -72,6 +72,18 @@ def test_headline_and_note_report_both_pricings():
     assert "| speedup MAPE, priced from the profile alone | 7.5% | ≤ 5% |" in text
     assert "| greedy outputs identical to AR | False (2 plans) | all |" in text
     assert "| PPSD E=24 k=2 | 1.100 | 1.000 | +10.0% | 1.050-1.200 | 1.050 | 0.990 / 0.900 |" in text
+    # how AR was paired with the plans: in turns, and (two plans an AR turn) on either side of it
+    paired = mc.note({**report, "ar_reference": "turns", "protocol": {"turns": 2, "turn_plans": 2}})
+    assert "taking turns, a chunk of prompts at a time (`--turns`), 2 plans sharing each AR turn" in paired
+    alone = mc.note({**report, "ar_reference": "turns", "protocol": {"turns": 2, "turn_plans": 1}})
+    assert "taking turns" in alone and "sharing" not in alone
+    # with a budget priced both ways, the profile-priced same-budget MAPE sits under the profile-priced one
+    budget_rows = [doc["rows"][0], {**doc["rows"][1], "speedup_vs_ar_tp_error_profile_pct": -3.0},
+                   {**doc["rows"][2], "speedup_vs_ar_tp_error_profile_pct": 5.0}]
+    hb = mc.headline({**doc, "rows": budget_rows})
+    assert hb["mape_speedup_vs_ar_tp_profile_pct"] == pytest.approx(4.0)
+    assert "|   its same-budget MAPE | 4.0% | ≤ 5% |" in mc.note({**report, "headline": hb, "rows": budget_rows})
+    assert h["mape_speedup_vs_ar_tp_profile_pct"] is None and "its same-budget" not in text
 
 
 def test_headline_splits_the_error_at_the_measured_prompts_own_acceptance():

@@ -194,7 +194,9 @@ def test_validate_in_rounds_keeps_each_plans_median_round(tiny_profile, tmp_path
 
 
 def test_validate_refuses_bad_rounds_in_one_line(tiny_profile, tmp_path, capsys):
-    for args, words in ((["--rounds", "0"], "--rounds 0"), (["--rounds", "2", "--temperature", "0.7"], "seeds")):
+    for args, words in ((["--rounds", "0"], "--rounds 0"), (["--rounds", "2", "--temperature", "0.7"], "seeds"),
+                        (["--turns", "1", "--turn-plans", "0"], "--turn-plans 0"),
+                        (["--warmup-tokens", "-4"], "--warmup-tokens -4")):
         out = tmp_path / "never"
         assert main(["validate", "--profile", str(tiny_profile), *args, "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -268,19 +270,22 @@ def test_validate_retime_prices_each_plan_with_the_pieces_timed_before_it(tiny_p
     assert "predicted_speedup_profile" not in doc["rows"][0]
 
 
-def test_validate_in_turns_pairs_every_plan_with_ar_prompt_by_prompt(tiny_profile, tmp_path):
+@pytest.mark.parametrize("turn_plans", [1, 2])
+def test_validate_in_turns_pairs_every_plan_with_ar_prompt_by_prompt(tiny_profile, tmp_path, turn_plans):
     out = tmp_path / "turns"
     rc = main(["validate", "--profile", str(tiny_profile), "--plans", "eesd:2:3;ppsd:3:2", "--repeats", "1",
-               "--warmup", "0", "--stage-timeout", "60", "--cores", "2", "--limit", "3", "--turns", "1",
-               "--out", str(out)])
+               "--warmup", "1", "--warmup-tokens", "3", "--stage-timeout", "60", "--cores", "2", "--limit", "3",
+               "--turns", "1", "--turn-plans", str(turn_plans), "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "validation.json").read_text())
     assert doc["ar_reference"] == "turns"
-    runs = doc["ar_tokens_per_s_runs"]  # the opening AR, then each plan's AR taken in turns with it
-    assert len(runs) == 3 and all(x > 0 for x in runs)
+    runs = doc["ar_tokens_per_s_runs"]  # one AR speed per group of plans sharing an AR turn
+    assert len(runs) == 2 // turn_plans and all(x > 0 for x in runs)
+    assert doc["rows"][0]["measured_tokens_per_s"] == pytest.approx(runs[0], rel=1e-3)  # the AR row: the first turns
+    assert (out / "timelines" / "ar.measured.json").is_file()
     for i, r in enumerate(doc["rows"][1:]):
         assert r["outputs_match_ar"]  # the chunks put back together decode what AR decoded, prompt for prompt
-        assert r["ar_reference_tokens_per_s"] == pytest.approx(runs[i + 1], rel=1e-3)
+        assert r["ar_reference_tokens_per_s"] == pytest.approx(runs[i // turn_plans], rel=1e-3)
         assert r["measured_speedup_vs_ar_tp"] > 0  # the same budget, in turns too
 
 
@@ -311,6 +316,19 @@ def test_validate_retime_scales_the_price_by_the_drift(tiny_profile, tmp_path, c
     heavy, _ = _validate_json(["--profile", str(weighty), *args[2:], "--out", str(tmp_path / "heavy")], capfd)
     # EESD runs the LM head on every draft and every verification: a dearer head costs it more than AR
     assert heavy["rows"][1]["predicted_speedup"] < 0.97 * heavy["rows"][1]["predicted_speedup_profile"]
+    # within a budget of 2 cores the same-budget prediction is priced both ways too
+    capfd.readouterr()
+    out = tmp_path / "budget"
+    assert main(["validate", "--profile", str(weighty), *args[2:], "--repeats", "1", "--warmup", "0", "--cores", "2",
+                 "--ar-once", "--draws", "40", "--out", str(out)]) == 0
+    doc = json.loads((out / "validation.json").read_text())
+    row = doc["rows"][1]
+    assert row["predicted_speedup_vs_ar_tp_profile"] > 0
+    assert row["predicted_speedup_vs_ar_tp"] < 0.97 * row["predicted_speedup_vs_ar_tp_profile"]  # the dearer head
+    assert row["speedup_vs_ar_tp_error_profile_pct"] == pytest.approx(
+        100 * (row["predicted_speedup_vs_ar_tp_profile"] / row["measured_speedup_vs_ar_tp"] - 1), abs=0.01)
+    assert doc["retime"]["mape_speedup_vs_ar_tp_profile_pct"] == pytest.approx(
+        abs(row["speedup_vs_ar_tp_error_profile_pct"]), abs=0.01)
 
 
 def _with_even_latency(src, dst, head_layers: float):

@@ -75,7 +75,7 @@ def test_sampled_seeds_each_open_with_ar_at_their_seed():
 
 class DriftingMachine:
     """A MeasureFn on a machine that halves its speed from the `slow_from`-th run on: AR decodes 10
-    tokens/s per thread, EESD 20, every prompt 8 tokens, records as runtime.measure makes them."""
+    tokens/s per thread, EESD and PPSD 20, every prompt 8 tokens, records as runtime.measure makes them."""
 
     def __init__(self, slow_from: int):
         self.jobs: list[Job] = []
@@ -86,7 +86,7 @@ class DriftingMachine:
         from runtime.measure import summarize
 
         self.jobs.append(job)
-        speed = {Mode.AR: 10.0, Mode.EESD: 20.0}[job.plan.mode] * job.threads
+        speed = {Mode.AR: 10.0, Mode.EESD: 20.0, Mode.PPSD: 20.0}[job.plan.mode] * job.threads
         if len(self.jobs) >= self.slow_from:
             speed /= 2
         recs = [SeqRecord(tokens=list(range(9)), prefill_s=0.1, decode_s=8 / speed, rounds=[1] * 4, verified=8,
@@ -95,24 +95,50 @@ class DriftingMachine:
 
 
 def test_turns_pair_each_chunk_of_prompts_with_the_ar_run_right_before_it(capsys):
-    # runs: AR opening, then AR p1, EESD p1, AR p2 (slow from here), EESD p2
-    machine = DriftingMachine(slow_from=4)
+    # runs: AR p1, EESD p1, AR p2 (slow from here), EESD p2; no AR pass opens a bench in turns
+    machine = DriftingMachine(slow_from=3)
     bench = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1], [2]], max_new=[8, 8], warmup=1, repeats=1),
                   measure=machine, turn_prompts=1)
     runs = bench.run([EESD], greedy_passes(1, 1, warmup=1), [None], ["eesd"])
     assert [(j.plan.mode.value, len(j.prompts)) for j in machine.jobs] == [
-        ("ar", 2), ("ar", 1), ("eesd", 1), ("ar", 1), ("eesd", 1)]
-    ar_turn = machine.jobs[1]
-    assert (ar_turn.warmup, ar_turn.repeats, ar_turn.timeline) == (0, 1, False)
+        ("ar", 1), ("eesd", 1), ("ar", 1), ("eesd", 1)]
+    # AR warms up on the pass's first chunk and keeps that chunk's timeline (the AR row's); then quick runs
+    assert [(j.warmup, j.repeats, j.timeline) for j in machine.jobs[::2]] == [(1, 1, True), (0, 1, True)]
     # an in-process plan warms up on its first chunk only: the decoder is warm after it
-    assert (machine.jobs[2].warmup, machine.jobs[4].warmup) == (1, 0)
+    assert (machine.jobs[1].warmup, machine.jobs[3].warmup) == (1, 0)
     (run,) = runs.plan_runs[0]
-    # the slowdown hit AR and EESD alike on prompt 2: the speedup is the machine-free 2.0 (bracketing
-    # against the fast opening AR would have said (16 / 1.2) / 10 = 1.33)
+    # the slowdown hit AR and EESD alike on prompt 2: the speedup is the machine-free 2.0 (against AR
+    # measured up front, fast, it would have said (16 / 1.2) / 10 = 1.33)
     assert run.speedup == pytest.approx(2.0)
     assert run.measurement.result.tokens_per_s == pytest.approx(16 / (0.4 + 0.8))
-    assert runs.ar_tokens_per_s[-1] == pytest.approx(16 / (0.8 + 1.6))
+    assert runs.ar_tokens_per_s == [pytest.approx(16 / (0.8 + 1.6))]
+    (ar_row,) = runs.ar_opening  # the AR row: AR's turns over every prompt, put back together
+    assert ar_row.result.tokens_per_s == pytest.approx(runs.ar_tokens_per_s[0]) and len(ar_row.outputs) == 2
     assert "(in turns with AR)" in capsys.readouterr().err
+
+
+def test_turns_share_one_ar_turn_between_two_plans_on_either_side_of_it(capsys):
+    """Plan A, AR, plan B on a chunk, then B, AR, A: each plan seconds from the AR it is taken
+    against, AR run once for the two; a burst that slows the machine on a chunk slows all three."""
+    machine = DriftingMachine(slow_from=4)  # the second chunk's runs are at half speed
+    bench = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1], [2]], max_new=[8, 8], warmup=1, repeats=1),
+                  measure=machine, turn_prompts=1)
+    third = Plan(Mode.EESD, 3, draft_len=2)
+    runs = bench.run([EESD, PPSD, third], greedy_passes(3, 1, warmup=1), [None] * 3, ["a", "b", "c"])
+    order = [(j.plan.label(), j.prompts[0][0]) for j in machine.jobs]
+    a, b, c, ar = EESD.label(), PPSD.label(), third.label(), AR_PLAN.label()
+    assert order == [(a, 1), (ar, 1), (b, 1), (b, 2), (ar, 2), (a, 2),  # the pair, one AR turn
+                     (ar, 1), (c, 1), (ar, 2), (c, 2)]                  # the odd plan out: AR beside it
+    eesd, ppsd, lone = (r[0] for r in runs.plan_runs)
+    assert eesd.ar_reference == ppsd.ar_reference == pytest.approx(16 / (0.8 + 1.6))
+    assert eesd.speedup == pytest.approx(2.0) and ppsd.speedup == pytest.approx(2.0)
+    assert len(runs.ar_tokens_per_s) == 2 and len(runs.ar_opening) == 1  # one per group; the row from the first
+    assert "(in turns with AR, one AR turn for 2 plans)" in capsys.readouterr().err
+    machine = DriftingMachine(slow_from=10 ** 6)
+    alone = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1]], max_new=[8], warmup=1, repeats=1),
+                  measure=machine, turn_prompts=1, turn_plans=1)
+    alone.run([EESD, PPSD], greedy_passes(2, 1, warmup=1), [None] * 2, ["a", "b"])
+    assert [j.plan.mode.value for j in machine.jobs] == ["ar", "eesd", "ar", "ppsd"]  # --turn-plans 1
 
 
 def test_turns_within_a_budget_pool_every_chunk_on_all_cores():
@@ -124,9 +150,10 @@ def test_turns_within_a_budget_pool_every_chunk_on_all_cores():
     assert run.budget_tokens_per_s == pytest.approx(40.0) and run.budget_ar_reference == pytest.approx(20.0)
     assert run.budget_speedup == pytest.approx(2.0)
     # per chunk (prompts 1-2, then 3): AR, EESD, AR on 2 threads, EESD on 2 threads
-    per_chunk = [(j.plan.mode.value, j.threads, len(j.prompts)) for j in machine.jobs[2:]]
+    per_chunk = [(j.plan.mode.value, j.threads, len(j.prompts)) for j in machine.jobs]
     assert per_chunk == [("ar", 1, 2), ("eesd", 1, 2), ("ar", 2, 2), ("eesd", 2, 2),
                          ("ar", 1, 1), ("eesd", 1, 1), ("ar", 2, 1), ("eesd", 2, 1)]
+    assert runs.ar_budget_tokens_per_s == [pytest.approx(20.0)]
 
 
 def test_turns_leave_sampled_runs_bracketed():
@@ -142,8 +169,9 @@ def test_turns_warm_a_pipeline_up_on_every_chunk():
     bench = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1], [2], [3]], max_new=[4] * 3, warmup=1, repeats=1),
                   measure=_combinable(runtime), turn_prompts=1)
     bench.run([PPSD, EESD], greedy_passes(2, 1, warmup=1), [None, None], ["ppsd", "eesd"])
-    warm = {m: [j.warmup for j in runtime.jobs[1:] if j.plan.mode.value == m] for m in ("ppsd", "eesd", "ar")}
-    assert warm == {"ppsd": [1, 1, 1], "eesd": [1, 0, 0], "ar": [0] * 6}
+    warm = {m: [j.warmup for j in runtime.jobs if j.plan.mode.value == m] for m in ("ppsd", "eesd", "ar")}
+    # AR (the pair's one turn) warms up with the pass's first chunk, in this process for good
+    assert warm == {"ppsd": [1, 1, 1], "eesd": [1, 0, 0], "ar": [1, 0, 0]}
 
 
 def _combinable(runtime):

@@ -6,8 +6,13 @@ mean of the AR runs just before and after it. A greedy validation makes one pass
 round (`--rounds`, the plans in alternating order so a steady drift favours none); a sampled one
 makes one pass per seed, each opening with a whole AR run at that seed.
 
-With `turn_prompts` (`--turns N`, greedy) AR and each plan instead take turns every N prompts
-(`runtime/validation/interleave.py`): the plan against AR seconds apart rather than a plan's length.
+With `turn_prompts` (`--turns N`, greedy) AR and the plans instead take turns every N prompts
+(`runtime/validation/interleave.py`): a plan against AR seconds apart rather than a plan's length.
+`turn_plans` plans share one AR turn, run on either side of it (A, AR, B; the next chunk B, AR, A),
+so each is still seconds from its AR while AR, on one thread and on every core, runs once for the
+pair: in the AMD EPYC machine check (2026-12-04, 10 plans, 8 prompts, 2 cores) AR's turns were
+about 40% of the validation's time. No AR pass opens a bench in turns: the first group's AR turns
+give the AR row (its timeline and the outputs every plan must match).
 
 `MeasureFn` is the seam for another runtime: anything that runs a `Job` on a model and returns a
 `runtime.measure.Measurement` (tokens/s, outputs, accepted lengths) can be benched here.
@@ -80,7 +85,7 @@ class PlanRun:
 class BenchRuns:
     """Everything a bench measured, in time order."""
 
-    ar_opening: list[Measurement] = field(default_factory=list)  # each pass's opening AR run
+    ar_opening: list[Measurement] = field(default_factory=list)  # each pass's opening AR (in turns: first group's)
     ar_tokens_per_s: list[float] = field(default_factory=list)   # every AR run (openings and brackets)
     ar_budget_tokens_per_s: list[float] = field(default_factory=list)  # AR on every core
     ar_scale: object = None                                      # --retime: the pieces before AR
@@ -99,6 +104,7 @@ class Bench:
     cores: int = 1        # > 1: every plan and AR also within this budget of cores (same budget)
     retimer: object = None
     turn_prompts: int = 0  # > 0 (greedy): AR and each plan take turns every this many prompts (interleave.py)
+    turn_plans: int = 2    # in turns: plans that share one AR turn, run on either side of it
 
     @property
     def in_turns(self) -> bool:
@@ -111,15 +117,29 @@ class Bench:
         `titles[i]`: plan i as the progress lines name it."""
         runs = BenchRuns(plan_runs=[[] for _ in plans])
         for bench_pass in passes:
+            if self.in_turns:
+                # AR runs inside each group's turns: no AR pass of its own opens the bench
+                for start in range(0, len(bench_pass.order), self.turn_plans):
+                    group = bench_pass.order[start:start + self.turn_plans]
+                    for step, i in enumerate(group, start=start):
+                        self._progress(bench_pass, step, len(plans), titles[i], " (in turns with AR"
+                                       + (f", one AR turn for {len(group)} plans)" if len(group) > 1 else ")"))
+                    for i, run in zip(group, self._measure_group_in_turns([plans[i] for i in group],
+                                                                         [forced[i] for i in group], bench_pass,
+                                                                         runs, opens_pass=start == 0)):
+                        runs.plan_runs[i].append(run)
+                continue
             if bench_pass.opens_with_ar:
                 self._open_with_ar(bench_pass, runs)
             for step, i in enumerate(bench_pass.order):
-                print(f"[{bench_pass.prefix}{step + 1}/{len(plans)}] {titles[i]} ..."
-                      + (" (in turns with AR)" if self.in_turns else " (then AR again)" if self.bracket else ""),
-                      flush=True, file=sys.stderr)  # progress: stdout stays the table, or JSON alone with --json
-                measure_plan = self._measure_in_turns if self.in_turns else self._measure_plan
-                runs.plan_runs[i].append(measure_plan(plans[i], forced[i], bench_pass, runs))
+                self._progress(bench_pass, step, len(plans), titles[i], " (then AR again)" if self.bracket else "")
+                runs.plan_runs[i].append(self._measure_plan(plans[i], forced[i], bench_pass, runs))
         return runs
+
+    @staticmethod
+    def _progress(bench_pass: BenchPass, step: int, plans: int, title: str, how: str) -> None:
+        # progress goes to stderr: stdout stays the table, or JSON alone with --json
+        print(f"[{bench_pass.prefix}{step + 1}/{plans}] {title} ...{how}", flush=True, file=sys.stderr)
 
     def _job(self, plan: Plan, bench_pass: BenchPass, forced=None) -> Job:
         return replace(self.job, plan=plan, forced=forced, seed=bench_pass.seed, warmup=bench_pass.warmup,
@@ -161,37 +181,76 @@ class Bench:
         runs.ar_budget_tokens_per_s.append(measure_ar_in_budget(self.model, ar_job, self.cores, self.measure))
         return plan_tps, (runs.ar_budget_tokens_per_s[-2] + runs.ar_budget_tokens_per_s[-1]) / 2
 
-    def _measure_in_turns(self, plan: Plan, forced, bench_pass: BenchPass, runs: BenchRuns) -> PlanRun:
-        """AR, then the plan, a chunk of prompts at a time (and within the budget, AR on every core and
-        the plan on it, the same way): the plan against the AR that ran seconds before each chunk."""
+    def _measure_group_in_turns(self, plans: list[Plan], forced: list, bench_pass: BenchPass, runs: BenchRuns,
+                                opens_pass: bool) -> list[PlanRun]:
+        """A group of plans and AR, a chunk of prompts at a time, AR between the plans (A, AR, B; the
+        next chunk B, AR, A), then within the budget the same way: each plan against the AR that ran
+        seconds beside it on the same prompts, one AR turn for the group. The first group of a pass
+        also gives the pass its AR row (timeline and outputs)."""
         from runtime.same_budget import measure_ar_in_budget, measure_plan_in_budget
 
-        scale = self.retimer.now(plan.label(), plan.scheme.pipelined) if self.retimer is not None else None
-        job = self._job(plan, bench_pass, forced)
-        ar_job = replace(self._job(AR_PLAN, bench_pass), warmup=0, repeats=1, timeline=False)
-        turns = Turns(len(job.prompts), self.turn_prompts)
-        ar_parts, plan_parts, budget_ar, budget_plan = [], [], [], []
+        scale = None
+        if self.retimer is not None:  # one retiming right before the group prices each of its plans
+            scale = self.retimer.now(" and ".join(p.label() for p in plans), any(p.scheme.pipelined for p in plans))
+        jobs = [self._job(p, bench_pass, f) for p, f in zip(plans, forced)]
+        ar_job = replace(self._job(AR_PLAN, bench_pass), repeats=1,
+                         timeline=bench_pass.timeline and opens_pass)
+        turns = Turns(len(ar_job.prompts), self.turn_prompts)
+        ar_parts, budget_ar = [], []
+        plan_parts, budget_plan = [[] for _ in plans], [[] for _ in plans]
+        middle = len(plans) // 2  # AR's place in a chunk's order: between the plans (first, for one)
         for k, chunk in enumerate(turns.chunks):
-            plan_job = turns.job(job, chunk)
-            if k and not plan.scheme.pipelined:
-                # a decoder in this process is warm after its first chunk (and AR decoded just before it):
-                # only a pipeline, whose stage processes start afresh every run, warms up every chunk
-                plan_job = replace(plan_job, warmup=0)
-            ar_parts.append(self.measure(self.model, turns.job(ar_job, chunk)))
-            plan_parts.append(self.measure(self.model, plan_job))
-            if self.cores > 1:
-                budget_ar.append(measure_ar_in_budget(self.model, turns.job(ar_job, chunk), self.cores, self.measure))
-                budget_plan.append(measure_plan_in_budget(self.model, plan_job, self.cores,
-                                                          plan_parts[-1].result.tokens_per_s, self.measure))
-        measured, ar = combine(plan_parts), combine(ar_parts)
+            order = list(range(len(plans)))
+            if k % 2:  # every other chunk the other way round, so no plan always runs right after AR
+                order.reverse()
+            order.insert(middle, None)
+            chunk_jobs = {}
+            for at in order:
+                if at is None:
+                    # AR warms up once a pass (its first chunk); the process stays warm for the rest
+                    job = turns.job(ar_job, chunk) if k == 0 and opens_pass else replace(turns.job(ar_job, chunk),
+                                                                                          warmup=0)
+                    ar_parts.append(self.measure(self.model, job))
+                    chunk_jobs[None] = job
+                    continue
+                job = turns.job(jobs[at], chunk)
+                if k and not plans[at].scheme.pipelined:
+                    # a decoder in this process is warm after its first chunk: only a pipeline, whose stage
+                    # processes start afresh every run, warms up every chunk
+                    job = replace(job, warmup=0)
+                plan_parts[at].append(self.measure(self.model, job))
+                chunk_jobs[at] = job
+            if self.cores <= 1:
+                continue
+            for at in order:  # the same order within the budget
+                if at is None:
+                    budget_ar.append(measure_ar_in_budget(self.model, replace(chunk_jobs[None], timeline=False),
+                                                          self.cores, self.measure))
+                else:
+                    budget_plan[at].append(measure_plan_in_budget(self.model, chunk_jobs[at], self.cores,
+                                                                  plan_parts[at][-1].result.tokens_per_s,
+                                                                  self.measure))
+        ar = combine(ar_parts)
+        if opens_pass:
+            runs.ar_opening.append(ar)
+            runs.ar_scale = None if scale is None else replace(scale, corun=1.0)  # AR co-runs nothing
         runs.ar_tokens_per_s.append(ar.result.tokens_per_s)
-        if self.cores <= 1:
-            return PlanRun(measured, ar.result.tokens_per_s, scale=scale)
-        # a chunk's tokens are the same on any number of threads (greedy): weigh each chunk's speed by them
-        ar_budget = _pooled_speed(budget_ar, [_decode_tokens(m) for m in ar_parts])
-        plan_budget = _pooled_speed(budget_plan, [_decode_tokens(m) for m in plan_parts])
-        runs.ar_budget_tokens_per_s.append(ar_budget)
-        return PlanRun(measured, ar.result.tokens_per_s, plan_budget, ar_budget, scale=scale)
+        ar_budget = None
+        if self.cores > 1:
+            # a chunk's tokens are the same on any number of threads (greedy): weigh each chunk's speed by them
+            ar_budget = _pooled_speed(budget_ar, [_decode_tokens(m) for m in ar_parts])
+            runs.ar_budget_tokens_per_s.append(ar_budget)
+        out = []
+        for plan, parts, budget in zip(plans, plan_parts, budget_plan):
+            plan_scale = scale if scale is None or plan.scheme.pipelined else replace(scale, corun=1.0)
+            measured = combine(parts)
+            if self.cores <= 1:
+                out.append(PlanRun(measured, ar.result.tokens_per_s, scale=plan_scale))
+            else:
+                out.append(PlanRun(measured, ar.result.tokens_per_s,
+                                   _pooled_speed(budget, [_decode_tokens(m) for m in parts]), ar_budget,
+                                   scale=plan_scale))
+        return out
 
 
 def _decode_tokens(m: Measurement) -> int:

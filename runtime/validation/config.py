@@ -31,9 +31,11 @@ class ValidateConfig:
     limit: int | None = 8
     repeats: int = 3
     warmup: int = 1
+    warmup_tokens: int = 0       # > 0: each warm-up pass cut to a prompt's start and this many tokens (runtime/warmup.py)
     force_trace: bool = False
     ar_once: bool = False
     turns: int = 0               # > 0: AR and each plan take turns every this many prompts (greedy)
+    turn_plans: int = 2          # in turns: plans that share one AR turn, on either side of it
     rounds: int = 1
     retime: bool = False
     stage_timeout: float = 60.0
@@ -92,6 +94,12 @@ class ValidateConfig:
             raise UserError(f"--rounds {self.rounds} measures nothing", "give --rounds 1 or more (e.g. 3)")
         if int(self.turns) < 0:
             raise UserError(f"--turns {self.turns} is negative", "give --turns 1 (AR and the plan prompt by prompt) or 0")
+        if int(self.turn_plans) < 1:
+            raise UserError(f"--turn-plans {self.turn_plans} shares AR among no plan",
+                            "give --turn-plans 1 (AR beside every plan) or 2 (the default)")
+        if int(self.warmup_tokens) < 0:
+            raise UserError(f"--warmup-tokens {self.warmup_tokens} is negative",
+                            "give --warmup-tokens 0 (whole warm-up passes) or a count of tokens, e.g. 16")
         if self.turns and (self.sampled or self.ar_once):
             raise UserError("--turns pairs greedy plans with AR prompt by prompt; it takes neither --temperature "
                             "nor --ar-once", "drop --turns, or --temperature / --ar-once")

@@ -76,9 +76,10 @@ class GreedyValidation:
     def _bench(self, retimer) -> Bench:
         c = self.config
         job = Job(plan=AR_PLAN, prompts=self.work.prompts, max_new=self.work.max_new, stop_at_eos=False,
-                  warmup=c.warmup, repeats=c.repeats, timeout_s=c.stage_timeout, heads_dir=c.heads)
+                  warmup=c.warmup, repeats=c.repeats, timeout_s=c.stage_timeout, heads_dir=c.heads,
+                  warmup_tokens=int(c.warmup_tokens))
         return Bench(self.inputs.model, job, self.measure, bracket=not c.ar_once, cores=self.cores, retimer=retimer,
-                     turn_prompts=c.turns)
+                     turn_prompts=c.turns, turn_plans=int(c.turn_plans))
 
     def _forced_traces(self) -> list:
         """What forces each plan's acceptance in its run (None: the drafts' own)."""
@@ -133,7 +134,13 @@ class GreedyValidation:
         predicted = [self.predictor.result(p, a, budget=self.cores, engine="fast", scale=s).speedup_vs_ar_tp
                      if self.budget_priced else None
                      for p, a, s in zip([self.ar_plan, *self.inputs.plans], alphas, scales)]
-        return [r.with_same_budget(p, m) for r, p, m in zip(rows, predicted, measured)]
+        rows = [r.with_same_budget(p, m) for r, p, m in zip(rows, predicted, measured)]
+        if not self.budget_priced or all(s is None for s in scales[1:]):
+            return rows
+        # --retime: beside it, the same-budget prediction priced from the profile alone (what `ppsd plan` says)
+        profile_priced = [self.predictor.result(p, a, budget=self.cores, engine="fast").speedup_vs_ar_tp
+                          for p, a in zip(self.inputs.plans, alphas[1:])]
+        return rows[:1] + [r.with_same_budget_profile_priced(p) for r, p in zip(rows[1:], profile_priced)]
 
     def _with_intervals(self, rows: list, runs: BenchRuns) -> list:
         """Each interval is carried to the row's own point (the in-sample point replays each prompt's

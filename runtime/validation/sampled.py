@@ -71,7 +71,8 @@ class SampledValidation:
     def run(self) -> dict:
         c, plans = self.config, self.inputs.plans
         job = Job(plan=AR_PLAN, prompts=self.work.prompts, max_new=self.work.max_new, temperature=self.temperature,
-                  stop_at_eos=False, warmup=c.warmup, repeats=c.repeats, timeout_s=c.stage_timeout, heads_dir=c.heads)
+                  stop_at_eos=False, warmup=c.warmup, repeats=c.repeats, timeout_s=c.stage_timeout, heads_dir=c.heads,
+                  warmup_tokens=int(c.warmup_tokens))
         titles = [f"{p.label()} at T={self.temperature:g}" for p in plans]
         runs = Bench(self.inputs.model, job, self.measure).run(
             plans, sampled_passes(len(plans), c.seed_list, c.warmup), [None] * len(plans), titles)
