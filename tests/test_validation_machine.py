@@ -35,12 +35,16 @@ def test_retimer_measures_the_corun_before_pipelined_plans_only(monkeypatch):
 
 def test_a_corun_figure_under_one_is_read_as_one(monkeypatch):
     """Sharing a machine cannot speed two processes up: a profile's 0.91 (a slow one-process baseline)
-    and a check's 0.97 both count as 1, and a check's 1.04 against the profile's 0.91 prices 1.04."""
+    and checks under 1 count as 1; "now" is the median of the run's checks so far, so one burst
+    (1.50) does not price a plan alone while a lasting rise (1.04, 1.06, ...) does."""
     from runtime.validation.machine import CorunCheck
 
     check = CorunCheck(profile_slowdown=0.91, model_spec="m", adapter=None, threads=1, context=64, seconds=1.0)
-    got = iter([0.97, 1.04])
+    got = iter([0.97, 1.04, 1.50, 1.06, 1.07])
     monkeypatch.setattr(CorunCheck, "measure", lambda self, when: self.runs.append(next(got)))
     assert check.now_over_profile("before a") == pytest.approx(1.0)
-    assert check.now_over_profile("before b") == pytest.approx(1.04)
-    assert check.runs == [0.97, 1.04]  # the report keeps what was measured
+    assert check.now_over_profile("before b") == pytest.approx(1.005)  # median of 0.97 and 1.04
+    assert check.now_over_profile("before c") == pytest.approx(1.04)   # the 1.50 burst is not the machine
+    assert check.now_over_profile("before d") == pytest.approx(1.05)
+    assert check.now_over_profile("before e") == pytest.approx(1.06)   # a lasting rise is
+    assert check.runs == [0.97, 1.04, 1.50, 1.06, 1.07]  # the report keeps what was measured
