@@ -373,7 +373,8 @@ def main(argv=None) -> int:
               "step_minutes": {k: round(v, 2) for k, v in minutes.items()}, "prompt_set": args.prompt_set,
               "measured_prompt_ids": ids, "plans": args.plans,
               "protocol": {"turns": args.turns, "turn_plans": args.turn_plans, "warmup_tokens": args.warmup_tokens,
-                           "retime": bool(args.retime), "runs": args.runs}, "ar_reference": doc.get("ar_reference"), "targets": TARGETS, "headline": headline(doc),
+                           "retime": bool(args.retime), "runs": args.runs},
+              "ar_reference": doc.get("ar_reference"), "targets": TARGETS, "headline": headline(doc),
               "rows": doc["rows"]}
     (work / "machine_check.json").write_text(json.dumps(report, indent=1) + "\n")
     (work / "NOTE.md").write_text(note(report))
