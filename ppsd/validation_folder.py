@@ -338,7 +338,8 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
              exit_head: str, ar_reference: str, ar_tokens_per_s_runs: list[float],
              created: str | None = None, budget: str | None = None, emulated: bool = False,
              sources: dict | None = None, interval: dict | None = None, rounds: int = 1,
-             corun: dict | None = None, retime: dict | None = None) -> dict:
+             corun: dict | None = None, retime: dict | None = None,
+             budget_reference: dict | None = None) -> dict:
     """validation.json's content, keys in their written order (rows as dicts). `emulated`: the
     devices were emulated from the profile (`ppsd validate --emulate`): adds "emulated": true.
     `sources` (`prompt_sources`): which profile predicted and which prompts each side used, and
@@ -347,7 +348,10 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
     `rounds` > 1 (`ppsd validate --rounds`): "rounds" and the "measurement_noise" the rounds show.
     `corun` ({profile_slowdown, runs}: the co-run check, `corun_summary`): "corun_drift".
     `retime` (`ppsd validate --retime`: {method, repeats, ar_drift_pct, timings}): "retime", with the
-    MAPE of the predictions priced from the profile alone (`mape_speedup_profile_pct`)."""
+    MAPE of the predictions priced from the profile alone (`mape_speedup_profile_pct`).
+    `budget_reference` (in turns, within a budget: {method, ar_thread_gain, ar_thread_gain_priced,
+    ar_thread_ratios, plans: [{plan, thread_gain, measured_speedup_vs_ar_tp_beside}]}): how the measured
+    same-budget speedups were priced, with the MAPE the pairing beside them would have given."""
     mape_s, mape_t = mape(rows)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return {"schema_version": SCHEMA_VERSION, "created": created, "profile": profile, "model": model,
@@ -356,6 +360,7 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
             "ar_tokens_per_s_runs": [round(x, 4) for x in ar_tokens_per_s_runs],
             **({"emulated": True} if emulated else {}),
             **_same_budget_summary(rows, budget),
+            **_budget_reference_summary(rows, budget_reference),
             **_drift_summary(rows, ar_tokens_per_s_runs, emulated),
             **corun_summary(**(corun or {})),
             **(sources or {}),
@@ -524,6 +529,19 @@ def _interval_summary(rows: list[ValidationRow], interval: dict | None) -> dict:
         return {}
     return {"interval": interval or {}, "coverage": None if share is None else round(share, 4),
             "coverage_plans": counted}
+
+
+def _budget_reference_summary(rows: list[ValidationRow], reference: dict | None) -> dict:
+    """`budget_reference` with `mape_speedup_vs_ar_tp_beside_pct`: the same-budget MAPE had each plan been
+    measured against the AR turns of its own group on every core (the pairing before thread gains)."""
+    if not reference:
+        return {}
+    predicted = {r.plan: r.predicted_speedup_vs_ar_tp for r in rows if r.speculative}
+    errors = [abs(_pct(predicted[p["plan"]], p["measured_speedup_vs_ar_tp_beside"]))
+              for p in reference.get("plans", [])
+              if predicted.get(p["plan"]) is not None and p.get("measured_speedup_vs_ar_tp_beside")]
+    beside = {"mape_speedup_vs_ar_tp_beside_pct": round(sum(errors) / len(errors), 3)} if errors else {}
+    return {"budget_reference": {**reference, **beside}}
 
 
 def _same_budget_summary(rows: list[ValidationRow], budget: str | None) -> dict:

@@ -84,6 +84,21 @@ def test_headline_and_note_report_both_pricings():
     assert hb["mape_speedup_vs_ar_tp_profile_pct"] == pytest.approx(4.0)
     assert "|   its same-budget MAPE | 4.0% | ≤ 5% |" in mc.note({**report, "headline": hb, "rows": budget_rows})
     assert h["mape_speedup_vs_ar_tp_profile_pct"] is None and "its same-budget" not in text
+    # how every core was priced: AR's thread gain, and the MAPE had each plan met its own group's AR turns
+    assert "ar_thread_gain" not in h and "thread gain" not in text
+    ref = {"method": "thread_gain", "ar_thread_gain": 1.02, "ar_thread_gain_priced": 1.03,
+           "ar_thread_ratios": [1.0, 1.02, 0.4, 1.05],
+           "plans": [{"plan": "EESD E=24 γ=3", "thread_gain": 1.1, "measured_speedup_vs_ar_tp_beside": 1.0},
+                     {"plan": "PPSD E=24 k=2", "thread_gain": 1.0, "measured_speedup_vs_ar_tp_beside": 1.1}]}
+    hr = mc.headline({**doc, "rows": budget_rows, "budget_reference": ref})
+    assert (hr["ar_thread_gain"], hr["ar_thread_gain_priced"], hr["ar_thread_chunks"]) == (1.02, 1.03, 4)
+    # against the profile-priced same-budget predictions where there are some
+    pred = [r.get("predicted_speedup_vs_ar_tp_profile") or r["predicted_speedup_vs_ar_tp"] for r in budget_rows[1:]]
+    assert hr["mape_speedup_vs_ar_tp_beside_pct"] == pytest.approx(
+        (abs(pred[0] / 1.0 - 1) + abs(pred[1] / 1.1 - 1)) * 50, abs=0.01)
+    noted = mc.note({**report, "headline": hr, "rows": budget_rows})
+    assert "| AR on every core / on one thread, this run (median of 4 chunks); the profile prices 1.03x | 1.02x | |" in noted
+    assert "its own group's AR turns on every core" in noted
 
 
 def test_headline_splits_the_error_at_the_measured_prompts_own_acceptance():

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import statistics
 
 import pytest
 
@@ -287,6 +288,16 @@ def test_validate_in_turns_pairs_every_plan_with_ar_prompt_by_prompt(tiny_profil
         assert r["outputs_match_ar"]  # the chunks put back together decode what AR decoded, prompt for prompt
         assert r["ar_reference_tokens_per_s"] == pytest.approx(runs[i // turn_plans], rel=1e-3)
         assert r["measured_speedup_vs_ar_tp"] > 0  # the same budget, in turns too
+    # on every core = on one thread x a thread gain, AR's the median of its chunks' paired ratios
+    ref = doc["budget_reference"]
+    assert ref["method"] == "thread_gain" and len(ref["ar_thread_ratios"]) == 3 * (2 // turn_plans)
+    assert ref["ar_thread_gain"] == pytest.approx(statistics.median(ref["ar_thread_ratios"]), rel=1e-3)
+    assert ref["ar_thread_gain_priced"] > 0 and ref["mape_speedup_vs_ar_tp_beside_pct"] >= 0
+    for r, p in zip(doc["rows"][1:], ref["plans"]):
+        assert p["plan"] == r["plan"]
+        assert r["measured_speedup_vs_ar_tp"] == pytest.approx(
+            r["measured_speedup"] * p["thread_gain"] / ref["ar_thread_gain"], rel=2e-3)
+    assert doc["rows"][2]["mode"] == "ppsd" and ref["plans"][1]["thread_gain"] == 1.0  # its stages use both cores
 
 
 def test_validate_retime_scales_the_price_by_the_drift(tiny_profile, tmp_path, capfd, monkeypatch):

@@ -156,6 +156,49 @@ def test_turns_within_a_budget_pool_every_chunk_on_all_cores():
     assert runs.ar_budget_tokens_per_s == [pytest.approx(20.0)]
 
 
+class StallingMachine(DriftingMachine):
+    """A DriftingMachine whose `stalled`-th run (1-based) decodes 3x slower: a host stall in one run."""
+
+    def __init__(self, stalled: int):
+        super().__init__(slow_from=10 ** 6)
+        self.stalled = stalled
+
+    def __call__(self, model, job: Job) -> Measurement:
+        m = super().__call__(model, job)
+        if len(self.jobs) == self.stalled:
+            for rep in m.records:
+                for r in rep:
+                    r.decode_s *= 3
+            from runtime.measure import summarize
+            m = summarize(job.plan, m.records)
+        return m
+
+
+def test_turns_price_every_core_by_thread_gains_that_drop_a_stalled_chunk():
+    """On every core = on one thread x a thread gain (the median of the chunks' paired ratios): a stall in
+    one chunk's two-thread AR run moves the pairing with the group's own AR turns, not the thread gain."""
+    prompts = [[1], [2], [3], [4], [5], [6]]
+    job = Job(plan=AR_PLAN, prompts=prompts, max_new=[8] * 6, warmup=0, repeats=1)
+    # per chunk: EESD, AR, PPSD on one thread, then EESD and AR on 2 threads (PPSD's stages already use both
+    # cores); the 5th run is the first chunk's AR on 2 threads
+    machine = StallingMachine(stalled=5)
+    runs = Bench(model=None, job=job, measure=machine, turn_prompts=2, cores=2).run(
+        [EESD, PPSD], greedy_passes(2, 1, warmup=0), [None, None], ["eesd", "ppsd"])
+    assert (machine.jobs[4].plan.mode, machine.jobs[4].threads) == (Mode.AR, 2)
+    assert runs.ar_thread_ratios == [pytest.approx(2 / 3), pytest.approx(2.0), pytest.approx(2.0)]
+    assert runs.ar_thread_gain == pytest.approx(2.0)
+    eesd, ppsd = (r[0] for r in runs.plan_runs)
+    assert eesd.thread_gain == pytest.approx(2.0) and ppsd.thread_gain == pytest.approx(1.0)  # stages: the budget
+    assert eesd.budget_speedup == pytest.approx(2.0) and ppsd.budget_speedup == pytest.approx(1.0)
+    # the stalled chunk's AR pooled into the group's turns would have flattered both plans
+    assert eesd.budget_speedup_beside > 2.2 and ppsd.budget_speedup_beside > 1.1
+    # with no stall the two pricings agree
+    calm = Bench(model=None, job=job, measure=DriftingMachine(slow_from=10 ** 6), turn_prompts=2, cores=2).run(
+        [EESD, PPSD], greedy_passes(2, 1, warmup=0), [None, None], ["eesd", "ppsd"])
+    for r in (x[0] for x in calm.plan_runs):
+        assert r.budget_speedup == pytest.approx(r.budget_speedup_beside)
+
+
 def test_turns_leave_sampled_runs_bracketed():
     runtime = FakeRuntime()
     bench = Bench(model=None, job=Job(plan=AR_PLAN, prompts=[[1], [2]], max_new=[4, 4], temperature=0.7),

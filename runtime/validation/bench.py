@@ -14,6 +14,15 @@ pair: in the AMD EPYC machine check (2026-12-04, 10 plans, 8 prompts, 2 cores) A
 about 40% of the validation's time. No AR pass opens a bench in turns: the first group's AR turns
 give the AR row (its timeline and the outputs every plan must match).
 
+Within a budget of several cores, in turns, a plan's speed on every core is its speed on one thread
+times its thread gain, and AR's likewise: a thread gain is the median, over chunks, of a run on every
+core against the same prompts on one thread right before it (AR's over every chunk of the bench). On
+the AMD EPYC VM (2026-12-04) a two-thread run, whose threads wait for each other at every matmul,
+now and then ran 1.3-3x slower than the one-thread run of the same prompts a few seconds earlier
+(a host stall a one-thread run rides out): one such chunk moved a whole group's AR on both cores by
+13%, and with it two plans' same-budget speedups (set 6). The median of the chunks' paired ratios
+keeps the thread gain, the machine property the profile's thread tables price, and drops the burst.
+
 `MeasureFn` is the seam for another runtime: anything that runs a `Job` on a model and returns a
 `runtime.measure.Measurement` (tokens/s, outputs, accepted lengths) can be benched here.
 """
@@ -69,6 +78,8 @@ class PlanRun:
     budget_tokens_per_s: float | None = None
     budget_ar_reference: float | None = None
     scale: object = None
+    thread_gain: float | None = None            # in turns: the plan on every core / on one thread (median of chunks)
+    budget_speedup_beside: float | None = None  # in turns: pooled on every core against AR's turns beside it
 
     @property
     def speedup(self) -> float:
@@ -88,6 +99,8 @@ class BenchRuns:
     ar_opening: list[Measurement] = field(default_factory=list)  # each pass's opening AR (in turns: first group's)
     ar_tokens_per_s: list[float] = field(default_factory=list)   # every AR run (openings and brackets)
     ar_budget_tokens_per_s: list[float] = field(default_factory=list)  # AR on every core
+    ar_thread_ratios: list[float] = field(default_factory=list)  # in turns: AR on every core / one thread, per chunk
+    ar_thread_gain: float | None = None                          # in turns: their median
     ar_scale: object = None                                      # --retime: the pieces before AR
     plan_runs: list[list[PlanRun]] = field(default_factory=list)  # per plan, one per pass
 
@@ -134,6 +147,8 @@ class Bench:
             for step, i in enumerate(bench_pass.order):
                 self._progress(bench_pass, step, len(plans), titles[i], " (then AR again)" if self.bracket else "")
                 runs.plan_runs[i].append(self._measure_plan(plans[i], forced[i], bench_pass, runs))
+        if self.in_turns and runs.ar_thread_ratios:
+            _price_budget_by_thread_gain(runs)
         return runs
 
     @staticmethod
@@ -226,6 +241,7 @@ class Bench:
                 if at is None:
                     budget_ar.append(measure_ar_in_budget(self.model, replace(chunk_jobs[None], timeline=False),
                                                           self.cores, self.measure))
+                    runs.ar_thread_ratios.append(_ratio(budget_ar[-1], ar_parts[-1].result.tokens_per_s))
                 else:
                     budget_plan[at].append(measure_plan_in_budget(self.model, chunk_jobs[at], self.cores,
                                                                   plan_parts[at][-1].result.tokens_per_s,
@@ -246,11 +262,33 @@ class Bench:
             measured = combine(parts)
             if self.cores <= 1:
                 out.append(PlanRun(measured, ar.result.tokens_per_s, scale=plan_scale))
-            else:
-                out.append(PlanRun(measured, ar.result.tokens_per_s,
-                                   _pooled_speed(budget, [_decode_tokens(m) for m in parts]), ar_budget,
-                                   scale=plan_scale))
+                continue
+            # the plan on every core: on one thread times its own thread gain (1 for a pipeline whose stages
+            # already use the budget); AR's side is priced the same way once the bench is done
+            gain = _median([_ratio(b, m.result.tokens_per_s) for b, m in zip(budget, parts)])
+            pooled = _pooled_speed(budget, [_decode_tokens(m) for m in parts])
+            out.append(PlanRun(measured, ar.result.tokens_per_s, measured.result.tokens_per_s * gain, None,
+                               scale=plan_scale, thread_gain=gain, budget_speedup_beside=_ratio(pooled, ar_budget)))
         return out
+
+
+def _price_budget_by_thread_gain(runs: BenchRuns) -> None:
+    """Every plan run's AR on every core: its AR on one thread times the bench's AR thread gain."""
+    runs.ar_thread_gain = _median(runs.ar_thread_ratios)
+    runs.plan_runs = [[replace(r, budget_ar_reference=r.ar_reference * runs.ar_thread_gain) for r in plan_runs]
+                      for plan_runs in runs.plan_runs]
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    return a / b if a and b and a > 0 and b > 0 else float("nan")
+
+
+def _median(xs: list[float]) -> float:
+    """Median of the finite values (nan when there are none)."""
+    import statistics
+
+    finite = [x for x in xs if x == x]
+    return float(statistics.median(finite)) if finite else float("nan")
 
 
 def _decode_tokens(m: Measurement) -> int:

@@ -168,7 +168,28 @@ class GreedyValidation:
                            budget=f"{self.cores} cores" if self.cores > 1 else None, emulated=config.emulated,
                            sources=sources, interval=self._interval_doc(runs), rounds=config.rounds,
                            corun=corun.summary_args() if corun is not None else None,
-                           retime=retimer.summary(runs.ar_scale) if retimer else None)
+                           retime=retimer.summary(runs.ar_scale) if retimer else None,
+                           budget_reference=self._budget_reference(rows, runs))
+
+    def _budget_reference(self, rows: list, runs: BenchRuns) -> dict | None:
+        """validation.json's `budget_reference` (in turns, within a budget): how every core was priced
+        on the measured side (thread gains, bench.py), the gain AR showed against the profile's price
+        of it, and beside it what pairing each plan with the AR turns of its own group gave."""
+        if runs.ar_thread_gain is None:
+            return None
+        priced = None
+        if self.budget_priced:  # the profile has tables at this many threads
+            ar = self.predictor.result(self.ar_plan, budget=self.cores, engine="fast")
+            ar_tp = ar.details.ar_tp_tokens_per_s
+            priced = ar_tp / ar.tokens_per_s if ar_tp and ar.tokens_per_s else None
+        plans = []
+        for row, plan_runs in zip(rows[1:], runs.plan_runs):
+            kept = median_round(plan_runs)
+            plans.append({"plan": row.plan, "thread_gain": _round(kept.thread_gain),
+                          "measured_speedup_vs_ar_tp_beside": _round(kept.budget_speedup_beside)})
+        return {"method": "thread_gain", "ar_thread_gain": _round(runs.ar_thread_gain),
+                "ar_thread_gain_priced": _round(priced), "ar_thread_ratios": [_round(x) for x in runs.ar_thread_ratios],
+                "plans": plans}
 
     def _interval_doc(self, runs: BenchRuns) -> dict:
         """validation.json's `interval`: how the intervals were drawn, and the strata out of sample."""
@@ -184,3 +205,7 @@ class GreedyValidation:
                 "measurement_cv": round(iv.measurement_cv(runs.ar_tokens_per_s), 5),
                 "strata": None if self.inputs.sides.in_sample or strata_from is None
                 else strata_summary(gens, self.predictor.prediction_traces(*strata_from))}
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None or x != x else round(float(x), 4)

@@ -12,6 +12,15 @@ def report_lines(doc: dict, folder, predict_from: str | None) -> list[str]:
     if doc.get("mape_speedup_vs_ar_tp_pct") is not None:
         lines.append(f"same budget ({doc['budget']}): MAPE of the speedup against AR on all of them "
                      f"{doc['mape_speedup_vs_ar_tp_pct']:.1f}%")
+        ref = doc.get("budget_reference")
+        if ref and ref.get("ar_thread_gain") is not None:
+            priced = ref.get("ar_thread_gain_priced")
+            lines.append(f"  on every core = on one thread x the run's thread gain; AR's {ref['ar_thread_gain']:.2f}x "
+                         f"(median of {len(ref['ar_thread_ratios'])} chunks"
+                         + (f"; the profile prices {priced:.2f}x" if priced else "") + ")"
+                         + (f"; against each group's own AR turns instead: "
+                            f"{ref['mape_speedup_vs_ar_tp_beside_pct']:.1f}%"
+                            if ref.get("mape_speedup_vs_ar_tp_beside_pct") is not None else ""))
     if doc.get("emulated"):
         lines.append(f"emulated devices: waits of {doc['profile']}'s times; predicted from "
                      f"{predict_from or 'the same profile'}")
