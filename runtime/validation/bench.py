@@ -29,6 +29,7 @@ keeps the thread gain, the machine property the profile's thread tables price, a
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -147,7 +148,7 @@ class Bench:
             for step, i in enumerate(bench_pass.order):
                 self._progress(bench_pass, step, len(plans), titles[i], " (then AR again)" if self.bracket else "")
                 runs.plan_runs[i].append(self._measure_plan(plans[i], forced[i], bench_pass, runs))
-        if self.in_turns and runs.ar_thread_ratios:
+        if runs.ar_thread_ratios:  # only turns within a budget measure them
             _price_budget_by_thread_gain(runs)
         return runs
 
@@ -285,8 +286,6 @@ def _ratio(a: float | None, b: float | None) -> float:
 
 def _median(xs: list[float]) -> float:
     """Median of the finite values (nan when there are none)."""
-    import statistics
-
     finite = [x for x in xs if x == x]
     return float(statistics.median(finite)) if finite else float("nan")
 
