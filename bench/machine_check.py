@@ -57,7 +57,8 @@ DEFAULT_PLANS = ";".join([
     "ppsd:24:2:head=vocab4096", "ppsd:27:2:head=vocab4096", "ppsd:24:2:head=trained", "ppsd:20:2:head=trained",
     "ppsd:24:2:head=shared", "ppsd:15:2:alpha=0.9",
 ])
-TARGETS = {"mape_speedup_pct": 5.0, "mape_speedup_vs_ar_tp_pct": 5.0, "coverage": 0.80}
+TARGETS = {"mape_speedup_pct": 5.0, "mape_speedup_vs_ar_tp_pct": 5.0, "coverage": 0.80,
+           "interval_half_width_median_pct": 12.0}
 
 
 def log(msg: str) -> None:
@@ -164,6 +165,7 @@ def headline(doc: dict) -> dict:
             "coverage_profile": round(covered, 3) if covered is not None else None,
             "mape_speedup_eesd_pct": mape(eesd), "mape_speedup_ppsd_pct": mape([r for r in rows if r["mode"] == "ppsd"]),
             "mape_speedup_vs_ar_tp_pct": doc.get("mape_speedup_vs_ar_tp_pct"), "coverage": doc.get("coverage"),
+            "interval_half_width_median_pct": doc.get("interval_half_width_median_pct"),
             "coverage_plans": doc.get("coverage_plans"), "lossless": all(matches) if matches else None,
             "lossless_plans": len(matches), "signed_mean_error_pct":
                 round(sum(r["speedup_error_pct"] for r in rows) / len(rows), 2) if rows else None}
@@ -215,6 +217,7 @@ def note(report: dict) -> str:
                             ("signed_mean_error_pct", "mean signed error (predicted - measured)", "{:+.1f}%"),
                             ("mape_speedup_vs_ar_tp_pct", "same-budget MAPE", "{:.1f}%"),
                             ("coverage", "90% interval coverage", "{:.0%}"),
+                            ("interval_half_width_median_pct", "  median interval half-width", "±{:.1f}%"),
                             ("acceptance_error_mean_abs", "acceptance error, mean |predicted - measured|", "{:.3f}"),
                             ("mape_speedup_own_acceptance_pct", "speedup MAPE at the measured prompts' own acceptance "
                                                                 "(traced before the run): the timing model alone",

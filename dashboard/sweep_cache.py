@@ -77,12 +77,14 @@ def compute(key: Key, devices: int) -> Entry:
     """Run the sweep and the closed forms for one setting (in the server or in the worker)."""
     from sim.api import sweep
     from sim.intervals import attach_sweep_intervals
+    from sim.planner.break_even import attach_break_even
 
     prof = profile(key.path, key.stamp)
     results = sweep(prof, SPEC, devices=devices, hop_ms=key.hop_ms, alpha_scale=key.alpha_scale,
                     temperature=key.temperature, tokens=key.tokens, exit_head=key.exit_head)
     # 90% intervals for a run over the default number of prompts (as `ppsd plan`)
     attach_sweep_intervals(prof, results, alpha_scale=key.alpha_scale, temperature=key.temperature)
+    attach_break_even(prof, results)  # the acceptance each plan ties AR at (as `ppsd plan`)
     closed = preview(key, devices)
     for r in results:  # timelines are empty in the fast path; keep pickles small anyway
         r.timeline = []

@@ -18,7 +18,7 @@ from sim.schemes import SCHEMES, scheme
 
 TABLE_COLUMNS = ["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s",
                  "speedup", "mean_accepted", "acceptance_rate", "placement", "speedup_tp", "budget",
-                 "speedup_lo", "speedup_hi"]
+                 "speedup_lo", "speedup_hi", "break_even_alpha", "break_even_alpha_tp"]
 CURVE_COLUMNS = ["mode", "k", "exit_layer", "speedup"]
 
 
@@ -48,6 +48,9 @@ def result_row(r: Result) -> dict:
         # the 90% interval of the speedup (sim/intervals/); NaN when the result has none
         "speedup_lo": _num(getattr(r.details, "predicted_speedup_lo", None)),
         "speedup_hi": _num(getattr(r.details, "predicted_speedup_hi", None)),
+        # the acceptance at which the plan ties AR (sim/planner/break_even.py); NaN: never, or not priced
+        "break_even_alpha": _num(getattr(r.details, "break_even_alpha", None)),
+        "break_even_alpha_tp": _num(getattr(r.details, "break_even_alpha_tp", None)),
     }
 
 

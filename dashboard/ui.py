@@ -10,6 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import data
+from dashboard.tables import short_label
 from ppsd.errors import UserError
 from ppsd.profile import PROFILE_FILE, Profile, load_profile
 
@@ -17,6 +18,8 @@ log = logging.getLogger("ppsd.dashboard")
 
 PROFILE_KEY = "profile_path"
 UPLOADS_KEY = "uploaded_profiles"
+ACCEPTANCE_KEY = "acceptance_from"
+OWN_PROMPTS = "its own prompts"
 
 
 @contextlib.contextmanager
@@ -97,13 +100,70 @@ def sidebar_sources() -> None:
         label = st.selectbox("Profile", labels, key=PROFILE_KEY,
                              help="Profile folders found under " + ", ".join(str(r) for r in data.data_roots())
                              + ", plus uploads.")
+        sources = [OWN_PROMPTS, *acceptance_sources(opts[label], opts)]
+        if st.session_state.get(ACCEPTANCE_KEY) not in sources:
+            st.session_state[ACCEPTANCE_KEY] = OWN_PROMPTS
+        st.selectbox("Acceptance from", sources, key=ACCEPTANCE_KEY,
+                     help="Price this profile's latency for another profile's prompts: trace your own traffic with "
+                          "`ppsd profile --prompts FILE --skip-latency --out DIR` and pick it here (the same as "
+                          "`ppsd plan --profile P --acceptance-from DIR`).")
         with guard("profile"):
             show_source_facts(load(opts[label]), compact=True)
 
 
 def selected_path() -> str | None:
+    """The selected profile's folder; with another profile chosen as the acceptance source, a folder
+    pricing it for that profile's prompts (`acceptance_view`)."""
+    path = selected_base_path()
+    source = source_options().get(st.session_state.get(ACCEPTANCE_KEY) or "")
+    return acceptance_view(path, source) if path and source and source != path else path
+
+
+def selected_base_path() -> str | None:
+    """The selected profile's own folder (whatever the acceptance source)."""
     label = st.session_state.get(PROFILE_KEY)
     return source_options().get(label) if label else None
+
+
+@st.cache_data(show_spinner=False)
+def _acceptance_view(base: str, source: str, stamps: tuple) -> str:
+    import hashlib
+
+    from ppsd.paths import cache_dir
+    from ppsd.profile import write_acceptance_view
+
+    name = hashlib.sha1(f"{base}|{source}|{stamps}".encode()).hexdigest()[:12]
+    out = cache_dir() / "acceptance-views" / name
+    write_acceptance_view(base, source, out)
+    return str(out)
+
+
+def acceptance_view(base: str, source: str) -> str | None:
+    """A folder (in the cache) with `base`'s latency and `source`'s acceptance, as `ppsd plan --profile
+    BASE --acceptance-from SOURCE` prices; None (and the one-line error) when the two do not fit."""
+    stamps = tuple((Path(p) / PROFILE_FILE).stat().st_mtime for p in (base, source))
+    try:
+        return _acceptance_view(base, source, stamps)
+    except UserError as exc:
+        st.sidebar.error(exc.one_line())
+        return base
+
+
+def acceptance_sources(base: str, options: dict[str, str]) -> list[str]:
+    """The labels of the profiles whose acceptance can price `base`: the same model, with traces."""
+    try:
+        model = load(base)
+    except UserError:
+        return []
+    out = []
+    for label, path in options.items():
+        if path == base:
+            continue
+        with contextlib.suppress(UserError, OSError):
+            other = load(path)
+            if other.model_id == model.model_id and other.num_layers == model.num_layers and other.has_acceptance:
+                out.append(label)
+    return out
 
 
 def current_profile() -> Profile | None:
@@ -154,6 +214,9 @@ def page_header(title: str, profile: Profile | None = None, blurb: str | None = 
         facts = data.source_summary(profile.meta)
         badge = " :orange-badge[estimated]" if facts["kind"] == "estimated" else ""
         st.markdown(f"{facts['model']} · {facts['device']} · {facts['date']}{badge}")
+        if profile.acceptance_source:
+            st.caption(f":material/swap_horiz: Acceptance from `{profile.acceptance_source}` "
+                       f"({len(profile.generations())} prompts); latency from the selected profile.")
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -178,6 +241,23 @@ def heads_table_columns() -> dict:
     num = st.column_config.NumberColumn
     return {"draft head (ms)": num(format="%.2f"), "best α": num(format="%.3f"), "EESD ×": num(format="%.2f×"),
             "PPSD ×": num(format="%.2f×"), "speedup": num(format="%.2f×"), "tokens/s": num(format="%.1f")}
+
+
+def break_even_metric(slot, verdict) -> None:
+    """The best speculative plan's break-even acceptance as a metric: the acceptance at which it ties the
+    verdict's baseline (sim/planner/break_even.py), the acceptance it was priced at beneath."""
+    be, spec = verdict.break_even, verdict.best_speculative
+    alpha = verdict.break_even_alpha
+    if spec is None or be is None:
+        slot.metric("pays while acceptance ≥", "–")
+        return
+    value = "n/a" if be.note else ("never" if alpha is None else f"{alpha:.2f}")
+    slot.metric("pays while acceptance ≥", value,
+                f"profiled {be.priced:.2f}" if be.priced is not None else None, delta_color="off", delta_arrow="off",
+                help=f"{short_label(spec.plan.label())} ties {verdict.baseline} at this acceptance (the share of "
+                     "drafts that match): your traffic may draft this much worse than the profile's prompts before "
+                     "the plan stops paying. 'never': not even with every draft accepted. Re-price on your own "
+                     "prompts with `ppsd plan --acceptance-from DIR`.")
 
 
 def show_verdict(verdict) -> None:

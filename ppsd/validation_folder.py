@@ -6,7 +6,7 @@
                                   [budget, mape_speedup_vs_ar_tp_pct,]
                                   [predicted_from, measured_prompts, split, prediction_prompt_ids,
                                    measured_prompt_ids, overlapping_prompt_ids, out_of_sample,]
-                                  [interval, coverage, coverage_plans,]
+                                  [interval, coverage, coverage_plans, interval_half_width_median_pct,]
                                   [rounds, measurement_noise: {plans, median_round_spread_pct,
                                    noise_floor_mape_pct, note},]
                                   [retime: {method, repeats, ar_drift_pct, timings,
@@ -241,6 +241,13 @@ class ValidationRow:
             return None
         return self.predicted_speedup_lo <= self.measured_speedup <= self.predicted_speedup_hi
 
+    def half_width(self) -> float | None:
+        """The interval's half-width relative to the predicted speedup (None without one)."""
+        lo, hi, point = self.predicted_speedup_lo, self.predicted_speedup_hi, self.predicted_speedup
+        if lo is None or hi is None or not point:
+            return None
+        return (hi - lo) / (2.0 * point)
+
     def with_profile_priced(self, predicted_speedup: float | None, drift_pct: dict | None) -> ValidationRow:
         """This (re-timed) row with the prediction priced from the profile alone beside it."""
         if predicted_speedup is None:
@@ -323,6 +330,13 @@ def coverage(rows: list[ValidationRow]) -> tuple[float | None, int]:
     """(share of the speculative rows with an interval whose measured speedup lies inside, rows counted)."""
     judged = [r.covered() for r in rows if r.speculative and r.covered() is not None]
     return (sum(judged) / len(judged) if judged else None), len(judged)
+
+
+def median_half_width(rows: list[ValidationRow]) -> float | None:
+    """The median interval half-width (relative to the predicted speedup) of the speculative rows with
+    an interval: how wide the intervals were that held `coverage` of the measurements."""
+    widths = [r.half_width() for r in rows if r.speculative and r.half_width() is not None]
+    return statistics.median(widths) if widths else None
 
 
 def mape(rows: list[ValidationRow]) -> tuple[float, float]:
@@ -527,8 +541,10 @@ def _interval_summary(rows: list[ValidationRow], interval: dict | None) -> dict:
     share, counted = coverage(rows)
     if interval is None and counted == 0:
         return {}
+    width = median_half_width(rows)
     return {"interval": interval or {}, "coverage": None if share is None else round(share, 4),
-            "coverage_plans": counted}
+            "coverage_plans": counted,
+            "interval_half_width_median_pct": None if width is None else round(100.0 * width, 2)}
 
 
 def _budget_reference_summary(rows: list[ValidationRow], reference: dict | None) -> dict:

@@ -445,7 +445,10 @@ def _latency(args, adapter, cfg, work: Path, bar, phases: dict[str, float],
         latency = json.loads(lat_file.read_text())
     else:
         grid = _latency_tables(adapter, cfg, bar, phases)
+        in_runtime = grid.pop("pipeline_runtime", None)
         corun, hop, pipeline = _corun_hop_and_probe(args.model, adapter, cfg, grid, bar, phases, warnings)
+        if in_runtime is not None:
+            pipeline = {**(pipeline or {}), "runtime": in_runtime}
         latency = {"n_values": list(cfg.n_values), "context_values": list(cfg.context_values), **grid,
                    "hop": hop, "corun": corun, "pipeline": pipeline, "phases": dict(phases), "warnings": warnings}
         atomic_write_json(lat_file, latency)
@@ -456,19 +459,36 @@ def _latency(args, adapter, cfg, work: Path, bar, phases: dict[str, float],
     return latency, warnings
 
 
+def _runtime_probe(adapter, cfg):
+    """The runtime probe whose rounds run between the grid's (`profiler/runtime_probe.py`), where a PPSD
+    pipeline of two CPU stage processes is priced (the pipeline probe is on); else None."""
+    from profiler.runtime_probe import RuntimeProbe
+
+    if not cfg.pipeline_repeats or adapter.device.type != "cpu" or adapter.num_layers < 2:
+        return None
+    return RuntimeProbe(adapter)
+
+
 def _latency_tables(adapter, cfg, bar, phases: dict[str, float]) -> dict:
     """Every layer, the head and the embedding over (new tokens x context), and the whole step;
-    then the same at each of `cfg.thread_counts` (the `parallel` block)."""
+    then the same at each of `cfg.thread_counts` (the `parallel` block); between the grid's rounds,
+    the runtime probe's (the co-run slowdown a PPSD plan's stages see)."""
     from profiler import latency as lat
+    from profiler import runtime_probe
 
     t0 = time.perf_counter()
     cells = len(cfg.n_values) * len(cfg.context_values)
     bar.phase("latency grid", cells * (1 + len(cfg.thread_counts)))
     # every thread count in the same interleaved rounds: the same-budget tables then see the machine
     # in the same states as the main ones (profiler/latency.py, "the grid")
+    probe = _runtime_probe(adapter, cfg)
+    every = max(1, int(cfg.repeats) // runtime_probe.ROUNDS)
     grids = lat.measure_grids(adapter, cfg, (cfg.threads, *cfg.thread_counts),
-                              tick=lambda: bar.advance("latency grid"))
+                              tick=lambda: bar.advance("latency grid"),
+                              between_rounds=lambda i: probe.round() if probe and (i + 1) % every == 0
+                              and len(probe.rounds) < runtime_probe.ROUNDS else None)
     grid = dict(grids[int(cfg.threads)])
+    grid["pipeline_runtime"] = probe.summary() if probe else None
     if cfg.thread_counts:
         grid["parallel"] = lat.thread_tables_block(grids, cfg.threads)
     grid["prefill"] = lat.measure_prefill(adapter, cfg)
@@ -723,7 +743,13 @@ def print_summary(profile) -> None:
         pairs = ", ".join(f"{p}: {s:.2f}x" for p, s in zip(corun["processes"], corun["slowdown"]))
         console.print(f"co-run slowdown by concurrent processes: {pairs}")
     pipe = lat.get("pipeline")
-    if pipe:
+    run = (pipe or {}).get("runtime")
+    if run:
+        each = " / ".join(f"{sum(r['slowdown_per_stage']) / 2:.3f}" for r in run["rounds"])
+        console.print(f"runtime probe (stages [0, {run['exit_layer']}, {N}], every draft accepted): pass slowdown "
+                      f"{run['slowdown']:.3f}x (median of rounds {each}; spread {100 * run['slowdown_cv']:.1f}%), "
+                      "the co-run slowdown the simulator uses")
+    if pipe and pipe.get("stage_bounds"):
         ph = pipe.get("hop") or {}
         hop_text = (f"hop into a waiting stage {ph['median_ms']:.3f} ms" if ph.get("median_ms") is not None else
                     f"no hop into a waiting stage seen (the simulator uses the idle hop, {profile.hop_ms():.3f} ms)")
@@ -732,7 +758,7 @@ def print_summary(profile) -> None:
         round_text = f" (median of rounds {each})" if len(rounds) > 1 else ""
         console.print(f"pipeline probe (stages {pipe['stage_bounds']}): pass slowdown {pipe['slowdown']:.3f}x"
                       f"{round_text}, {hop_text}, pass spread {100 * pipe.get('pass_cv', 0.0):.1f}% "
-                      "(the simulator uses these)")
+                      + ("(the simulator uses its hop and spread)" if run else "(the simulator uses these)"))
     acc = meta.get("acceptance")
     if acc:
         console.print(f"acceptance: {acc.get('num_prompts')} prompts ({acc.get('prompt_set')}), "

@@ -225,11 +225,14 @@ def whole_step_block(whole: list[float], parts: list[float], context: int, n: in
             "samples_ms": [round(float(w), 3) for w in whole_a]}
 
 
-def measure_grids(adapter: ModelAdapter, cfg: LatencyConfig, thread_counts, tick=lambda: None) -> dict[int, dict]:
+def measure_grids(adapter: ModelAdapter, cfg: LatencyConfig, thread_counts, tick=lambda: None,
+                  between_rounds=lambda timed_round: None) -> dict[int, dict]:
     """The latency tables at each of `thread_counts` torch threads, measured together in interleaved
     rounds (see above), each calibrated to its paired whole step. Returns {threads: {layers,
     embedding, head, whole_step}}; `tick()` is called once per cell and thread count, spread over
-    the rounds (progress). Threads are restored afterwards."""
+    the rounds (progress); `between_rounds(i)` after the i-th timed round, at the base thread count
+    (a measurement that should see the same mix of machine states: the runtime probe). Threads are
+    restored afterwards."""
     N = adapter.num_layers
     nv, cv = list(cfg.n_values), list(cfg.context_values)
     counts = list(dict.fromkeys(int(t) for t in thread_counts))
@@ -270,6 +273,8 @@ def measure_grids(adapter: ModelAdapter, cfg: LatencyConfig, thread_counts, tick
                 for _ in range(goal - done):
                     tick()
                 done = goal
+                torch.set_num_threads(counts[0])
+                between_rounds(rnd - int(cfg.warmup))
     finally:
         torch.set_num_threads(before)
     out = {}
@@ -763,6 +768,22 @@ def measure_corun_now(model_spec: str, adapter: ModelAdapter, threads: int = 1, 
                       int(context), timeout_s=timeout_s)
     try:
         return _measure_corun(pool, cfg, lambda: None)
+    finally:
+        pool.close()
+
+
+def measure_pipeline_now(model_spec: str, adapter: ModelAdapter, threads: int = 1, context: int = 64,
+                         repeats: int = 30, timeout_s: float = 180.0) -> dict:
+    """The two-stage pipeline probe measured now as the profiler measures it (`_measure_pipeline_probe`:
+    in rounds, each stage's passes alone then both as a pipeline, layers and heads as stages run them),
+    its slowdown against the passes alone: what a PPSD plan's stages do to each other at this moment,
+    which the layers-only co-run check does not see. Returns the probe's summary."""
+    cfg = LatencyConfig(corun_max=0, threads=threads, context_values=(int(context),), measure_hop=False,
+                        pipeline_repeats=repeats)
+    pool = WorkerPool(2, model_spec, adapter.device.type, str(adapter.dtype).removeprefix("torch."), threads,
+                      int(context), timeout_s=timeout_s)
+    try:
+        return _measure_pipeline_probe(pool, cfg, adapter.num_layers, "gloo", None)
     finally:
         pool.close()
 

@@ -121,12 +121,8 @@ def register(sub) -> None:
                         "rounds' spread and the MAPE their noise alone would give (default 1). On a shared "
                         "machine whose speed wanders over minutes, R = 3 separates model error from noise")
     v.add_argument("--retime", action="store_true",
-                   help="time the pieces of a decode step (layers, LM head, embedding, the exit heads with --heads) "
-                        "right before AR and before every plan (and before a PPSD plan on a CPU, the 2-process "
-                        "co-run slowdown), and price that plan with them "
-                        "(profiler/piece_times.py): acceptance still comes from the predicting profile alone. A "
-                        "shared machine's pieces drift apart over minutes; validation.json keeps the prediction "
-                        "priced from the profile alone beside it (predicted_speedup_profile)")
+                   help="time the pieces of a decode step right before AR and every plan and price it with them; "
+                        "validation.json keeps the profile-priced prediction beside it (predicted_speedup_profile)")
     v.add_argument("--stage-timeout", type=float, default=60.0)
     v.add_argument("--cores", type=int, default=None, metavar="N",
                    help="same-budget baseline: AR (and EESD) on N threads, predicted from the profile's thread "

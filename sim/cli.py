@@ -29,6 +29,7 @@ def register(subparsers) -> None:
                               description="Simulate AR, EESD or PPSD on a profile (or a synthetic model).")
     src = p.add_argument_group("model")
     src.add_argument("--profile", metavar="DIR", help="profile folder written by `ppsd profile`")
+    _add_acceptance_from(src)
     src.add_argument("--synthetic-layers", type=int, metavar="N", help="what-if without a profile: N uniform layers")
     src.add_argument("--layer-ms", type=float, default=2.8, metavar="T", help="synthetic layer time (default 2.8)")
     src.add_argument("--head-ms", type=float, default=12.6, metavar="H", help="synthetic LM head time (default 12.6)")
@@ -81,6 +82,7 @@ def _register_plan(subparsers) -> None:
     q = subparsers.add_parser("plan", help="rank every plan (exit layer × EESD γ × PPSD stages) on a profile",
                               description="Sweep AR, EESD γ 1..8 and PPSD k 2..K at every exit layer; recommend one.")
     q.add_argument("--profile", metavar="DIR", required=True)
+    _add_acceptance_from(q)
     q.add_argument("--prompt-len", type=int, default=None, metavar="L",
                    help="prompt tokens before each generation (time to first token, end to end); default: the "
                         "profile's prompts")
@@ -112,6 +114,12 @@ def _register_plan(subparsers) -> None:
                         "the sweep still tries γ 1..--max-draft-len")
     q.add_argument("--json", action="store_true", help="print a JSON array of result objects, best first")
     q.set_defaults(func=plan_cmd)
+
+
+def _add_acceptance_from(p) -> None:
+    p.add_argument("--acceptance-from", metavar="DIR",
+                   help="price with this profile's latency and DIR's acceptance: your own prompts traced by "
+                        "`ppsd profile --prompts FILE --skip-latency --out DIR`")
 
 
 def _add_interval_options(p) -> None:
@@ -209,10 +217,12 @@ def _hop_ms(hop_us):
     return hop_us / 1000.0
 
 
-def _load(path):
+def _load(path, acceptance_from: str | None = None):
+    """The profile at `path`; with `acceptance_from`, its latency priced for that profile's prompts."""
     from ppsd.profile import load_profile
 
-    return load_profile(path)
+    profile = load_profile(path)
+    return profile.with_acceptance_from(load_profile(acceptance_from)) if acceptance_from else profile
 
 
 def simulate_cmd(args) -> int:
@@ -223,6 +233,9 @@ def simulate_cmd(args) -> int:
     if (args.profile is None) == (args.synthetic_layers is None):
         raise UserError("give exactly one of --profile DIR or --synthetic-layers N",
                         "e.g. --synthetic-layers 30 --layer-ms 2.8 --head-ms 12.6 --alpha 0.6")
+    if args.acceptance_from and args.profile is None:
+        raise UserError("--acceptance-from prices a measured profile's latency for other prompts",
+                        "give --profile DIR with it, or drop it")
     mode = Mode.parse(args.mode)
     if mode.speculative and args.exit_layer is None:
         raise UserError(f"--mode {mode} needs an exit layer", "give --exit E")
@@ -247,7 +260,7 @@ def simulate_cmd(args) -> int:
         if args.synthetic_layers is not None:
             profile = _synthetic_profile(args, tmp, acceptance)
         else:
-            profile = _load(args.profile)
+            profile = _load(args.profile, args.acceptance_from)
             gpus.check_plan(profile, plan)
             shared = gpus.shared_cores_note(profile, len(set(plan.devices())))
             if shared:
@@ -263,6 +276,9 @@ def simulate_cmd(args) -> int:
 
         simulate_interval(profile, result, acceptance=acceptance, category=args.category,
                           temperature=args.temperature, prompts_n=args.prompts_n, seed=args.seed)
+        from sim.planner.break_even import attach_break_even
+
+        attach_break_even(profile, [result])
     if args.trace_out:
         write_chrome_trace(args.trace_out, result.timeline, process_name=f"ppsd simulate: {result.plan.label()}")
     if args.json:
@@ -296,8 +312,9 @@ def _print_simulation(result, trace_out: str | None) -> None:
     print(f"{r.plan.label()}: {r.tokens} tokens in {r.time_s:.3f} s simulated = {r.tokens_per_s:.2f} tokens/s, "
           f"{r.speedup_vs_ar:.3f}× AR ({d.ar_tokens_per_s:.2f} tokens/s)")
     if d.predicted_speedup_lo is not None and r.plan.mode.speculative:
+        shift = "" if not d.interval_shift else f", a shift of the set's acceptance (logit sd {d.interval_shift:.2f})"
         print(f"  90% interval {d.predicted_speedup_lo:.3f}–{d.predicted_speedup_hi:.3f}× AR over {d.interval_prompts} "
-              f"prompts ({d.interval_method}: prompt-to-prompt acceptance and the profile's latency spread)")
+              f"prompts ({d.interval_method}: prompt-to-prompt acceptance{shift} and the profile's latency spread)")
     if d.ttft_s is not None:
         print(f"  prefill: time to first token {d.ttft_s * 1e3:.1f} ms; end to end {d.e2e_s:.3f} s, "
               f"{d.speedup_vs_ar_e2e:.3f}× AR with its prefill (decode only: {r.speedup_vs_ar:.3f}×)")
@@ -307,14 +324,28 @@ def _print_simulation(result, trace_out: str | None) -> None:
     if r.plan.mode.speculative:
         print(f"  acceptance {d.acceptance_source}: rate {r.acceptance_rate:.3f}, "
               f"{r.mean_accepted:.2f} tokens per round over {d.rounds} rounds")
+        print(f"  break-even acceptance: {_break_even_line(r)}")
     print("  stage busy: " + ", ".join(f"{b:.0%}" for b in r.stage_busy)
           + (f"; hop {r.plan.hop_ms * 1000:.0f} µs" if r.plan.num_stages > 1 else ""))
     if trace_out:
         print(f"  timeline: {trace_out} (open in https://ui.perfetto.dev)")
 
 
+def _break_even_line(r) -> str:
+    """`ppsd simulate`'s break-even line: against AR on one thread, and on the budget when it has one."""
+    from sim.planner.break_even import BreakEven
+
+    d = r.details
+    be = BreakEven(d.break_even_alpha, d.break_even_alpha_tp, d.stream_alpha, d.break_even_note)
+    line = f"against AR on one thread it {be.words(with_priced=False)}"
+    if r.speedup_vs_ar_tp is not None and not d.break_even_note:
+        line += f"; against AR on all {d.budget} it {be.words(same_budget=True, with_priced=False)}"
+    return line + (f" (replayed {d.stream_alpha:.2f})" if d.stream_alpha is not None else "")
+
+
 def plan_cmd(args) -> int:
     from sim.intervals import attach_sweep_intervals
+    from sim.planner.break_even import attach_break_even
     from sim.planner import heads as hd
     from sim.planner.verdict import decide
     from sim.run import sweep
@@ -323,7 +354,7 @@ def plan_cmd(args) -> int:
         raise UserError(f"--devices {args.devices} must be at least 1", "give --devices between 1 and the layer count")
     if not 1 <= args.max_draft_len <= 64:
         raise UserError(f"--max-draft-len {args.max_draft_len} is out of range", "give between 1 and 64")
-    profile = _load(args.profile)
+    profile = _load(args.profile, args.acceptance_from)
     if args.runtime == "hf":
         return plan_hf(args, profile)
     args.devices = gpus.devices_for(profile, args.devices)
@@ -347,6 +378,7 @@ def plan_cmd(args) -> int:
     attach_sweep_intervals(profile, results, prompts_n=args.prompts_n, category=args.category,
                            temperature=args.temperature, alpha_scale=args.alpha_scale,
                            given_alpha=alpha_by_exit is not None)
+    attach_break_even(profile, results)
     verdict = decide(results, profile)
     if args.json:  # best first; per head, the object with head_rank 1 is its best plan
         print(json.dumps(_plan_rows(results, verdict)))
@@ -363,6 +395,9 @@ def _print_plan_table(args, profile, by_head, results, verdict, given_alpha: boo
     drawn = "Bernoulli(α)" if given_alpha else "trace-driven"
     print(f"{profile.model_id} on {profile.device_name}: {len(results)} plans, {args.tokens} {drawn} tokens each"
           + (f", exit heads {', '.join(by_head)}" if len(by_head) > 1 else ""))
+    if profile.acceptance_source and not given_alpha:
+        print(f"acceptance from {profile.acceptance_source} ({len(profile.generations())} prompts), latency from "
+              f"{profile.path}")
     _print_verdict(verdict)
     budget = results[0].details.budget if results and results[0].speedup_vs_ar_tp is not None else None
     if budget:
@@ -370,15 +405,16 @@ def _print_plan_table(args, profile, by_head, results, verdict, given_alpha: boo
         print(f"speedup: against AR on one {unit} (the timing model); same budget: against AR on all {budget}, "
               f"the plan using them too (AR and EESD: every {unit}; PPSD: split into its stages)")
     same = f" {'×AR ' + budget if budget else '':>16}" if budget else ""
+    pays = "pays at α ≥" + (" (1 / all)" if budget else "")
     print(f"{'rank':>4}  {'plan':<36} {'speedup':>8} {'90% interval':>13}{same} {'tokens/s':>9} {'α':>5} "
-          f"{'tok/round':>9}")
+          f"{'tok/round':>9}  {pays}")
     for i, r in enumerate(results[: args.top], 1):
         alpha = r.details.stream_alpha if r.plan.mode.speculative else float("nan")
         tp = f" {r.speedup_vs_ar_tp:>15.3f}×" if budget else ""
         lo, hi = r.details.predicted_speedup_lo, r.details.predicted_speedup_hi
         iv = f"{lo:.2f}–{hi:.2f}" if lo is not None and r.plan.mode.speculative else "-"
         print(f"{i:>4}  {r.plan.label():<36} {r.speedup_vs_ar:>7.3f}× {iv:>13}{tp} {r.tokens_per_s:>9.2f} "
-              f"{alpha:>5.2f} {r.mean_accepted:>9.2f}")
+              f"{alpha:>5.2f} {r.mean_accepted:>9.2f}  {_break_even_cell(r, bool(budget))}")
     print("best per mode (one thread; degenerate plans left out):")
     for mode in Mode:
         rs = [r for r in results if r.plan.mode is mode and degenerate_reason(r) is None]
@@ -389,9 +425,35 @@ def _print_plan_table(args, profile, by_head, results, verdict, given_alpha: boo
     if len(by_head) > 1:
         print("best per exit head (draft ms: the head's cost per drafted token, paid in stage 1):")
         print("\n".join("  " + line for line in hd.format_comparison(hd.comparison(profile, by_head)).splitlines()))
-    print(f"90% intervals: a run over {args.prompts_n} prompts like the profile's (--prompts-n), from "
-          "prompt-to-prompt acceptance and the profile's latency spread")
+    print(f"90% intervals: a run over {args.prompts_n} prompts (--prompts-n), from prompt-to-prompt acceptance, "
+          f"the profile's latency spread{_shift_txt(profile, verdict.best_speculative, args, given_alpha)}")
+    print("pays at α ≥: the acceptance at which a plan ties AR" + (f" on one thread / on all {budget}" if budget else "")
+          + " ('never': not even with every draft accepted)")
     print(f"recommendation: {gpus.recommendation(profile, verdict.recommended, verdict.text)}")
+
+
+def _shift_txt(profile, best, args, given_alpha: bool) -> str:
+    """", and a shift of the whole set's acceptance: ..." for the best speculative plan's traces (the
+    assumption its interval carries, sim/intervals/shift.py); "" where acceptance was given."""
+    from sim.intervals import prompt_traces
+
+    if given_alpha or best is None:
+        return ""
+    traces = prompt_traces(profile, best.plan.exit_layer, head=best.plan.exit_head, category=args.category,
+                           temperature=args.temperature)
+    return f", and a shift of the whole set's acceptance ({best.plan.label()}: {traces.shift(range(len(traces))).words()})"
+
+
+def _break_even_cell(r, budget: bool) -> str:
+    """A plan's break-even acceptance as a table cell: "0.41" or "0.41 / 0.62" with a budget."""
+    if not r.plan.mode.speculative:
+        return "-"
+    d = r.details
+
+    def one(a):
+        return "n/a" if d.break_even_note else ("never" if a is None else f"{a:.2f}")
+
+    return f"{one(d.break_even_alpha)} / {one(d.break_even_alpha_tp)}" if budget else one(d.break_even_alpha)
 
 
 def _plan_rows(results, verdict) -> list[dict]:

@@ -204,6 +204,12 @@ class SimulatedDetails:
     interval_level: float | None = None      # 0.9
     interval_prompts: int | None = None      # n: the prompts the interval is for
     interval_method: str | None = None       # "replay" | "closed form" | "latency" | "exact"
+    interval_shift: float | None = None      # the between-prompt-set acceptance shift the interval carries (logit sd)
+    # the acceptance at which the plan ties AR on one unit / on the whole budget (sim/planner/break_even.py):
+    # None where none up to every draft accepted makes it pay, or, with break_even_note, where it has no price
+    break_even_alpha: float | None = None
+    break_even_alpha_tp: float | None = None
+    break_even_note: str | None = None
 
 
 @dataclass

@@ -102,3 +102,29 @@ def test_the_control_plane_interpolates_between_stage_counts_and_holds_its_ends(
     assert cp.pass_overhead_ms(3) == pytest.approx(0.3) and cp.transit_ms(8) == pytest.approx(0.3)
     roles = cp.pass_overheads_ms(4)
     assert (roles.first, roles.first_before_send, roles.middle, roles.last) == (0.4, 0.4, 0.02, 0.4)
+
+
+def test_a_profile_priced_for_another_profiles_prompts(tmp_path):
+    """`Profile.with_acceptance_from`: this profile's latency, the other's traces and generations; refused
+    for another model or a profile without traces; `write_acceptance_view` writes it as a folder."""
+    from ppsd.errors import UserError
+    from ppsd.profile import write_acceptance_view
+    from profiler.synthetic import write_synthetic_profile
+
+    timed = write_synthetic_profile(tmp_path / "timed", alpha_by_exit=lambda e: 0.2, num_layers=12, layer_ms=1.0)
+    traffic = write_synthetic_profile(tmp_path / "traffic", alpha_by_exit=lambda e: 0.8, num_layers=12,
+                                      layer_ms=9.0, seed=4)
+    view = timed.with_acceptance_from(traffic)
+    assert view.layer_ms(3) == timed.layer_ms(3) and view.head_ms() == timed.head_ms()
+    assert view.alpha_by_exit()[6] == pytest.approx(traffic.alpha_by_exit()[6])
+    assert view.alpha_by_exit()[6] > timed.alpha_by_exit()[6] + 0.4
+    assert view.acceptance_source == str(traffic.path) and timed.acceptance_source is None
+    assert [g["prompt_id"] for g in view.generations()] == [g["prompt_id"] for g in traffic.generations()]
+    other_model = write_synthetic_profile(tmp_path / "other", alpha_by_exit=lambda e: 0.5, num_layers=8)
+    with pytest.raises(UserError, match="8 layers"):
+        timed.with_acceptance_from(other_model)
+    with pytest.raises(UserError, match="has no acceptance traces"):
+        timed.with_acceptance_from(write_synthetic_profile(tmp_path / "bare", num_layers=12))
+    folder = write_acceptance_view(timed.path, traffic.path, tmp_path / "view")
+    assert folder.alpha_by_exit() == view.alpha_by_exit() and folder.layer_ms(3) == timed.layer_ms(3)
+    assert not (tmp_path / "view" / "acceptance.csv.gz").exists()  # nothing copied: acceptance.dir names the files

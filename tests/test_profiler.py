@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from profiler import runtime_probe
+
 from ppsd.cli import main
 from ppsd.profile import ACCEPTANCE_COLUMNS, SCHEMA_VERSION, load_profile
 
@@ -268,7 +270,13 @@ def test_smoke_embedded_model(tmp_path, monkeypatch):
     else:  # what a pipeline sees, not the ping-pong
         assert pipe["hop"]["median_ms"] > 0 and pipe["hop"]["samples"] >= 5
         assert prof.hop_ms() == pytest.approx(pipe["hop"]["median_ms"])
-    assert prof.corun_slowdown(2) == pytest.approx(pipe["slowdown"])
+    # the co-run slowdown the simulator uses: the runtime's own pipeline, read between the grid's rounds
+    run = pipe["runtime"]
+    assert len(run["rounds"]) == min(2, runtime_probe.ROUNDS) and run["exit_layer"] == 15  # one a grid round here
+    assert 0.5 < run["slowdown"] < 3.0 and run["slowdown_cv"] >= 0
+    assert all(len(r["pass_ms"]) == 2 and min(r["alone_ms"]) > 0 for r in run["rounds"])
+    assert prof.corun_slowdown(2) == pytest.approx(run["slowdown"])
+    assert prof.pipeline_slowdown_cv() == pytest.approx(run["slowdown_cv"])
     df = prof.acceptance
     assert sorted(df["exit_layer"].unique()) == list(range(1, 30))
     assert prof.meta["acceptance"]["chat_template"]

@@ -213,3 +213,15 @@ def test_ppsd_closed_forms_at_many_alphas_equal_one_at_a_time():
         stages, hop = [1.2, 2.0, 0.7], 0.3
         many = cf.times_per_token(stages, hop, alphas, [1.0, 1.0, 1.1, 1.2], 3, **kw)
         assert many == [cf.time_per_token(stages, hop, a, [1.0, 1.0, 1.1, 1.2], 3, **kw) for a in alphas]
+
+
+@pytest.mark.parametrize("hop_ms", [0.3, 20.0, 100.0])
+def test_ppsd_at_full_acceptance_paces_by_whole_bursts(tmp_path, hop_ms):
+    """α = 1 with the in-flight cap: once the verdicts' round trip binds, tokens leave the pipeline in
+    bursts of `cap`, and the pace is a burst's time over its tokens (the gap between the last two
+    departures alone read a long hop as no cost at all)."""
+    p = write_synthetic_profile(tmp_path / "p", num_layers=12, layer_ms=1.0, head_ms=2.0, hop_ms=hop_ms)
+    plan = Plan("ppsd", 6, stages=2)
+    replayed = api.simulate(p, api.resolve_plan(plan, p), acceptance="bernoulli", alpha=1.0, tokens=3000,
+                            engine="fast").speedup_vs_ar
+    assert closed(p, plan, 1.0) == pytest.approx(replayed, rel=0.01)

@@ -127,3 +127,29 @@ def test_plan_on_a_cpu_profile_sweeps_as_many_stages_as_it_has_cores(cpu2, capsy
     shared = json.loads(out.out)["tokens_per_s"]
     assert "share this CPU's 2 cores" in out.err and shared > 0
 
+
+
+def test_plan_reprices_on_another_profiles_prompts(prof, tmp_path, capsys):
+    """`ppsd plan --acceptance-from DIR`: the latency of --profile, the acceptance of DIR (a better-drafting
+    traffic makes every speculative plan faster, at the same latency); another model is one line, exit 2."""
+    traffic = write_synthetic_profile(tmp_path / "traffic", alpha_by_exit=lambda e: 0.95, num_layers=12,
+                                      layer_ms=5.0, seed=7)
+    assert main(["plan", "--profile", prof, "--tokens", "600", "--json"]) == 0
+    own = {(r["mode"], r["exit_layer"], r["draft_len"], r["stages"]): r for r in json.loads(capsys.readouterr().out)}
+    assert main(["plan", "--profile", prof, "--acceptance-from", str(traffic.path), "--tokens", "600", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    # early exits, where acceptance decides (late ones pay the co-run slowdown more often the fuller the pipeline)
+    moved = [(r, own[(r["mode"], r["exit_layer"], r["draft_len"], r["stages"])]) for r in rows
+             if r["mode"] == "ppsd" and r["exit_layer"] <= 6]
+    assert moved and all(r["speedup_vs_ar"] > o["speedup_vs_ar"] for r, o in moved)
+    assert all(r["acceptance_rate"] > 0.9 for r, _ in moved)
+    ar = [r for r in rows if r["mode"] == "ar"][0]
+    assert ar["tokens_per_s"] == pytest.approx([o for o in own.values() if o["mode"] == "ar"][0]["tokens_per_s"])
+    assert main(["plan", "--profile", prof, "--acceptance-from", str(traffic.path), "--tokens", "600"]) == 0
+    assert f"acceptance from {traffic.path}" in capsys.readouterr().out
+    small = write_synthetic_profile(tmp_path / "small", alpha_by_exit=lambda e: 0.5, num_layers=6)
+    assert main(["plan", "--profile", prof, "--acceptance-from", str(small.path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--acceptance-from" in err[0] and "6 layers" in err[0]
+    assert main(["simulate", "--synthetic-layers", "12", "--alpha", "0.5", "--mode", "ppsd", "--exit", "4",
+                 "--acceptance-from", str(traffic.path)]) == 2

@@ -28,7 +28,7 @@ chart_head = (spec.plan.exit_head if spec is not None and not rec.plan.mode.spec
 table, _, _, closed = cached.sweep(path, exit_head=chart_head)
 ar_tps = verdict.ar.tokens_per_s if verdict.ar is not None else None
 
-m = st.columns(5 if verdict.same_budget else 4)
+m = st.columns(6 if verdict.same_budget else 5)
 m[0].metric("recommended plan", tables.short_label(rec.plan.label()),
             help="The verdict of `ppsd plan` on this profile (the same function, sim/planner/verdict.py). "
             + theme.GLOSSARY["eesd"] + " " + theme.GLOSSARY["ppsd"])
@@ -36,10 +36,11 @@ m[1].metric("predicted speedup (vs AR, one thread)", theme.fmt_x(rec.speedup_vs_
 if verdict.same_budget:
     m[2].metric(f"vs AR on all {verdict.budget}", theme.fmt_x(rec.speedup_vs_ar_tp),
                 help="Same budget: the plan using every core / GPU against AR using all of them (sim/model/budget.py).")
-m[-2].metric("AR decoding", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
+m[-3].metric("AR decoding", theme.fmt_tps(ar_tps), help=theme.GLOSSARY["ar"])
 rec_tps = rec.details.budget_tokens_per_s if verdict.same_budget else rec.tokens_per_s
 m[-1].metric("with the recommended plan" + (f" (all {verdict.budget})" if verdict.same_budget else ""),
              theme.fmt_tps(rec_tps))
+ui.break_even_metric(m[-2], verdict)
 ui.show_verdict(verdict)
 
 

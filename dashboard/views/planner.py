@@ -100,6 +100,19 @@ def pick(mode: Mode) -> dict:
             "mean_accepted": res["mean_accepted"], "stage_bounds": ",".join(map(str, res["stage_bounds"] or []))}
 
 
+def _break_even_txt(row: dict) -> str:
+    """"PPSD E=24 k=2 pays at α ≥ 0.41 / 0.62 (profiled 0.54)" from a sweep row (sim/planner/break_even.py)."""
+    def one(a):
+        return "–" if a is None or a != a else f"{a:.2f}"
+
+    a, a_tp = row.get("break_even_alpha"), row.get("break_even_alpha_tp")
+    if a is None and a_tp is None:
+        return f"{tables.short_label(row['plan'])}: not swept (see `ppsd simulate`)"
+    both = one(a) + (f" / {one(a_tp)}" if row.get("budget") else "")
+    got = row.get("acceptance_rate")
+    return f"{tables.short_label(row['plan'])} at α ≥ {both}" + (f" (profiled {got:.2f})" if got == got and got else "")
+
+
 sel_e, sel_p = pick(Mode.EESD), pick(Mode.PPSD)
 with right:
     fig = charts.speedup_vs_exit(
@@ -125,6 +138,11 @@ with right:
                 delta_color="off", delta_arrow="off", help=theme.GLOSSARY["ppsd"])
     m[3].metric(f"selected: {short(sel_e['plan'])}", theme.fmt_x(sel_e["speedup"]), theme.fmt_tps(sel_e["tokens_per_s"]),
                 delta_color="off", delta_arrow="off", help=theme.GLOSSARY["eesd"])
+    st.caption("Break-even acceptance (ties AR on one thread" + (f" / on all {best['budget']}" if best.get("budget")
+               else "") + "): " + "; ".join(_break_even_txt(r) for r in (best, sel_p, sel_e)
+                                           if scheme(r["mode"]).speculative) + ".",
+               help="The acceptance (share of drafts that match) at which a plan stops paying: your own prompts may "
+                    "draft this much worse than the profile's before it does. `ppsd plan` prints it for every plan.")
     if preview:
         st.caption(f":material/hourglass_top: Preview: {reason}.")
     else:  # this setting's verdict, by the function `ppsd plan` uses (sim/planner/verdict.py)

@@ -24,7 +24,7 @@ if not folders:
     st.stop()
 
 # open on a real validation of the selected profile when there is one (data.validation_order)
-profile_path = ui.selected_path()
+profile_path = ui.selected_base_path()  # its validations, whatever acceptance prices it
 profile_created = None
 if profile_path is not None:
     with ui.guard("profile"):
@@ -77,9 +77,12 @@ if meta.get("coverage") is not None:
     iv_meta = meta.get("interval") or {}
     n_iv, noise = iv_meta.get("prompts_n"), iv_meta.get("measurement_cv")
     noise_txt = f", and the measurement's own noise ({noise:.1%}, from the AR runs around the plans)" if noise else ""
-    st.markdown(f"90% intervals (sized for {n_iv} prompts: prompt-to-prompt acceptance and the profile's latency "
-                f"spread{noise_txt}) hold **{meta['coverage']:.0%}** of {meta.get('coverage_plans')} measured "
-                "speedups; the bands in the chart are those intervals.")
+    width = meta.get("interval_half_width_median_pct")
+    shift_txt = f", a shift of the whole set's acceptance ({iv_meta['shift']})" if iv_meta.get("shift") else ""
+    st.markdown(f"90% intervals (sized for {n_iv} prompts: prompt-to-prompt acceptance{shift_txt}, the profile's "
+                f"latency spread{noise_txt}) hold **{meta['coverage']:.0%}** of {meta.get('coverage_plans')} measured "
+                "speedups" + (f" with a median half-width of **±{width:.1f}%**" if width is not None else "")
+                + "; the bands in the chart are those intervals.")
 
 for key, what in (("machine_drift", "AR against the profile's price"),
                   ("corun_drift", "two co-running processes against the profile's co-run slowdown")):

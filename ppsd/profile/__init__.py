@@ -12,7 +12,7 @@ from ppsd.profile.files import (ACCEPTANCE_COLUMNS, ACCEPTANCE_FILE, GENERATIONS
                                 READABLE_VERSIONS, SAMPLED_BETA_DECIMALS, SAMPLED_COLUMNS, SAMPLED_FILE,
                                 SAMPLED_OPTIONAL, SCHEMA_VERSION, SHARED_HEAD, TEMPERATURE_TOL, malformed,
                                 read_acceptance, read_sampled)
-from ppsd.profile.folder import load_profile, save_profile
+from ppsd.profile.folder import load_profile, save_profile, write_acceptance_view
 from ppsd.profile.parts import ControlPlane, DrawCosts, PassOverheads
 from ppsd.profile.profile import Profile
 from ppsd.profile.tables import StatTable, interp
@@ -20,4 +20,5 @@ from ppsd.profile.tables import StatTable, interp
 __all__ = ["ACCEPTANCE_COLUMNS", "ACCEPTANCE_FILE", "GENERATIONS_FILE", "MEASURED_N_VALUES", "PROFILE_FILE",
            "READABLE_VERSIONS", "SAMPLED_BETA_DECIMALS", "SAMPLED_COLUMNS", "SAMPLED_FILE", "SAMPLED_OPTIONAL",
            "SCHEMA_VERSION", "SHARED_HEAD", "TEMPERATURE_TOL", "ControlPlane", "DrawCosts", "PassOverheads", "Profile",
-           "StatTable", "interp", "load_profile", "malformed", "read_acceptance", "read_sampled", "save_profile"]
+           "StatTable", "interp", "load_profile", "malformed", "read_acceptance", "read_sampled", "save_profile",
+           "write_acceptance_view"]

@@ -109,6 +109,9 @@ Additive fields written by `ppsd profile` (readers must not require them):
   with `--heads DIR --heldout`: acceptance.{heldout_from_heads: true, excluded_training_prompts: n}
   (the heads' training prompts were dropped before subsampling: every head row is out of sample)
   with `--control-plane-stages 2,4,8`: latency.control_plane (see above)
+  acceptance.{dir, from_profile}: the acceptance files lie in `dir` (absolute, or relative to this folder),
+  traced by the profile `from_profile`: this folder's latency priced for another profile's prompts
+  (`Profile.with_acceptance_from`, `ppsd plan --acceptance-from`, the dashboard's acceptance source)
 """
 
 from __future__ import annotations

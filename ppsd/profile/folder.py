@@ -73,15 +73,15 @@ def load_profile(path: str | Path) -> Profile:
     )
     _load_parallel_tables(lat, shape3, shape1, path)
     acc = meta.get("acceptance")
-    if acc and not (path / acc.get("file", ACCEPTANCE_FILE)).exists():
-        raise malformed(path, f"profile.json names {acc.get('file')} but the file is missing")
+    if acc and not (profile.acceptance_dir / acc.get("file", ACCEPTANCE_FILE)).exists():
+        raise malformed(path, f"profile.json names {acc.get('file')} in {profile.acceptance_dir} but the file is missing")
     sampled = (acc or {}).get("sampled")
     if sampled:
         temps = sampled.get("temperatures")
         if not isinstance(temps, list) or not temps or not all(
                 isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in temps):
             raise malformed(path, "acceptance.sampled.temperatures must be a non-empty list of temperatures > 0")
-        if not (path / sampled.get("file", SAMPLED_FILE)).exists():
+        if not (profile.acceptance_dir / sampled.get("file", SAMPLED_FILE)).exists():
             raise malformed(path, f"profile.json names {sampled.get('file', SAMPLED_FILE)} but the file is missing")
     return profile
 
@@ -154,6 +154,20 @@ def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: 
         meta["acceptance"] = {**(meta.get("acceptance") or {}), "generations_file": GENERATIONS_FILE}
     atomic_write_json(out / PROFILE_FILE, _jsonable(meta))
     return out
+
+
+def write_acceptance_view(base: str | Path, acceptance: str | Path, out_dir: str | Path) -> Profile:
+    """A profile folder at `out_dir` holding `base`'s profile.json with `acceptance`'s acceptance block
+    (`acceptance.dir` names where its files are: nothing is copied), checked as
+    `Profile.with_acceptance_from` checks it (UserError before anything is written); returns it loaded.
+    The dashboard prices a profile for another profile's prompts through such a folder."""
+    view = load_profile(base).with_acceptance_from(load_profile(acceptance))  # checked before writing
+    meta = json.loads((Path(base) / PROFILE_FILE).read_text())
+    meta["acceptance"] = view.meta["acceptance"]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / PROFILE_FILE, meta)
+    return load_profile(out)
 
 
 def _jsonable(obj):

@@ -139,8 +139,9 @@ class Profile:
     def corun_slowdown(self, processes: int) -> float:
         """Factor by which each of `processes` concurrently working stages slows down on this
         machine (1.0 alone). Past the measured range the last factor holds. With a pipeline probe,
-        its two-stage figure (layers and heads, as stages run them) sets the 2-process point and
-        the co-run table only the shape beyond it."""
+        its two-stage figure (layers and heads, as stages run them; the runtime probe's, read from
+        the runtime's own pipeline, where the profile has one) sets the 2-process point and the
+        co-run table only the shape beyond it."""
         if processes <= 1:
             return 1.0
         corun = self.latency.get("corun") or {}
@@ -148,10 +149,16 @@ class Profile:
         slow = corun.get("slowdown") or [1.0]
         table = lambda p: float(_interp(p, np.asarray(procs, float), np.asarray(slow, float)))  # noqa: E731
         now = float(corun.get("now_over_profile", 1.0))  # `retimed` with a co-run measured again
-        piped = self.pipeline.get("slowdown")
+        piped = (self.pipeline.get("runtime") or {}).get("slowdown") or self.pipeline.get("slowdown")
         if piped is None:
             return now * table(processes)
         return now * float(piped) * table(processes) / table(2)
+
+    def pipeline_slowdown_cv(self) -> float:
+        """How much the co-run slowdown of a pipeline's stages moved over the profile's runtime-probe
+        rounds (robust log spread; `latency.pipeline.runtime.slowdown_cv`): what a PPSD plan's price
+        may be off by in another minute of the same sitting. 0 without the runtime probe."""
+        return float((self.pipeline.get("runtime") or {}).get("slowdown_cv") or 0.0)
 
     def corun_table(self) -> dict | None:
         """The co-run measurement's 2-process figure as the profiler took it, without the pipeline
@@ -362,8 +369,45 @@ class Profile:
 
     # --- acceptance -----------------------------------------------------------------------
     @property
+    def acceptance_dir(self) -> Path:
+        """Where the acceptance files are: this folder, or the profile named by `acceptance.dir` (a view
+        or a folder that prices another profile's prompts: `with_acceptance_from`)."""
+        where = (self.meta.get("acceptance") or {}).get("dir")
+        return self.path if not where else (self.path / where if not Path(where).is_absolute() else Path(where))
+
+    @property
+    def acceptance_source(self) -> str | None:
+        """The profile whose prompts' acceptance this one prices with, when not its own (None: its own)."""
+        return (self.meta.get("acceptance") or {}).get("from_profile")
+
+    def with_acceptance_from(self, other: Profile) -> Profile:
+        """This profile's latency with `other`'s acceptance (its traces, β and generations): a plan priced
+        on this machine for the prompts `other` traced (`ppsd plan --acceptance-from DIR`, made with
+        `ppsd profile --prompts FILE --skip-latency`). UserError for another model, for a profile without
+        traces, or for exit heads `other` traced that this profile has no price for."""
+        where = f"--acceptance-from {other.path}"
+        if not other.has_acceptance:
+            raise UserError(f"{where} has no acceptance traces",
+                            "trace your prompts first: `ppsd profile --prompts FILE --skip-latency --out DIR`")
+        if other.model_id != self.model_id or other.num_layers != self.num_layers:
+            raise UserError(f"{where} traced {other.model_id} ({other.num_layers} layers), but {self.path} "
+                            f"times {self.model_id} ({self.num_layers} layers)",
+                            "trace your prompts on the model this profile times (`ppsd profile --model ...`)")
+        priced = {SHARED_HEAD, *((self.latency.get("exit_heads") or {}).keys())}
+        unpriced = sorted(set(other.heads()) - priced)
+        if unpriced:
+            raise UserError(f"{where} traced exit head(s) {', '.join(unpriced)} that {self.path} has no latency for",
+                            f"trace with the heads this profile was made with, or profile them: `ppsd profile "
+                            f"--heads HEADS --out DIR`")
+        acc = {**other.meta["acceptance"], "dir": str(other.acceptance_dir.resolve()),
+               "from_profile": str(other.path)}
+        return Profile(path=self.path, meta={**self.meta, "acceptance": acc}, layers=self.layers,
+                       embedding=self.embedding, head=self.head, n_values=self.n_values,
+                       context_values=self.context_values)
+
+    @property
     def has_acceptance(self) -> bool:
-        return bool(self.meta.get("acceptance")) and (self.path / self.meta["acceptance"]["file"]).exists()
+        return bool(self.meta.get("acceptance")) and (self.acceptance_dir / self.meta["acceptance"]["file"]).exists()
 
     @property
     def acceptance_drawn(self) -> bool:
@@ -378,7 +422,7 @@ class Profile:
             if not self.has_acceptance:
                 raise UserError(f"profile {self.path} has no acceptance data",
                                 "re-run `ppsd profile` without --skip-acceptance, or use --acceptance bernoulli --alpha A")
-            self._acceptance = read_acceptance(self.path / self.meta["acceptance"]["file"])
+            self._acceptance = read_acceptance(self.acceptance_dir / self.meta["acceptance"]["file"])
         return self._acceptance
 
     def categories(self) -> list[str]:
@@ -441,7 +485,7 @@ class Profile:
             if not self.sampled_meta:
                 raise UserError(f"profile {self.path} has no beta along sampled trajectories",
                                 "re-profile with `ppsd profile --temperatures 0.7,1.0`")
-            self._sampled = read_sampled(self.path / self.sampled_meta.get("file", SAMPLED_FILE))
+            self._sampled = read_sampled(self.acceptance_dir / self.sampled_meta.get("file", SAMPLED_FILE))
         return self._sampled
 
     def beta_rows(self, temperature: float, head: str = SHARED_HEAD):
@@ -481,7 +525,7 @@ class Profile:
 
     def generations(self) -> list[dict]:
         acc = self.meta.get("acceptance") or {}
-        path = self.path / acc.get("generations_file", GENERATIONS_FILE)
+        path = self.acceptance_dir / acc.get("generations_file", GENERATIONS_FILE)
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

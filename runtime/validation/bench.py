@@ -250,7 +250,7 @@ class Bench:
         ar = combine(ar_parts)
         if opens_pass:
             runs.ar_opening.append(ar)
-            runs.ar_scale = None if scale is None else replace(scale, corun=1.0)  # AR co-runs nothing
+            runs.ar_scale = scale
         runs.ar_tokens_per_s.append(ar.result.tokens_per_s)
         ar_budget = None
         if self.cores > 1:
@@ -259,17 +259,16 @@ class Bench:
             runs.ar_budget_tokens_per_s.append(ar_budget)
         out = []
         for plan, parts, budget in zip(plans, plan_parts, budget_plan):
-            plan_scale = scale if scale is None or plan.scheme.pipelined else replace(scale, corun=1.0)
             measured = combine(parts)
             if self.cores <= 1:
-                out.append(PlanRun(measured, ar.result.tokens_per_s, scale=plan_scale))
+                out.append(PlanRun(measured, ar.result.tokens_per_s, scale=scale))
                 continue
             # the plan on every core: on one thread times its own thread gain (1 for a pipeline whose stages
             # already use the budget); AR's side is priced the same way once the bench is done
             gain = _median([_ratio(b, m.result.tokens_per_s) for b, m in zip(budget, parts)])
             pooled = _pooled_speed(budget, [_decode_tokens(m) for m in parts])
             out.append(PlanRun(measured, ar.result.tokens_per_s, measured.result.tokens_per_s * gain, None,
-                               scale=plan_scale, thread_gain=gain, budget_speedup_beside=_ratio(pooled, ar_budget)))
+                               scale=scale, thread_gain=gain, budget_speedup_beside=_ratio(pooled, ar_budget)))
         return out
 
 

@@ -197,14 +197,26 @@ class GreedyValidation:
                             if a is None and p.exit_layer is not None), None)
         gens = self.inputs.sides.measured
         return {"level": iv.LEVEL, "prompts_n": len(gens), "draws": int(self.config.draws), "seed": int(self.config.seed),
-                "method": "bootstrap over the prediction prompts (replayed; each measured "
-                          "prompt draws from its own category's where the profile traced "
-                          f"at least {iv.MIN_STRATUM}) x the profile's latency spread "
-                          "(sim/intervals/) x the measurement's noise (measurement_cv); "
-                          "forced plans: the two spreads alone",
+                "method": "bootstrap over the prediction prompts (replayed; each draw resamples them, and each "
+                          "measured prompt draws from its own category's where the profile traced "
+                          f"at least {iv.MIN_STRATUM}) x a shift of the whole set's acceptance "
+                          "(sim/intervals/shift.py) x the profile's latency spread (sim/intervals/) x the "
+                          "measurement's noise (measurement_cv); forced plans: the two spreads alone",
                 "measurement_cv": round(iv.measurement_cv(runs.ar_tokens_per_s), 5),
-                "strata": None if self.inputs.sides.in_sample or strata_from is None
-                else strata_summary(gens, self.predictor.prediction_traces(*strata_from))}
+                **self._strata_doc(strata_from, gens)}
+
+    def _strata_doc(self, strata_from, gens: list[dict]) -> dict:
+        """Out of sample: per measured category, the prediction prompts that predict it (`strata`), and
+        the acceptance shift the widest stratum's intervals carry (`shift`, its words)."""
+        if self.inputs.sides.in_sample or strata_from is None:
+            return {"strata": None}
+        traces = self.predictor.prediction_traces(*strata_from)
+        sources = {tuple(traces.by_category(str(g.get("category")))) for g in gens}
+        shifts = [traces.shift(src) for src in sources]
+        widest = max(shifts, key=lambda x: x.tau)
+        return {"strata": strata_summary(gens, traces),
+                "shift": f"at E={strata_from[0]} ({strata_from[1]} head), {widest.words()}",
+                "shift_tau": [round(x.tau, 4) for x in shifts]}
 
 
 def _round(x: float | None) -> float | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ppsd.errors import UserError
 
@@ -48,22 +48,6 @@ class CorunCheck:
             return
         self.runs.append(float(got["slowdown"][1]))
 
-    def now_over_profile(self, when: str) -> float:
-        """The co-run slowdown now over the profile's (1.0 when the check fails): a check is taken now,
-        and "now" is the median of every check of this run so far. Why the median: one check is a
-        10-second snapshot, and on the AMD EPYC VM (machine check set 5, 2026-12-04) five of them read
-        0.91, 0.91, 1.11, 1.39 and 0.91 within 25 minutes while the PPSD plans' own speeds held; priced
-        from the 1.39 alone, two plans were re-timed 12-20% too slow. The median of the checks so far
-        still follows a drift that lasts (set 4's rose +6 to +13% and stayed). Each figure is taken as
-        at least 1: two processes sharing a machine cannot speed each other up, so a figure under 1 is
-        a slow one-process baseline (a profile's 0.909 on the same VM), and dividing by it would price
-        every pipelined plan that much slower."""
-        before = len(self.runs)
-        self.measure(when)
-        if len(self.runs) == before or self.profile_slowdown <= 0:
-            return 1.0
-        return max(statistics.median(self.runs), 1.0) / max(self.profile_slowdown, 1.0)
-
     def summary_args(self) -> dict | None:
         return {"profile_slowdown": self.profile_slowdown, "runs": list(self.runs)} if self.runs else None
 
@@ -96,31 +80,31 @@ class Retimer:
         return cls(profile, model, heads, corun=corun)
 
     def now(self, what: str, pipelined: bool = False):
-        """The PieceScale of the pieces timed now (before `what` runs); for a pipelined plan, with its
-        co-run slowdown measured now over the profile's (two stages' layers at once, as the profiler
-        measured it)."""
+        """The PieceScale of the pieces timed now (before `what` runs). Before a pipelined plan the
+        co-run check runs too, as a diagnostic only (`corun_drift`): its two processes running layers
+        flat out read a different slowdown from the one a pipeline's stages see (its readings and a
+        PPSD plan's own moved apart by up to 10% within minutes), so a plan's co-run slowdown stays
+        the profile's runtime probe's, with its spread in the plan's interval."""
         from profiler.piece_times import time_pieces
 
         got = time_pieces(self.profile, self.adapter, self.heads, repeats=RETIME_REPEATS)
-        corun = self.corun.now_over_profile(f"before {what}") if pipelined and self.corun is not None else 1.0
-        self.taken.append((what, got, corun))
+        if pipelined and self.corun is not None:
+            self.corun.measure(f"before {what}")
+        self.taken.append((what, got))
         s = got.summary()["pieces"]
         print(f"  pieces now: layers {s['layers']['drift_pct']:+.1f}%, LM head {s['head']['drift_pct']:+.1f}% "
-              + (f", co-run {100 * (corun - 1):+.1f}% " if corun != 1.0 else "") + "against the profile",
-              file=sys.stderr)
-        return replace(got.scale, corun=corun)
+              "against the profile", file=sys.stderr)
+        return got.scale
 
     def summary(self, ar_scale) -> dict:
         """validation.json's `retime`: how, every timing's drift, and the AR run's."""
         return {"method": f"before AR and before every plan run: the pieces of one decode step timed "
-                          f"{RETIME_REPEATS} times (profiler/piece_times.py), each scaled by now / profiled"
-                          + ("; before a pipelined plan also the 2-process co-run slowdown, scaled by now / "
-                             "profiled" if self.corun is not None else "")
-                          + "; acceptance from the predicting profile alone",
+                          f"{RETIME_REPEATS} times (profiler/piece_times.py), each scaled by now / profiled; "
+                          "a pipelined plan's co-run slowdown stays the profile's; acceptance from the predicting "
+                          "profile alone",
                 "repeats": RETIME_REPEATS,
                 "ar_drift_pct": ar_scale.drift_pct() if ar_scale is not None else None,
-                "timings": [{"before": what, "drift_pct": replace(got.scale, corun=corun).drift_pct()}
-                            for what, got, corun in self.taken]}
+                "timings": [{"before": what, "drift_pct": got.scale.drift_pct()} for what, got in self.taken]}
 
 
 RETIME_REPEATS = 30  # steps timed per retiming (~2 s for SmolLM2-135M on a CPU)

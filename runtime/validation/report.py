@@ -28,8 +28,11 @@ def report_lines(doc: dict, folder, predict_from: str | None) -> list[str]:
         lines.append(_sources_line(doc))
     lines += breakdown_lines(doc)
     if doc.get("coverage") is not None:
+        width = doc.get("interval_half_width_median_pct")
         lines.append(f"90% intervals (for {doc['interval']['prompts_n']} prompts) cover "
-                     f"{doc['coverage']:.0%} of {doc['coverage_plans']} measured speedups")
+                     f"{doc['coverage']:.0%} of {doc['coverage_plans']} measured speedups"
+                     + (f", median half-width ±{width:.1f}%" if width is not None else "")
+                     + (f"; {doc['interval']['shift']}" if doc['interval'].get('shift') else ""))
     if doc.get("temperature"):
         lines.append(format_sampled(doc))
     lines += _retime_and_noise_lines(doc)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppsd.errors import UserError
+from sim.intervals.shift import Shift
 from sim.modes import Mode
 from sim.plan import Result, SimulatedDetails
 
@@ -39,6 +40,7 @@ class Interval:
     draws: int = 0
     method: str = "replay"  # "replay" | "closed form" | "latency" (no prompts to draw from) | "exact" (AR)
     latency_cv: float = 0.0
+    shift: Shift | None = None  # the prompt set's acceptance shift the draws carried (sim/intervals/shift.py)
 
     def covers(self, x: float | None) -> bool:
         return x is not None and self.lo <= x <= self.hi
@@ -48,9 +50,15 @@ class Interval:
         each side widened in log space by a further independent spread `extra_cv` (`budget_cv`)."""
         return widened(self.lo / point if point else None, self.hi / point if point else None, other, extra_cv)
 
+    @property
+    def half_width(self) -> float | None:
+        """Half the interval relative to its middle, (hi − lo) / (hi + lo): how wide it is, beside coverage."""
+        return (self.hi - self.lo) / (self.hi + self.lo) if self.hi + self.lo > 0 else None
+
     def to_dict(self) -> dict:
         return {"lo": self.lo, "hi": self.hi, "level": self.level, "prompts_n": self.prompts_n, "draws": self.draws,
-                "method": self.method, "latency_cv": round(self.latency_cv, 5)}
+                "method": self.method, "latency_cv": round(self.latency_cv, 5),
+                "shift": self.shift.to_dict() if self.shift is not None else None}
 
 
 def widened(lo_rel: float | None, hi_rel: float | None, point: float | None,
@@ -94,6 +102,7 @@ def apply(result: Result, interval: Interval) -> Result:
     d.predicted_speedup_lo, d.predicted_speedup_hi = interval.lo, interval.hi
     d.speedup_vs_ar_tp_lo, d.speedup_vs_ar_tp_hi = interval.scaled(result.speedup_vs_ar, result.speedup_vs_ar_tp)
     d.interval_level, d.interval_prompts, d.interval_method = interval.level, interval.prompts_n, interval.method
+    d.interval_shift = interval.shift.tau if interval.shift is not None else None
     return result
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ppsd.exit_heads import SHARED
 from ppsd.errors import UserError
+from sim.intervals.shift import Shift, estimate, prompt_logits, shifted
 from sim.model.streams import Stream
 
 
@@ -27,6 +28,7 @@ class PromptTraces:
     start_context: list[float]
     sampled: bool = False
     categories: list[str] | None = None  # each prompt's category (None: not known)
+    order: list[int] | None = None       # each prompt's rank in the profile's prompt order (None: as listed)
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -43,6 +45,12 @@ class PromptTraces:
     def by_category(self, category: str | None) -> list[int]:
         """The prompts that predict a target of `category`: its stratum, else every prompt."""
         return self.stratum(category) or list(range(len(self.prompt_ids)))
+
+    def shift(self, members: Sequence[int]) -> Shift:
+        """The acceptance shift a set predicted from `members` may carry (`sim.intervals.shift`):
+        between categories when they are the whole pool, else between blocks in the profile's order."""
+        pooled = len(set(members)) == len(self.prompt_ids)
+        return estimate(prompt_logits(self.prob), list(members), self.categories, self.order, pooled)
 
     @property
     def alpha(self) -> float:
@@ -76,7 +84,9 @@ def prompt_traces(profile, exit_layer: int, *, head: str = SHARED, prompt_ids: S
         raise UserError(f"no prompt of profile {profile.path} has acceptance positions at exit {exit_layer}"
                         + (f" among {len(keep)} prediction prompts" if keep is not None else ""),
                         "predict from prompts the profile traced")
-    return PromptTraces(int(exit_layer), ids, prob, ctx, sampled, cats)
+    rank = {str(g.get("prompt_id")): i for i, g in enumerate(profile.generations())}
+    order = [rank.get(pid, len(rank) + i) for i, pid in enumerate(ids)]
+    return PromptTraces(int(exit_layer), ids, prob, ctx, sampled, cats, order)
 
 
 def _trace_table(profile, head: str, temperature: float) -> dict:
@@ -117,13 +127,18 @@ class Targets:
         return len(self.lengths)
 
 
-def overlay_stream(traces: PromptTraces, picks: Sequence[int], targets: Targets, rng=None) -> Stream:
+def overlay_stream(traces: PromptTraces, picks: Sequence[int], targets: Targets, rng=None,
+                   deltas: Sequence[float] | None = None) -> Stream:
     """Target i decoded with prompt picks[i]'s acceptance: its trace tiled or cut to the target's
-    length, at the target's contexts (one generation per target)."""
+    length, at the target's contexts (one generation per target); with `deltas`, target i's acceptance
+    moved by deltas[i] on the logit scale (`sim.intervals.shift.shifted`)."""
     segs, ctx = [], []
     for i, j in enumerate(picks):
         L = int(targets.lengths[i])
-        segs.append(np.resize(traces.prob[int(j)], L))
+        seg = np.resize(traces.prob[int(j)], L)
+        if deltas is not None and deltas[i]:
+            seg = shifted(seg, float(deltas[i]), rng if rng is not None else np.random.default_rng(0), traces.sampled)
+        segs.append(seg)
         ctx.append(targets.start_context[i] + np.arange(L, dtype=float))
     return _stream(segs, ctx, traces.sampled, rng, "trace-overlay")
 

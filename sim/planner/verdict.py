@@ -25,6 +25,7 @@ from enum import StrEnum
 from ppsd.errors import UserError
 from sim.modes import Mode
 from sim.plan import Result, SimulatedDetails
+from sim.planner.break_even import BreakEven, break_even, mean_decode_context
 
 # --- the noise band: one named place --------------------------------------------------------
 # A prediction is a ratio of two decode speeds on this machine. How far such a ratio can move
@@ -164,6 +165,7 @@ class Verdict:
     band: NoiseBand
     excluded: tuple = ()              # Exclusions: degenerate plans ranked above best_speculative
     head: str | None = None           # the exit head the recommendation drafts with (decide_over_heads)
+    break_even: BreakEven | None = None  # the best speculative plan's break-even acceptance (with a profile)
     text: str = ""                    # the one-line verdict every surface shows
     notes: tuple = field(default=())  # one line per degenerate plan passed over, saying why
 
@@ -195,7 +197,20 @@ class Verdict:
                 "recommended": plan(self.recommended), "best_speculative": plan(self.best_speculative),
                 "best_by_mode": {m.value: plan(r) for m, r in self.best_by_mode.items()},
                 "excluded": [{"label": e.result.plan.label(), "why": e.why} for e in self.excluded],
-                "head": self.head, "notes": list(self.notes)}
+                "head": self.head, "notes": list(self.notes),
+                "break_even_alpha": self.break_even_alpha, "break_even": self.break_even_words}
+
+    @property
+    def break_even_alpha(self) -> float | None:
+        """The best speculative plan's break-even acceptance against this verdict's baseline."""
+        if self.break_even is None:
+            return None
+        return self.break_even.alpha_tp if self.same_budget else self.break_even.alpha
+
+    @property
+    def break_even_words(self) -> str:
+        """"pays while acceptance ≥ 0.41; profiled 0.54" for the best speculative plan ("" without)."""
+        return self.break_even.words(self.same_budget) if self.break_even is not None else ""
 
 
 def decide(results: Sequence[Result], profile=None, band: NoiseBand | None = None) -> Verdict:
@@ -219,7 +234,10 @@ def decide(results: Sequence[Result], profile=None, band: NoiseBand | None = Non
         by_mode.setdefault(r.plan.mode, r)
     outcome = Outcome.NO_PLAN if best_spec is None else band.classify(score(best_spec))
     recommended = best_spec if outcome is Outcome.WIN else (ar or ranked[0])
-    v = Verdict(outcome, recommended, best_spec, by_mode, same_budget, budget, band, excluded)
+    be = None
+    if best_spec is not None and profile is not None:
+        be = break_even(profile, best_spec, mean_decode_context(profile))
+    v = Verdict(outcome, recommended, best_spec, by_mode, same_budget, budget, band, excluded, break_even=be)
     return _with_text(v)
 
 
@@ -246,6 +264,12 @@ def _alpha_txt(r: Result) -> str:
     return "" if a is None else f", α={a:.2f}"
 
 
+def _break_even_txt(v: Verdict) -> str:
+    """"; it pays while acceptance ≥ 0.41; profiled 0.54" (against the verdict's baseline), "" without."""
+    words = v.break_even_words
+    return f"; it {words}" if words and not words.startswith("break-even") else (f"; {words}" if words else "")
+
+
 def _with_text(v: Verdict) -> Verdict:
     sb, bud = v.same_budget, v.budget
     base, best = v.baseline, v.best_speculative
@@ -268,13 +292,15 @@ def _with_text(v: Verdict) -> Verdict:
         tps = (getattr(best.details, "budget_tokens_per_s", None) if sb else None) or best.tokens_per_s
         where = f" on {bud}" if sb else ""
         text = (f"{best.plan.label()} is {kind}: {_one(best, sb, bud)}, {tps:.1f} tokens/s{where}"
-                f"{_alpha_txt(best)}, {best.mean_accepted:.2f} tokens per round, beyond the {band} noise band")
+                f"{_alpha_txt(best)}, {best.mean_accepted:.2f} tokens per round, beyond the {band} noise band"
+                f"{_break_even_txt(v)}")
     elif v.outcome is Outcome.TIE:
         text = (f"stay with {base}{ar_txt}: the best speculative plan, {best.plan.label()}, is within noise "
-                f"of it ({_one(best, sb, bud)}; noise band {band}): a tie, nothing a run here could tell apart")
+                f"of it ({_one(best, sb, bud)}; noise band {band}): a tie, nothing a run here could tell apart"
+                f"{_break_even_txt(v)}")
     else:
         text = (f"stay with {base}{ar_txt}: no speculative plan beats it; the best, {best.plan.label()}, "
-                f"reaches {_one(best, sb, bud)}{_alpha_txt(best)}, below the {band} noise band")
+                f"reaches {_one(best, sb, bud)}{_alpha_txt(best)}, below the {band} noise band{_break_even_txt(v)}")
     others = [(m, r) for m, r in v.best_by_mode.items() if m.speculative and r is not best]
     text += "".join(f"; best {m.name} is {r.plan.label()} at {_one(r, sb, bud)}" for m, r in others)
     if v.excluded and v.outcome is not Outcome.NO_PLAN:

@@ -6,6 +6,8 @@ add one line to `SCHEMES` below.
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.modes import Mode
 from sim.schemes.ar import AR
 from sim.schemes.base import RunStats, Scheme
@@ -44,4 +46,16 @@ def scheme_for(plan) -> Scheme:
     return SCHEMES[plan.mode] if runtime == "ppsd" else RUNTIME_SCHEMES[(runtime, plan.mode)]
 
 
-__all__ = ["RUNTIME_SCHEMES", "SCHEMES", "RunStats", "Scheme", "runtime_decodes", "scheme", "scheme_for"]
+def speedup_curve(profile, plan, alphas, context: float, ar_profile=None) -> np.ndarray:
+    """The plan's speedup over AR at each acceptance in `alphas`, by the closed forms (i.i.d.
+    acceptance, every cost at one context): AR's time per token over the plan's. `ar_profile` prices
+    AR (default `profile`): a same-budget curve prices each on its own thread tables. ValueError where
+    the plan has no closed form (stages sharing a device)."""
+    runtime = getattr(plan, "runtime", "ppsd")
+    ar = RUNTIME_SCHEMES.get((runtime, Mode.AR), SCHEMES[Mode.AR])
+    t_ar = ar.closed_form(ar_profile if ar_profile is not None else profile, plan, 0.0, context)
+    return t_ar / np.asarray(scheme_for(plan).closed_forms(profile, plan, alphas, context), dtype=float)
+
+
+__all__ = ["RUNTIME_SCHEMES", "SCHEMES", "RunStats", "Scheme", "runtime_decodes", "scheme", "scheme_for",
+           "speedup_curve"]

@@ -209,10 +209,14 @@ class EESD(Scheme):
         return RunStats(total, stream.tokens, a.tolist(), (a < g).tolist(), [total], {0: total})
 
     def closed_form(self, profile, plan: PlanLike, alpha: float, context: float) -> float:
-        costs = self.unit_costs(profile, plan, np.array([float(context)]))
+        return self.closed_forms(profile, plan, [alpha], context)[0]
+
+    def closed_forms(self, profile, plan: PlanLike, alphas, context: float) -> list[float]:
         c = np.array([float(context)])
+        costs = self.unit_costs(profile, plan, c)
         g = plan.draft_len
-        return time_per_token(float(costs.draft(c)[0]), float(costs.verify(c, g)[0]), alpha, g)
+        draft, verify = float(costs.draft(c)[0]), float(costs.verify(c, g)[0])
+        return [time_per_token(draft, verify, float(a), g) for a in alphas]
 
     def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices):
         return [replace(base, mode=self.mode, exit_layer=exit_layer, draft_len=g) for g in gammas]

@@ -231,6 +231,9 @@ class HFAssisted(EESD):
     def replay(self, stream: Stream, costs: HFCosts) -> RunStats:
         return simulate_rounds(self._stream(stream, costs), costs, False)
 
+    def closed_forms(self, profile, plan: PlanLike, alphas, context: float) -> list[float]:
+        return [self.closed_form(profile, plan, float(a), context) for a in alphas]
+
     def closed_form(self, profile, plan: PlanLike, alpha: float, context: float) -> float:
         """Constant schedule, i.i.d. acceptance α·scale: a round's time over its expected tokens."""
         costs = hf_costs(profile, plan)

@@ -117,7 +117,9 @@ class PPSD(Scheme):
                 f"(layers {bounds}), {speed}")
 
     def latency_cv(self, profile, step_cv: float) -> float:
-        return max(step_cv, profile.pass_jitter_cv())  # at least the pipeline probe's pass spread
+        # at least the pipeline probe's pass spread, and how far the stages' co-run slowdown moved
+        # between the runtime probe's rounds (it prices every pass of the plan at once)
+        return float(np.hypot(max(step_cv, profile.pass_jitter_cv()), profile.pipeline_slowdown_cv()))
 
     # --- its timing model ---------------------------------------------------------------------
 

@@ -1,0 +1,96 @@
+"""The co-run slowdown a PPSD plan's stages really see, read from the runtime (`runtime/probe.py`).
+
+In rounds: the pieces of a decode step timed in this process (and a whole step beside them, so the
+pieces are scaled to it as the latency tables are), then the real two-stage pipeline with every draft
+accepted. Each stage's pass in the pipeline over the same pass priced from this round's pieces is
+what running beside the other stage costs it; a round's slowdown is the mean over the two stages, the
+profile keeps the median round, and the rounds' spread says how much that figure moves over a
+sitting (`latency.pipeline.runtime`, `Profile.corun_slowdown`, `Profile.pipeline_slowdown_cv`).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import torch
+
+from profiler.latency import StepClock, filled_cache, timed_step, whole_step_ms
+
+ROUNDS = 5
+TOKENS = 48       # decoded per pipeline run (~1.7 s for SmolLM2-135M on a CPU core)
+PROMPT_LEN = 64
+STEPS = 8         # decode steps timed piece by piece (and whole) per round
+
+
+def stage_prices(laps: np.ndarray, exit_layer: int, scale: float) -> list[float]:
+    """Each stage's pass alone from one step's pieces ([embedding, position setup, layer 0..N-1, head],
+    ms), scaled by `scale`: stage 1 embeds, runs layers [0, E) and the exit head (the LM head); stage 2
+    runs layers [E, N) and the LM head; each sets up its positions."""
+    embed, setup, layers, head = laps[0], laps[1], laps[2:-1], laps[-1]
+    return [scale * float(embed + setup + layers[:exit_layer].sum() + head),
+            scale * float(setup + layers[exit_layer:].sum() + head)]
+
+
+def robust_log_sd(x) -> float:
+    """The spread of positive figures on the log scale: (p90 − p10) / 2.563 (a normal's p10..p90)."""
+    logs = np.log(np.asarray(x, dtype=float))
+    if len(logs) < 2:
+        return 0.0
+    p10, p90 = np.percentile(logs, [10, 90])
+    return float((p90 - p10) / 2.563)
+
+
+class RuntimeProbe:
+    """The probe's rounds, taken one at a time (`round`), e.g. between the latency grid's rounds so that
+    they see the same mix of a shared machine's states as the tables; `summary()` is the block."""
+
+    def __init__(self, adapter, tokens: int = TOKENS, prompt_len: int = PROMPT_LEN):
+        self.adapter, self.tokens, self.prompt_len = adapter, int(tokens), int(prompt_len)
+        self.exit_layer = adapter.num_layers // 2
+        gen = torch.Generator().manual_seed(0)
+        self.prompt = torch.randint(0, adapter.vocab_size, (self.prompt_len,), generator=gen).tolist()
+        self.context = self.prompt_len + self.tokens // 2
+        self.cache = filled_cache(adapter, self.context, seed=0)
+        self.ids = torch.randint(0, adapter.vocab_size, (1, 1), generator=gen).to(adapter.device)
+        self.clock = StepClock(adapter.device)
+        self.rounds: list[dict] = []
+
+    @torch.inference_mode()
+    def round(self) -> None:
+        """Pieces and whole steps in this process, then the pipeline; one round's ratios."""
+        from runtime.probe import stage_pass_ms
+
+        a, c = self.adapter, self.context
+        laps = np.median([timed_step(a, self.cache, self.ids, c, self.clock) for _ in range(STEPS)], axis=0)
+        whole = statistics.median(whole_step_ms(a, self.cache, self.ids, c) for _ in range(STEPS))
+        alone = stage_prices(laps, self.exit_layer, whole / float(laps.sum()))
+        passes = stage_pass_ms(a, self.exit_layer, self.prompt, self.tokens)
+        self.rounds.append({"slowdown_per_stage": [round(p / q, 4) for p, q in zip(passes, alone)],
+                            "pass_ms": [round(p, 3) for p in passes], "alone_ms": [round(q, 3) for q in alone]})
+
+    def summary(self) -> dict | None:
+        if not self.rounds:
+            return None
+        slow = [float(np.mean(r["slowdown_per_stage"])) for r in self.rounds]
+        kept = sorted(range(len(slow)), key=slow.__getitem__)[len(slow) // 2]
+        return {"slowdown": slow[kept], "slowdown_per_stage": self.rounds[kept]["slowdown_per_stage"],
+                "round_kept": kept, "rounds": self.rounds, "slowdown_cv": robust_log_sd(slow),
+                "exit_layer": self.exit_layer, "tokens": self.tokens, "prompt_len": self.prompt_len,
+                "context": self.context, "method": METHOD}
+
+
+METHOD = ("the runtime's own two-stage pipeline (forked stage processes, runtime/pipeline.py) with every draft "
+          "accepted; each stage's median pass over the same pass priced from pieces timed in this process in the "
+          "same round and scaled to a whole step timed beside them; mean over the stages, median round kept; "
+          "slowdown_cv: the rounds' robust log spread")
+
+
+def measure_runtime_probe(adapter, rounds: int = ROUNDS, tokens: int = TOKENS, prompt_len: int = PROMPT_LEN,
+                          tick=lambda: None) -> dict | None:
+    """`latency.pipeline.runtime` from `rounds` rounds back to back (see the module doc)."""
+    probe = RuntimeProbe(adapter, tokens, prompt_len)
+    for _ in range(rounds):
+        probe.round()
+        tick()
+    return probe.summary()
