@@ -32,8 +32,9 @@ dashboard: $(STAMP)
 test: $(STAMP) browser-deps
 	$(BIN)/python -m pytest -q
 
+# The speed benchmarks (simulator, dashboard planner), their headline figures at the end (bench/__main__.py).
 bench: $(STAMP)
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python -m bench
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,6 +1,6 @@
-"""Conformance of the PPSD timing model to the real runtime on emulated devices (issue 13 item 4).
+"""Conformance of the PPSD timing model to the real runtime on emulated devices.
 
-  .venv/bin/python bench/bench_conformance.py --out examples/ppsd-conformance-emulated
+  .venv/bin/python -m bench.bench_conformance --out examples/ppsd-conformance-emulated
       [--profiles analytic,analytic-l4,cpu] [--stages 2,3,4,6,8] [--alphas 0.3,0.6,0.9,1.0] [--hop-scales 1,10]
       [--tokens 32] [--prompts 2] [--repeats 2] [--launch local]
 
@@ -33,7 +33,6 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -93,25 +92,24 @@ def per_profile(rows, meta: dict) -> dict:
     """MAPE per base profile and per k, and the emulation's own noise floor: pairs of plans that
     differ only in the hop (×1, ×10) while the prediction is the same (the hop is below this
     machine's transit), whose measured speedups should then agree: their mean disagreement (%)."""
-    import numpy as np
-
+    from ppsd.statistics import mape, percent_error
     from runtime.measure import HOST_BUSY_WARN
 
     out: dict = {}
     for name in dict.fromkeys(m["profile"] for m in meta.values()):
         mine = [(r, meta[r.plan]) for r in rows if meta[r.plan]["profile"] == name]
-        by_k = {str(k): round(float(np.mean([abs(r.speedup_error_pct) for r, m in mine if m["k"] == k])), 2)
+        by_k = {str(k): round(mape(r.speedup_error_pct for r, m in mine if m["k"] == k), 2)
                 for k in sorted({m["k"] for _, m in mine})}
         twins: dict = {}
         for r, m in mine:
             twins.setdefault(m["twin"], []).append(r)
-        gaps = [abs(a.measured_speedup / b.measured_speedup - 1) * 100 for a, b in
+        gaps = [percent_error(a.measured_speedup, b.measured_speedup) for a, b in
                 (v for v in twins.values() if len(v) == 2)
                 if abs(a.predicted_speedup - b.predicted_speedup) < 1e-9]
         shares = [m["host"] for _, m in mine if m.get("host") is not None]
         free = [r for r, m in mine if m.get("host") is not None and m["host"] < HOST_BUSY_WARN]
         out[name] = {**error_summary([r for r, _ in mine]), "mape_by_k": by_k,
-                     "replicate_disagreement_pct": round(float(np.mean(gaps)), 2) if gaps else None,
+                     "replicate_disagreement_pct": round(mape(gaps), 2) if gaps else None,
                      "replicate_pairs": len(gaps),
                      "host_cpu_share_max": round(max(shares), 3) if shares else None,
                      # the plans whose stage processes left this machine's cores under HOST_BUSY_WARN
@@ -124,12 +122,12 @@ def per_profile(rows, meta: dict) -> dict:
 
 def error_summary(rows) -> dict:
     """Plans, speedup MAPE and the worst plan of `rows` (None where there are none)."""
-    import numpy as np
+    from ppsd.statistics import mape
 
     if not rows:
         return {"plans": 0, "mape_speedup_pct": None, "worst_error_pct": None, "worst_plan": None}
     worst = max(rows, key=lambda r: abs(r.speedup_error_pct))
-    return {"plans": len(rows), "mape_speedup_pct": round(float(np.mean([abs(r.speedup_error_pct) for r in rows])), 3),
+    return {"plans": len(rows), "mape_speedup_pct": round(mape(r.speedup_error_pct for r in rows), 3),
             "worst_error_pct": round(float(worst.speedup_error_pct), 3), "worst_plan": worst.plan}
 
 
@@ -157,7 +155,7 @@ def run_note(argv: list[str], started, ended, by_profile: dict, ar_runs: list[fl
     that a committed table says its own provenance."""
     import torch
 
-    from profiler.model import device_name
+    from runtime.llm import device_name
 
     fmt = "%Y-%m-%d %H:%M"
     minutes = (calendar.timegm(ended) - calendar.timegm(started)) / 60
@@ -171,13 +169,14 @@ def run_note(argv: list[str], started, ended, by_profile: dict, ar_runs: list[fl
             shown[-1:] = []
         elif not arg.startswith("--note="):
             shown.append(arg)
-    text = (f"bench/bench_conformance.py {' '.join(shown)}; {device_name(torch.device('cpu'))}; "
+    text = (f"python -m bench.bench_conformance {' '.join(shown)}; {device_name(torch.device('cpu'))}; "
             f"{time.strftime(fmt, started)}-{time.strftime('%H:%M', ended)} UTC ({minutes:.0f} min); "
             f"emulated AR {ar} tok/s per profile; {found}")
     return f"{text}. {extra}" if extra else text
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="validation folder to write")
     ap.add_argument("--profiles", default="analytic,analytic-l4,cpu")
@@ -190,80 +189,117 @@ def main() -> int:
     ap.add_argument("--launch", default="local", choices=("local", "torchrun"))
     ap.add_argument("--control-plane", help="JSON of {profile name: control_plane block} to reuse instead of measuring")
     ap.add_argument("--note", default="", help="what to add to the folder's note (the machine's state, say)")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    import numpy as np
 
-    from ppsd.validation_folder import ValidationRow, make_doc, write_validation
+def predicting_base(name: str, ks: list[int], work: Path, reused_cp: dict | None):
+    """Base profile `name`, its exits with room for every stage count, and this machine's control
+    plane (measured now unless reused), written into a copy without co-run figures that predicts:
+    (the base profile's hop in ms, its exits, the control plane, the predicting copy's folder)."""
     from ppsd.profile import load_profile
     from runtime.control_plane import measure_control_plane, with_control_plane
+
+    base = analytic_profile(work / name, ANALYTIC[name]) if name in ANALYTIC else ROOT / "examples" / "smollm2-135m-cpu"
+    bprof = load_profile(base)
+    n = bprof.num_layers
+    hidden = int(bprof.meta["model"].get("hidden_size") or 4096)
+    exits = [max(1, n // 8), n // 4] if name in ANALYTIC else [8, 15]
+    exits = [e for e in exits if n - e >= max(ks) - 1]
+    cp = reused_cp or measure_control_plane(ks, hidden_size=hidden, tokens=96, repeats=3, workdir=work / f"cp-{name}",
+                                            progress=lambda k, v: print(f"  {name} k={k}: {v}", flush=True))
+    pred_base = with_control_plane(base, work / f"{name}-cp", cp)
+    without_corun(pred_base)
+    hop0 = float(bprof.hop_ms())
+    print(f"{name}: {base} ({bprof.model_id}, N={n}, hidden {hidden}), hop {hop0:.4f} ms, exits {exits}")
+    return hop0, exits, cp, pred_base
+
+
+def run_profile(name: str, args: argparse.Namespace, ks: list[int], work: Path, reused_cp: dict | None,
+                rows: list, ar_runs: list[float], meta: dict) -> dict:
+    """Every (α, exit, k, hop) plan of base profile `name`, emulated and simulated, into `rows`
+    (and each plan's grouping into `meta`); AR is measured once, into `ar_runs`. Returns the
+    control plane the predictions used."""
+    from ppsd.profile import load_profile
+    from runtime.control_plane import with_control_plane
     from runtime.emulate import EmulatedModel, emulated_prompts, profile_traces
+
+    hop0, exits, cp, pred_base = predicting_base(name, ks, work, reused_cp)
+    prompts_all = emulated_prompts(load_profile(pred_base))[:args.prompts]
+    ids = [p.prompt_id for p in prompts_all]
+    toks = [p.tokens for p in prompts_all]
+    ar_meas = None
+    for ai, alpha in enumerate(_floats(args.alphas)):
+        folder = work / f"{name}-a{alpha}"
+        with_control_plane(pred_base, folder, cp)
+        with_traces(pred_base, folder, alpha, exits, ids, args.tokens, seed=1000 + ai)
+        prof = load_profile(folder)
+        model = EmulatedModel(prof)
+        if ar_meas is None:
+            ar_meas = measure_ar(model, prof, toks, ids, args)
+            ar_runs.append(ar_meas.tokens_per_s)
+        for e in exits:
+            forced = profile_traces(prof, e, ids)
+            for k in ks:
+                for scale in _floats(args.hop_scales):
+                    row, info = run_plan(model, prof, (name, alpha, e, k, hop0, scale), toks, ids, forced,
+                                         ar_meas.tokens_per_s, args)
+                    rows.append(row)
+                    meta[row.plan] = info
+    return cp
+
+
+def measure_ar(model, prof, toks: list, ids: list[str], args: argparse.Namespace):
+    """AR on the emulated devices (the speedups' reference), printed beside its prediction."""
+    from ppsd.modes import Mode
     from runtime.measure import Job, measure
     from sim import api
-    from sim.modes import Mode
     from sim.plan import Plan
 
-    work = Path(tempfile.mkdtemp(prefix="ppsd-conformance-"))
-    started = time.gmtime()
-    ks = [int(k) for k in args.stages.split(",")]
-    reuse = json.loads(Path(args.control_plane).read_text()) if args.control_plane else {}
-    rows, ar_runs, cps, meta = [], [], {}, {}
-    t_start = time.perf_counter()
-    for name in args.profiles.split(","):
-        base = analytic_profile(work / name, ANALYTIC[name]) if name in ANALYTIC else ROOT / "examples" / "smollm2-135m-cpu"
-        bprof = load_profile(base)
-        n = bprof.num_layers
-        hidden = int(bprof.meta["model"].get("hidden_size") or 4096)
-        exits = [max(1, n // 8), n // 4] if name in ANALYTIC else [8, 15]
-        exits = [e for e in exits if n - e >= max(ks) - 1]
-        cp = reuse.get(name) or measure_control_plane(ks, hidden_size=hidden, tokens=96, repeats=3,
-                                                      workdir=work / f"cp-{name}",
-                                                      progress=lambda k, v: print(f"  {name} k={k}: {v}", flush=True))
-        cps[name] = cp
-        pred_base = with_control_plane(base, work / f"{name}-cp", cp)
-        without_corun(pred_base)
-        prompts_all = emulated_prompts(load_profile(pred_base))[:args.prompts]
-        ids = [p.prompt_id for p in prompts_all]
-        toks = [p.tokens for p in prompts_all]
-        hop0 = float(bprof.hop_ms())
-        print(f"{name}: {base} ({bprof.model_id}, N={n}, hidden {hidden}), hop {hop0:.4f} ms, exits {exits}")
-        ar_meas = None
-        for ai, alpha in enumerate(_floats(args.alphas)):
-            folder = work / f"{name}-a{alpha}"
-            with_control_plane(pred_base, folder, cp)
-            with_traces(pred_base, folder, alpha, exits, ids, args.tokens, seed=1000 + ai)
-            prof = load_profile(folder)
-            model = EmulatedModel(prof)
-            if ar_meas is None:
-                ar_meas = measure(model, Job(plan=Plan(Mode.AR), prompts=toks, max_new=[args.tokens] * len(toks),
-                                             warmup=1, repeats=args.repeats)).result
-                ar_runs.append(ar_meas.tokens_per_s)
-                ar_pred = api.simulate(prof, Plan(Mode.AR), prompt_ids=ids, engine="fast")
-                print(f"  AR: measured {ar_meas.tokens_per_s:.2f} tok/s, predicted {ar_pred.tokens_per_s:.2f}")
-            for e in exits:
-                forced = profile_traces(prof, e, ids)
-                for k in ks:
-                    for scale in _floats(args.hop_scales):
-                        plan = api.resolve_plan(Plan(Mode.PPSD, exit_layer=e, stages=k, hop_ms=hop0 * scale,
-                                                     launch=args.launch), prof)
-                        meas = measure(model, Job(plan=plan, prompts=toks, max_new=[args.tokens] * len(toks),
-                                                  warmup=1, repeats=args.repeats, forced=forced, timeout_s=120)).result
-                        pred = api.simulate(prof, plan, prompt_ids=ids, engine="fast")
-                        row = ValidationRow.from_results(plan, pred, meas, ar_meas.tokens_per_s, None)
-                        row = replace(row, plan=f"{name} α={alpha} {plan.label()} hop×{scale:g}")
-                        rows.append(row)
-                        host = meas.details.host_cpu_share
-                        meta[row.plan] = {"profile": name, "k": k, "twin": (name, alpha, e, k), "host": host}
-                        print(f"  {row.plan:58} sim {row.predicted_speedup:6.3f} emu {row.measured_speedup:6.3f} "
-                              f"err {row.speedup_error_pct:6.2f}%  host {_share(host)}", flush=True)
-    errs = np.array([abs(r.speedup_error_pct) for r in rows])
-    worst = rows[int(np.argmax(errs))]
+    ar_meas = measure(model, Job(plan=Plan(Mode.AR), prompts=toks, max_new=[args.tokens] * len(toks),
+                                 warmup=1, repeats=args.repeats)).result
+    ar_pred = api.simulate(prof, Plan(Mode.AR), prompt_ids=ids, engine="fast")
+    print(f"  AR: measured {ar_meas.tokens_per_s:.2f} tok/s, predicted {ar_pred.tokens_per_s:.2f}")
+    return ar_meas
+
+
+def run_plan(model, prof, where: tuple, toks: list, ids: list[str], forced, ar_tokens_per_s: float,
+             args: argparse.Namespace):
+    """One PPSD plan (`where`: profile name, α, exit, k, the profile's hop and its scale) emulated and
+    simulated: (its validation row, what groups it: profile, k, replicate twin, host CPU share)."""
+    from ppsd.modes import Mode
+    from ppsd.validation_folder import ValidationRow
+    from runtime.measure import Job, measure
+    from sim import api
+    from sim.plan import Plan
+
+    name, alpha, e, k, hop0, scale = where
+    plan = api.resolve_plan(Plan(Mode.PPSD, exit_layer=e, stages=k, hop_ms=hop0 * scale, launch=args.launch), prof)
+    meas = measure(model, Job(plan=plan, prompts=toks, max_new=[args.tokens] * len(toks),
+                              warmup=1, repeats=args.repeats, forced=forced, timeout_s=120)).result
+    pred = api.simulate(prof, plan, prompt_ids=ids, engine="fast")
+    row = ValidationRow.from_results(plan, pred, meas, ar_tokens_per_s, None)
+    row = replace(row, plan=f"{name} α={alpha} {plan.label()} hop×{scale:g}")
+    host = meas.details.host_cpu_share
+    print(f"  {row.plan:58} sim {row.predicted_speedup:6.3f} emu {row.measured_speedup:6.3f} "
+          f"err {row.speedup_error_pct:6.2f}%  host {_share(host)}", flush=True)
+    return row, {"profile": name, "k": k, "twin": (name, alpha, e, k), "host": host}
+
+
+def write_conformance(args: argparse.Namespace, rows: list, ar_runs: list[float], cps: dict, meta: dict,
+                      started, t_start: float) -> None:
+    """The validation folder (every row, the control planes, the summary per profile and the note),
+    and the summary printed."""
+    from ppsd.statistics import mape
+    from ppsd.validation_folder import make_doc, write_validation
+
+    worst = max(rows, key=lambda r: abs(r.speedup_error_pct))
+    overall = mape(r.speedup_error_pct for r in rows)
     by_profile = per_profile(rows, meta)
     doc = make_doc(rows, profile=", ".join(args.profiles.split(",")), model="emulated", device_name="emulated devices",
                    forced_trace=True, exit_head="shared", ar_reference="once", ar_tokens_per_s_runs=ar_runs,
                    emulated=True)
     doc["control_plane"] = cps
-    doc["conformance"] = {"plans": len(rows), "mape_speedup_pct": round(float(errs.mean()), 3),
+    doc["conformance"] = {"plans": len(rows), "mape_speedup_pct": round(overall, 3),
                           "worst_plan": worst.plan, "worst_error_pct": round(float(worst.speedup_error_pct), 3),
                           "tokens": args.tokens, "prompts": args.prompts, "repeats": args.repeats,
                           "launch": args.launch, "wall_s": round(time.perf_counter() - t_start, 1),
@@ -274,8 +310,21 @@ def main() -> int:
         print(f"  {name}: {v['plans']} plans, MAPE {v['mape_speedup_pct']:.2f}% (by k {v['mape_by_k']}), worst "
               f"{v['worst_error_pct']:+.1f}%; replicate disagreement {_pct(v['replicate_disagreement_pct'])} "
               f"over {v['replicate_pairs']} pairs; {_host_free(v)}")
-    print(f"\n{len(rows)} PPSD plans: speedup MAPE {errs.mean():.2f}%, worst {worst.plan} "
+    print(f"\n{len(rows)} PPSD plans: speedup MAPE {overall:.2f}%, worst {worst.plan} "
           f"{worst.speedup_error_pct:+.2f}%; written to {args.out}")
+
+
+def main() -> int:
+    args = parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ppsd-conformance-"))
+    started = time.gmtime()
+    ks = [int(k) for k in args.stages.split(",")]
+    reuse = json.loads(Path(args.control_plane).read_text()) if args.control_plane else {}
+    rows, ar_runs, cps, meta = [], [], {}, {}
+    t_start = time.perf_counter()
+    for name in args.profiles.split(","):
+        cps[name] = run_profile(name, args, ks, work, reuse.get(name), rows, ar_runs, meta)
+    write_conformance(args, rows, ar_runs, cps, meta, started, t_start)
     return 0
 
 

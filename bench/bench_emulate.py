@@ -1,6 +1,6 @@
-"""Emulated devices (issue 13 item 1): PPSD plans on a GPU-like synthetic profile, emulated vs simulated.
+"""Emulated devices: PPSD plans on a GPU-like synthetic profile, emulated vs simulated.
 
-  .venv/bin/python bench/bench_emulate.py [--out DIR] [--layers 32] [--layer-ms 0.2] [--head-ms 0.1]
+  .venv/bin/python -m bench.bench_emulate [--out DIR] [--layers 32] [--layer-ms 0.2] [--head-ms 0.1]
                                           [--hop-ms 0.02] [--plans 'ppsd:16:2;ppsd:8:4;ppsd:4:8'] [--repeats 3]
 
 Writes a synthetic profile (uniform layers, α(E) = 0.5 + 0.4 E/N as seeded Bernoulli traces) and
@@ -24,7 +24,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -49,7 +48,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from ppsd.profile import load_profile
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
     from sim.schemes.ppsd.stage_costs import stage_ms
     from sim.model.cost_model import cost_model
     import numpy as np
@@ -81,7 +80,7 @@ def main() -> int:
     from runtime.emulate import EmulatedModel, emulated_prompts
     from runtime.measure import Job, measure
     from sim.api import resolve_plan
-    from sim.modes import Mode
+    from ppsd.modes import Mode
     from sim.plan import Plan
 
     prof = load_profile(prof.path)

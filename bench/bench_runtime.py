@@ -1,6 +1,6 @@
-"""Issue 4 §8 figures: 2-stage PPSD at E=15 with forced full acceptance vs AR, in one session.
+"""2-stage PPSD at E=15 with forced full acceptance vs AR, in one session.
 
-  .venv/bin/python bench/bench_runtime.py [--model smollm2-135m] [--exit 15] [--tokens 48] [--rounds 3]
+  .venv/bin/python -m bench.bench_runtime [--model smollm2-135m] [--exit 15] [--tokens 48] [--rounds 3]
 
 AR and PPSD blocks are interleaved (the machine drifts by several % over minutes). Prints:
   * PPSD tokens/s vs AR tokens/s (target >= 1.4x on an idle 2-core machine);
@@ -14,9 +14,7 @@ import argparse
 import os
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -31,12 +29,12 @@ def main() -> int:
 
     import torch
 
-    from profiler.model import load_model
-    from profiler.prompts import load_prompts
+    from runtime.llm import load_model
+    from ppsd.prompts import load_prompts
     from runtime.acceptance import ACCEPT_ALL
     from runtime.measure import Job, measure
-    from runtime.plans import make_plan
-    from sim.modes import Mode
+    from runtime.request import make_plan
+    from ppsd.modes import Mode
 
     torch.set_num_threads(1)
     model = load_model(args.model)

@@ -1,4 +1,6 @@
-"""Simulator performance figures (issue 3 §7). Prints each figure; not a timed test.
+"""Simulator performance figures. Prints each figure; not a timed test.
+
+    .venv/bin/python -m bench.bench_sim
 
 1. `ppsd plan` end to end over the SmolLM2 profile (examples/smollm2-135m-cpu, or a synthetic
    profile of the same shape when it is absent): 29 exits × (EESD γ 1..8 + PPSD k 2..4), 2,000
@@ -8,16 +10,16 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from ppsd.paths import EXAMPLES_DIR
 
-from ppsd.paths import EXAMPLES_DIR  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def profile_dir(tmp: str) -> tuple[str, str]:
@@ -27,14 +29,15 @@ def profile_dir(tmp: str) -> tuple[str, str]:
 
         if load_profile(example).has_acceptance:
             return str(example), "example SmolLM2 profile"
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     write_synthetic_profile(tmp, alpha_by_exit=lambda e: min(0.95, 0.02 + 0.6 * (e / 30) ** 2), num_layers=30,
                             layer_ms=2.8, head_ms=12.6, embed_ms=0.13, hop_ms=0.2, corun_slowdown=1.3)
     return tmp, "synthetic SmolLM2-shaped profile (30 layers, 2.8 ms/layer, 12.6 ms head)"
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)  # no options; --help
     with tempfile.TemporaryDirectory() as tmp:
         path, what = profile_dir(tmp)
         print(f"profile: {what} ({path})")
@@ -50,7 +53,7 @@ def main() -> int:
 
         from ppsd.profile import load_profile
         from sim import api
-        from sim.modes import Mode
+        from ppsd.modes import Mode
         from sim.plan import Plan
 
         profile = load_profile(path)

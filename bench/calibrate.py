@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Fit the analytic (roofline) model's efficiency factors to a measured GPU profile.
 
-    bench/calibrate.py --measured PROFILE [--arch A] [--hardware H] [--dtype D] [--out FILE] [--json]
+    python -m bench.calibrate --measured PROFILE [--arch A] [--hardware H] [--dtype D] [--out FILE] [--json]
 
 Builds the roofline estimate of the same architecture on the same (n, context) grid, fits the
 achieved memory bandwidth (and the fixed per-layer overhead, where the data separates them) with
@@ -24,11 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numpy as np  # noqa: E402
-
-from ppsd.errors import UserError  # noqa: E402
+from ppsd.errors import UserError
 
 
 def hardware_key_for(device_name: str) -> str | None:
@@ -44,7 +39,7 @@ def hardware_key_for(device_name: str) -> str | None:
 
 def arch_for(measured, arch: str | None):
     """(ArchShape with the measured layer count, note or None)."""
-    from profiler.archs import resolve_arch
+    from ppsd.archs import resolve_arch
 
     spec = arch
     if spec is None:
@@ -72,6 +67,7 @@ def calibrate(measured_dir, arch: str | None = None, hardware: str | None = None
     from profiler.hardware import normalize_dtype, resolve_hardware
     from profiler.roofline import layer_bytes
     from ppsd.profile import load_profile
+    from ppsd.statistics import mape, percent_error
 
     meas = load_profile(measured_dir)
     if meas.kind != "measured":
@@ -98,8 +94,8 @@ def calibrate(measured_dir, arch: str | None = None, hardware: str | None = None
             if meta["estimate"]["layer_bound"][i][j] != "memory":
                 continue
             pred = layer_bytes(shape, n, c, roof["dtype_bytes"]) / bw * 1e3 + alt_oh
-            errs += [(pred - meas.layer_ms(l, n, c)) / meas.layer_ms(l, n, c) * 100 for l in range(meas.num_layers)]
-    fit["alternative"]["mape_pct"] = float(np.mean(np.abs(errs))) if errs else None
+            errs += [percent_error(pred, meas.layer_ms(l, n, c)) for l in range(meas.num_layers)]
+    fit["alternative"]["mape_pct"] = mape(errs)
     kernels = fit["kernels_per_layer"]
     fit["alternative"]["launch_us"] = alt_oh / kernels * 1e3
     use_alt = fit["alternative"]["mape_pct"] is not None and fit["alternative"]["mape_pct"] < fit["mape_pct_after"]

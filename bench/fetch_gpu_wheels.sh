@@ -12,7 +12,7 @@
 #                 safetensors>=0.8.0: 0.8.0; regex>=2025.10.22, which transformers 5.17.0 needs
 #                 too; numpy, packaging, pyyaml, tqdm, typer), so none of them is carried.
 # torch is never carried (hundreds of MB; the image's CUDA build is used). Extra NAME==VERSION
-# arguments add wheels (e.g. a dependency bench/gpu_check_env.py reports missing); pip's --no-deps
+# arguments add wheels (e.g. a dependency `python -m bench.gpu_check_env` reports missing); pip's --no-deps
 # fetches none of a wheel's dependencies, so name each one. Keep one version of each in .whl/.
 #
 # The platform is the lent H200 image's: CPython 3.12 on manylinux x86_64 (pure-Python wheels such

@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
 """The GPU check: measure a real-size random-weight model on this GPU, replay traces through the
 real runtime, set the roofline estimate beside the measurement, and go through every CUDA path one
-machine allows. Run through bench/gpu_check.sh (which packs the results: one archive and this
+machine allows. Run through bench/gpu_check.sh, which checks the environment, runs
+`python -m bench.gpu_check` from the project root and packs the results (one archive and this
 summary, see there).
 
     bench/gpu_check.sh [--out DIR] [--model random:ARCH] [--hardware H] [--budget-s S] ...
@@ -16,7 +16,7 @@ Phases (each timed, the plan printed first):
                α = 0.80 at E/N = 1/4) and the built-in prompts as bytes: random weights have no
                meaningful acceptance, and under forced traces timing is all that is checked
   3 estimate   the roofline profile of the same architecture on this GPU's hardware-table entry, with
-               the same traces, and the fit of its efficiency factors (bench/calibrate.py): the
+               the same traces, and the fit of its efficiency factors (bench.calibrate): the
                per-layer error of the roofline against the measurement, before and after
   4 validate   `ppsd validate --force-trace`: AR, EESD and (with ≥ 2 GPUs: NCCL cannot put two stages
                on one GPU) PPSD measured for real and predicted by the simulator; each plan is also
@@ -51,8 +51,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 # PPSD-paper-like acceptance by relative depth (Vicuna/LLaMA-2 with a trained exit: α ≈ 0.81 at E/N = 1/4)
 DEFAULT_CURVE = "relative_depth,alpha\n0.125,0.45\n0.25,0.80\n0.5,0.88\n0.75,0.93\n"
@@ -208,7 +206,7 @@ def attach_traces(profile_dir: Path, curve: Path, prompts: int, tokens: int, see
     table and the generations so the estimate can carry the very same traces."""
     from ppsd.paths import atomic_dir
     from profiler.acceptance_transfer import curve_acceptance
-    from profiler.prompts import load_prompts
+    from ppsd.prompts import load_prompts
     from ppsd.profile import load_profile, save_profile
 
     prof = load_profile(profile_dir)
@@ -265,6 +263,8 @@ def estimate_vs_measured(est_dir: Path, val_dir: Path) -> list[dict]:
 
 
 def _predict_rows(est, val_dir: Path) -> list[dict]:
+    """Each plan of the validation at `val_dir` simulated on the profile `est`, beside its measurement."""
+    from ppsd.statistics import percent_error
     from sim.api import resolve_plan, simulate
     from sim.plan import Plan
 
@@ -278,8 +278,7 @@ def _predict_rows(est, val_dir: Path) -> list[dict]:
         rows.append({"plan": r["plan"], "measured_tokens_per_s": r["measured_tokens_per_s"],
                      "predicted_from_measured_profile": r["predicted_tokens_per_s"],
                      "predicted_from_estimate": round(pred.tokens_per_s, 3),
-                     "estimate_error_pct": round(100 * (pred.tokens_per_s - r["measured_tokens_per_s"])
-                                                 / r["measured_tokens_per_s"], 2),
+                     "estimate_error_pct": round(percent_error(pred.tokens_per_s, r["measured_tokens_per_s"]), 2),
                      "measured_speedup": r["measured_speedup"],
                      "speedup_from_estimate": round(pred.speedup_vs_ar or 1.0, 4)})
     return rows
@@ -330,7 +329,7 @@ def main(argv=None) -> int:
     if cpu:
         torch.set_num_threads(1)
         device_name, gpus = "cpu", 0
-        from runtime.plans import available_cores
+        from runtime.request import available_cores
 
         cores = available_cores()
     else:
@@ -346,11 +345,11 @@ def main(argv=None) -> int:
 
 def transformers_mismatch(allowed: bool) -> str:
     """"" when transformers is the pinned version; "allowed: ..." when it is not, --allow-transformers-
-    mismatch was given and every call ppsd makes checks out against it (profiler/model.py
+    mismatch was given and every call ppsd makes checks out against it (runtime/llm.py
     `transformers_call_problems`); "error: ..." otherwise (the fix named)."""
     import transformers
 
-    from gpu_check_env import pins
+    from bench.gpu_check_env import pins
 
     have, pin = transformers.__version__, pins().get("transformers")
     if not pin or have == pin:
@@ -358,7 +357,7 @@ def transformers_mismatch(allowed: bool) -> str:
     if not allowed:
         return (f"error: transformers {have} is installed but ppsd pins {pin}; carry the pinned wheel "
                 "(bench/fetch_gpu_wheels.sh, then gpu_check.sh installs it), or pass --allow-transformers-mismatch")
-    from profiler.model import transformers_call_problems
+    from runtime.llm import transformers_call_problems
 
     problems = transformers_call_problems()
     if problems:
@@ -369,7 +368,8 @@ def transformers_mismatch(allowed: bool) -> str:
 
 
 def _check(args, size, cpu, torch, device_name, gpus, cores, out: Path, mismatch: str = "") -> int:
-    from calibrate import calibrate, format_report, hardware_key_for
+    """The plan printed, the summary started, the phases run under the hard stop, the summary finished."""
+    from bench.calibrate import hardware_key_for
 
     hw = args.hardware or hardware_key_for(device_name) or ("h200" if cpu else None)
     mslug, dslug = slug(size["model"]), slug(device_name)
@@ -404,10 +404,12 @@ def _check(args, size, cpu, torch, device_name, gpus, cores, out: Path, mismatch
     state = RunState(cpu=cpu, gpus=gpus)
     summary["paths"] = [asdict(r) for r in path_reports(state)]
     ph.save()  # from the start: a run killed in phase 1 still leaves the plan and "running"
+    settings = CheckSettings(args=args, size=size, cpu=cpu, device_name=device_name, gpus=gpus, cores=cores,
+                             out=out, hw=hw, mslug=mslug, dslug=dslug, prof_dir=prof_dir, val_dir=val_dir,
+                             heads_dir=heads_dir, curve=curve)
     previous = arm_deadline(args.stop_after_s)
     try:
-        _phases(args, size, cpu, torch, device_name, gpus, cores, out, hw, mslug, dslug, prof_dir, val_dir,
-                heads_dir, curve, summary, ph, state, calibrate, format_report)
+        _phases(settings, summary, ph, state)
     except Deadline as exc:
         disarm(previous)
         summary["stopped"] = f"at {ph.elapsed():.0f} s: {exc}"
@@ -488,161 +490,204 @@ def print_paths(reports: list[PathReport]) -> None:
         print(f"  {r.path:18} {mark:12} {r.detail}")
 
 
-def _phases(args, size, cpu, torch, device_name, gpus, cores, out, hw, mslug, dslug, prof_dir, val_dir, heads_dir,
-            curve, summary, ph: Phases, state: RunState, calibrate, format_report) -> None:
-    def note(text: str) -> None:
-        print(text)
-        summary["notes"].append(text)
+@dataclass
+class CheckSettings:
+    """What the phases read: the command line, the sizes (SIZES with the command line's overrides;
+    phase 4 may cut its tokens), the machine, and where each result goes."""
 
-    def profile():
-        # the hop and the pipeline probe run on every machine: across GPUs over NCCL, else two
-        # processes on the one GPU (or CPU) over gloo, which still goes through spawned CUDA workers,
-        # the runtime's transport and the probe's clocks
-        argv = ["profile", "--model", size["model"], "--device", size["device"], "--dtype", size["dtype"],
-                "--skip-acceptance", "--n-values", size["n_values"], "--context-values", size["context_values"],
-                "--repeats", size["repeats"], "--warmup", size["warmup"], "--corun-max", 1, "--out", prof_dir]
-        return ppsd(*argv)
+    args: argparse.Namespace
+    size: dict
+    cpu: bool
+    device_name: str
+    gpus: int
+    cores: int
+    out: Path
+    hw: str | None       # the hardware-table key of the estimate (None: phase 3 is skipped)
+    mslug: str           # the model and the device, as they appear in the file names
+    dslug: str
+    prof_dir: Path
+    val_dir: Path
+    heads_dir: Path
+    curve: Path          # the α-by-depth curve the traces are drawn from
 
-    def exit_code(what):
-        return lambda rc: None if rc == 0 else f"ppsd {what} exited with code {rc} (see the log above)"
 
-    def heads():  # phase 5 needs none of the others: it runs whatever happened before
-        if args.no_heads:
-            ph.skip("5 heads", "--no-heads")
-        else:
-            _heads(size, heads_dir, ph, state, summary, note)
+def _note(summary: dict, text: str) -> None:
+    """Print a note and keep it in the summary."""
+    print(text)
+    summary["notes"].append(text)
 
-    ok, _ = ph.run("1 profile", profile, exit_code("profile"))
+
+def _exit_code(what: str):
+    """A `Phases.run` check of a `ppsd` command's exit code."""
+    return lambda rc: None if rc == 0 else f"ppsd {what} exited with code {rc} (see the log above)"
+
+
+def _phases(s: CheckSettings, summary: dict, ph: Phases, state: RunState) -> None:
+    """The five phases in order: a failed phase skips the phases that need it; phase 5 needs none of
+    the others and runs whatever happened before it."""
+    ok = _profile_phase(s, summary, ph, state)
+    traces = None
+    if not ok:
+        for name in ("2 traces", "3 estimate", "4 validate"):
+            ph.skip(name, "needs the profile of phase 1")
+    else:
+        ok, traces = ph.run("2 traces", lambda: attach_traces(s.prof_dir, s.curve, s.size["prompts"],
+                                                              s.size["tokens"]))
+        if not ok:
+            for name in ("3 estimate", "4 validate"):
+                ph.skip(name, "needs the traces of phase 2")
+    if ok:
+        _estimate_and_validate(s, traces, summary, ph, state)
+    if s.args.no_heads:
+        ph.skip("5 heads", "--no-heads")
+    else:
+        _heads(s, ph, state, summary)
+
+
+def _profile_phase(s: CheckSettings, summary: dict, ph: Phases, state: RunState) -> bool:
+    """Phase 1: `ppsd profile` (latency only) of the model on the device; what it measured of the hop
+    and the pipeline probe goes into `state`. True when it passed."""
+    # the hop and the pipeline probe run on every machine: across GPUs over NCCL, else two
+    # processes on the one GPU (or CPU) over gloo, which still goes through spawned CUDA workers,
+    # the runtime's transport and the probe's clocks
+    size = s.size
+    argv = ["profile", "--model", size["model"], "--device", size["device"], "--dtype", size["dtype"],
+            "--skip-acceptance", "--n-values", size["n_values"], "--context-values", size["context_values"],
+            "--repeats", size["repeats"], "--warmup", size["warmup"], "--corun-max", 1, "--out", s.prof_dir]
+    ok, _ = ph.run("1 profile", lambda: ppsd(*argv), _exit_code("profile"))
     if ok:
         from ppsd.profile import load_profile
 
-        prof = load_profile(prof_dir)
+        prof = load_profile(s.prof_dir)
         state.profile_ok = True
         state.hop, state.pipeline = prof.latency.get("hop"), prof.latency.get("pipeline")
         state.profile_warnings = tuple(w for w in prof.meta.get("warnings", []) if w.startswith(("hop", "pipeline")))
         for w in state.profile_warnings:
-            note(f"profile: {w}")
-    if not cpu:
+            _note(summary, f"profile: {w}")
+    if not s.cpu:
+        import torch
+
         torch.cuda.empty_cache()
-    if not ok:
-        for name in ("2 traces", "3 estimate", "4 validate"):
-            ph.skip(name, "needs the profile of phase 1")
-        heads()
-        return
-    ok, got = ph.run("2 traces", lambda: attach_traces(prof_dir, curve, size["prompts"], size["tokens"]))
-    if not ok:
-        for name in ("3 estimate", "4 validate"):
-            ph.skip(name, "needs the traces of phase 2")
-        heads()
-        return
-    df, gens, _ = got
+    return ok
+
+
+def _estimate_and_validate(s: CheckSettings, traces, summary: dict, ph: Phases, state: RunState) -> None:
+    """Phases 3 and 4 on the traced profile: the estimate (the validation goes on without it), then
+    the validation of the plans this machine has room for, its tokens fitted to the budget left."""
     from ppsd.profile import load_profile
 
-    measured = load_profile(prof_dir)
-    n_layers = measured.num_layers
-
-    def estimate():
-        if hw is None:
-            note(f"estimate skipped: no hardware-table entry matches {device_name!r} (give --hardware)")
-            return None
-        from ppsd.paths import atomic_dir
-        from profiler.estimated_profile import analytic_profile_meta
-        from ppsd.profile import save_profile
-
-        fit = calibrate(prof_dir, None, hw, None)
-        print(format_report(fit))
-        from calibrate import arch_for
-
-        shape, cut = arch_for(measured, None)
-        est_dir = out / f"estimate-{slug(shape.name)}{f'-l{n_layers}' if cut else ''}-{hw}"
-        meta = analytic_profile_meta(shape, hw, fit["dtype"], None, n_values=measured.n_values,
-                                     context_values=measured.context_values, gpu_count=max(gpus, 1))
-        meta["acceptance"] = dict(measured.meta["acceptance"])
-        meta["calibration"] = {"file": f"calibration-{mslug}-{dslug}.json", "measured_profile": prof_dir.name}
-        with atomic_dir(est_dir) as tmp:
-            save_profile(tmp, meta, acceptance=df, generations=gens)
-        # the same estimate with the fitted factors (the recommended reading of the fit)
-        rec = fit["recommended"]
-        cal = analytic_profile_meta(shape, hw, fit["dtype"], None, n_values=measured.n_values,
-                                    context_values=measured.context_values, gpu_count=max(gpus, 1),
-                                    bandwidth_efficiency=min(max(rec["bandwidth_efficiency"], 1e-4), 1.0),
-                                    launch_us=max(rec["launch_us"], 0.0))
-        cal["acceptance"], cal["calibration"] = meta["acceptance"], dict(meta["calibration"], reading=rec["reading"])
-        with atomic_dir(est_dir.with_name(est_dir.name + "-calibrated")) as tmp:
-            save_profile(tmp, cal, acceptance=df, generations=gens)
-        from ppsd.paths import atomic_write_json
-
-        atomic_write_json(out / f"calibration-{mslug}-{dslug}.json", fit)
-        summary["estimate"], summary["calibration"] = est_dir.name, f"calibration-{mslug}-{dslug}.json"
-        summary["roofline_per_layer_mape_pct"] = {"before": round(fit["mape_pct_before"], 2),
-                                                  "after": round(fit["mape_pct_after"], 2),
-                                                  "other_reading": round(fit["alternative"]["mape_pct"], 2)}
-        return est_dir
-
-    ok, est_dir = ph.run("3 estimate", estimate)
+    df, gens, _ = traces
+    measured = load_profile(s.prof_dir)
+    ok, est_dir = ph.run("3 estimate", lambda: _estimate(s, measured, df, gens, summary))
     if not ok:  # the validation does not need the estimate: carry on without it
         est_dir = None
-
-    plans, why = choose_plans(n_layers, gpus, cpu, cores)
+    plans, why = choose_plans(measured.num_layers, s.gpus, s.cpu, s.cores)
     if why:
-        note(why)
+        _note(summary, why)
     summary["plans"] = plans
-    reserve = 0.0 if args.no_heads else size["heads_s"]  # phase 5 comes after: keep its time
-    tokens, why = fit_tokens(size, plans, measured, ph.elapsed(), cpu, reserve)
+    reserve = 0.0 if s.args.no_heads else s.size["heads_s"]  # phase 5 comes after: keep its time
+    tokens, why = fit_tokens(s.size, plans, measured, ph.elapsed(), s.cpu, reserve)
     if tokens is None:
         ph.skip("4 validate", why)
-        note(f"validate skipped: {why}")
+        _note(summary, f"validate skipped: {why}")
     else:
         if why:
-            note(why)
-        _validate(size, tokens, plans, prof_dir, val_dir, curve, est_dir, ph, state, summary, note, exit_code)
-    heads()
+            _note(summary, why)
+        _validate(s, tokens, plans, est_dir, ph, state, summary)
 
 
-def _validate(size, tokens, plans, prof_dir, val_dir, curve, est_dir, ph, state, summary, note, exit_code) -> None:
+def _estimate(s: CheckSettings, measured, df, gens, summary: dict) -> Path | None:
+    """Phase 3: the fit of the roofline's efficiency factors to the measured profile, and the
+    roofline estimate of the same architecture on this GPU's hardware-table entry, as modelled and
+    with the fitted factors, carrying the same traces; returns the estimate's folder (None without
+    a hardware-table entry)."""
+    if s.hw is None:
+        _note(summary, f"estimate skipped: no hardware-table entry matches {s.device_name!r} (give --hardware)")
+        return None
+    from bench.calibrate import arch_for, calibrate, format_report
+    from ppsd.paths import atomic_dir, atomic_write_json
+    from ppsd.profile import save_profile
+    from profiler.estimated_profile import analytic_profile_meta
+
+    n_layers, gpu_count = measured.num_layers, max(s.gpus, 1)
+    fit = calibrate(s.prof_dir, None, s.hw, None)
+    print(format_report(fit))
+    shape, cut = arch_for(measured, None)
+    est_dir = s.out / f"estimate-{slug(shape.name)}{f'-l{n_layers}' if cut else ''}-{s.hw}"
+    fit_file = f"calibration-{s.mslug}-{s.dslug}.json"
+    meta = analytic_profile_meta(shape, s.hw, fit["dtype"], None, n_values=measured.n_values,
+                                 context_values=measured.context_values, gpu_count=gpu_count)
+    meta["acceptance"] = dict(measured.meta["acceptance"])
+    meta["calibration"] = {"file": fit_file, "measured_profile": s.prof_dir.name}
+    with atomic_dir(est_dir) as tmp:
+        save_profile(tmp, meta, acceptance=df, generations=gens)
+    # the same estimate with the fitted factors (the recommended reading of the fit)
+    rec = fit["recommended"]
+    cal = analytic_profile_meta(shape, s.hw, fit["dtype"], None, n_values=measured.n_values,
+                                context_values=measured.context_values, gpu_count=gpu_count,
+                                bandwidth_efficiency=min(max(rec["bandwidth_efficiency"], 1e-4), 1.0),
+                                launch_us=max(rec["launch_us"], 0.0))
+    cal["acceptance"], cal["calibration"] = meta["acceptance"], dict(meta["calibration"], reading=rec["reading"])
+    with atomic_dir(est_dir.with_name(est_dir.name + "-calibrated")) as tmp:
+        save_profile(tmp, cal, acceptance=df, generations=gens)
+    atomic_write_json(s.out / fit_file, fit)
+    summary["estimate"], summary["calibration"] = est_dir.name, fit_file
+    summary["roofline_per_layer_mape_pct"] = {"before": round(fit["mape_pct_before"], 2),
+                                              "after": round(fit["mape_pct_after"], 2),
+                                              "other_reading": round(fit["alternative"]["mape_pct"], 2)}
+    return est_dir
+
+
+def _validate(s: CheckSettings, tokens: int, plans: list[str], est_dir: Path | None, ph: Phases, state: RunState,
+              summary: dict) -> None:
+    """Phase 4: `ppsd validate --force-trace` of the plans (the traces re-drawn first when the budget
+    cut the tokens), then each plan predicted from the estimate beside the measurement."""
     from ppsd.profile import load_profile
+
+    size = s.size
 
     def validate():
         if tokens != size["tokens"]:  # shorter traces, and the estimates replay the very same ones
             size["tokens"] = tokens
-            new_df, new_gens, _ = attach_traces(prof_dir, curve, size["prompts"], tokens)
+            new_df, new_gens, _ = attach_traces(s.prof_dir, s.curve, size["prompts"], tokens)
             if est_dir is not None:
                 from ppsd.paths import atomic_dir
                 from ppsd.profile import save_profile
 
-                acc = dict(load_profile(prof_dir).meta["acceptance"])
+                acc = dict(load_profile(s.prof_dir).meta["acceptance"])
                 for d in (est_dir, est_dir.with_name(est_dir.name + "-calibrated")):
                     meta = dict(load_profile(d).meta, acceptance=acc)
                     with atomic_dir(d) as tmp:
                         save_profile(tmp, meta, acceptance=new_df, generations=new_gens)
-        return ppsd("validate", "--profile", prof_dir, "--plans", ";".join(plans), "--force-trace",
-                    "--repeats", size["run_repeats"], "--warmup", size["run_warmup"], "--out", val_dir)
+        return ppsd("validate", "--profile", s.prof_dir, "--plans", ";".join(plans), "--force-trace",
+                    "--repeats", size["run_repeats"], "--warmup", size["run_warmup"], "--out", s.val_dir)
 
-    ok, _ = ph.run("4 validate", validate, exit_code("validate"))
+    ok, _ = ph.run("4 validate", validate, _exit_code("validate"))
     if not ok:
         return
-    summary["validation"] = val_dir.name
-    doc = json.loads((val_dir / "validation.json").read_text())
+    summary["validation"] = s.val_dir.name
+    doc = json.loads((s.val_dir / "validation.json").read_text())
     state.validated_modes = tuple(sorted({r["mode"] for r in doc["rows"]} | {"ar"}))
     summary["mape_speedup_pct"], summary["mape_tokens_per_s_pct"] = (doc["mape_speedup_pct"],
                                                                      doc["mape_tokens_per_s_pct"])
     if est_dir is not None:
         try:
-            rows = estimate_vs_measured(est_dir, val_dir)
+            rows = estimate_vs_measured(est_dir, s.val_dir)
         except Exception as exc:  # noqa: BLE001 - an extra reading; the validation stands without it
-            note(f"estimate vs measured failed: {one_line(exc)}")
+            _note(summary, f"estimate vs measured failed: {one_line(exc)}")
         else:
             summary["estimate_vs_measured"] = rows
             print_estimate_rows(rows)
 
 
-def _heads(size, heads_dir: Path, ph: Phases, state: RunState, summary: dict, note) -> None:
+def _heads(s: CheckSettings, ph: Phases, state: RunState, summary: dict) -> None:
     """Phase 5: `ppsd heads train` and `ppsd heads eval` on the device, briefly: the head code on
     the device (collection, the closed-form fit and distillation, reduced-vocabulary heads, scoring)
     and each head's draft timed with the CUDA-event clock the profiler times the shared head with.
     Its work files and the trained weights go to a private temporary folder (a rerun must not reuse
     an earlier run's collection, and a 7B shape's adapters, 64 MB an exit, would swell the archive
     past what a device call brings back); heads.json, eval.csv and latency.json are kept."""
+    size, heads_dir = s.size, s.heads_dir
     latency_json = heads_dir / "latency.json"
 
     def heads():
@@ -689,7 +734,7 @@ def versions() -> dict:
     """What the check ran with, beside the project's pins (torch is the image's, never carried)."""
     import importlib.metadata as md
 
-    from gpu_check_env import pins
+    from bench.gpu_check_env import pins
 
     got = {}
     for dist in ("torch", "transformers", "simpy", "numpy", "scipy", "pandas", "huggingface-hub", "tokenizers",

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The GPU check (issues 7, 31): on a CUDA machine, profile a real-size random-weight model (default
+# The GPU check: on a CUDA machine, profile a real-size random-weight model (default
 # Llama-2-7B shape, bf16) with CUDA events, measure the hop and the two-stage pipeline probe (two
 # spawned processes: one per GPU over NCCL, or both on the one GPU over gloo), replay traces through
 # the real runtime (AR, EESD, and PPSD where there are >= 2 GPUs), set the roofline estimate and its
-# calibration beside the measurement, and train / evaluate exit heads on the device. See
-# bench/gpu_check.py for the phases and what each file holds.
+# calibration beside the measurement, and train / evaluate exit heads on the device. It runs from the
+# project root (it cd's there) as `python -m bench.gpu_check`; see bench/gpu_check.py for the phases and
+# what each file holds.
 #
 #   bench/gpu_check.sh [--out DIR] [--model random:ARCH] [--hardware H] [--budget-s S] [--deadline-s S]
 #                      [--allow-transformers-mismatch] [--no-heads]
@@ -37,7 +38,7 @@
 #                         packaging, pyyaml, tqdm, typer.
 # Only the wheels whose version this Python lacks are installed, into a private folder put first on
 # PYTHONPATH (the image stays untouched; $PPSD_SITE, default /tmp/ppsd-site; wheels from $PPSD_WHEELS,
-# default .whl). Then bench/gpu_check_env.py checks every import with the fix named, refuses a
+# default .whl). Then `python -m bench.gpu_check_env` checks every import with the fix named, refuses a
 # transformers other than the pin unless --allow-transformers-mismatch, and with it checks the calls
 # ppsd makes against that transformers (decoder-layer arguments, the init helper, a cached step).
 set -uo pipefail
@@ -166,7 +167,7 @@ say() { if [ -n "${log:-}" ]; then tee -a "$log"; else cat; fi; }
 
 # --- carried wheels: install those this Python lacks, into a private folder ahead of the image -------
 if compgen -G "$wheels/*.whl" >/dev/null; then
-  need=$("$PY" bench/gpu_check_env.py --wheels-needed "$wheels") || err "could not read the wheels in $wheels/"
+  need=$("$PY" -m bench.gpu_check_env --wheels-needed "$wheels") || err "could not read the wheels in $wheels/"
   if [ -n "$need" ]; then
     site="${PPSD_SITE:-/tmp/ppsd-site}"
     echo "gpu_check: installing carried wheels into $site: $(echo $need | xargs -n1 basename | tr '\n' ' ')" | say
@@ -182,7 +183,7 @@ fi
 # a failure here still leaves gpu_check-environment.json (and the archive with the log)
 [ "$env_only" = 0 ] && env_flags+=(--summary "$work/gpu_check-environment.json")
 errf=$(mktemp "${TMPDIR:-/tmp}/ppsd-gpu-check-env.XXXXXX")
-"$PY" bench/gpu_check_env.py --wheels "$wheels" ${env_flags[@]+"${env_flags[@]}"} 2>"$errf" | say
+"$PY" -m bench.gpu_check_env --wheels "$wheels" ${env_flags[@]+"${env_flags[@]}"} 2>"$errf" | say
 st=${PIPESTATUS[0]}
 if [ -s "$errf" ]; then  # its one error line: on stderr, and in the log
   [ -n "${log:-}" ] && cat "$errf" >>"$log"
@@ -200,11 +201,11 @@ left=$(( deadline - SECONDS - 30 ))
 rm -f "$work/gpu_check-environment.json"  # passed: the check's own summary names the run
 kill_later=()
 command -v timeout >/dev/null && kill_later=(timeout -k 10 $(( left + 15 )))
-{ ${kill_later[@]+"${kill_later[@]}"} "$PY" bench/gpu_check.py --out "$work" --stop-after-s "$left" ${args[@]+"${args[@]}"}; \
+{ ${kill_later[@]+"${kill_later[@]}"} "$PY" -m bench.gpu_check --out "$work" --stop-after-s "$left" ${args[@]+"${args[@]}"}; \
   echo $? >"$stage/rc"; } 2>&1 | say
 rc=$(cat "$stage/rc" 2>/dev/null || echo 1)
 if [ "$rc" != 0 ]; then
   line=$(grep '^gpu_check: error:' "$log" | tail -n1)
-  echo "${line:-gpu_check: error: gpu_check.py exited with code $rc (see $log in the archive)}" >&2
+  echo "${line:-gpu_check: error: python -m bench.gpu_check exited with code $rc (see $log in the archive)}" >&2
 fi
 exit "$rc"

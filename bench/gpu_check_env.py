@@ -1,18 +1,21 @@
-#!/usr/bin/env python3
 """The environment check bench/gpu_check.sh runs before the GPU check: every package the check
 imports, each with the fix named when it is missing, and the transformers pin enforced.
 
-    python bench/gpu_check_env.py [--cpu] [--allow-transformers-mismatch]
-    python bench/gpu_check_env.py --wheels-needed .whl    # carried wheels this Python lacks (paths)
+    python -m bench.gpu_check_env [--cpu] [--allow-transformers-mismatch]
+    python -m bench.gpu_check_env --wheels-needed .whl    # carried wheels this Python lacks (paths)
+
+Run from the project root (gpu_check.sh cd's there): the root on sys.path is what makes ppsd's own
+packages importable on a machine where ppsd is not installed (the lent GPU image), for the
+transformers calls checked under --allow-transformers-mismatch.
 
 Prints one line per package (version, where it was imported from); exits 2 with one
 `gpu_check: error: ...` line on stderr when something is missing or off. Nothing here needs a GPU.
 
-Why transformers is pinned: the profiles, the stage code and the golden figures were made with
+Why transformers is pinned: the profiles, the stage code and the golden figures follow
 transformers 5.24.0 (the decoder-layer call, the rotary module and the no-init helpers are
 version-sensitive); the lent GPU image has 5.17.0, so the pinned wheel is carried (.whl/, fetched by
 bench/fetch_gpu_wheels.sh). With --allow-transformers-mismatch another version is accepted only
-once the calls ppsd makes check out against it (profiler/model.py `transformers_call_problems`: the
+once the calls ppsd makes check out against it (runtime/llm.py `transformers_call_problems`: the
 decoder layers' argument names, the init helper, a cached step on tiny models). torch is not
 carried (far over the 64 MiB a device call may carry): the image's CUDA build is used and its
 version recorded beside the project's pin.
@@ -138,9 +141,7 @@ def check(cpu: bool, allow_transformers_mismatch: bool, wheel_dir: Path | None =
                         f"{FETCH}, or pass --allow-transformers-mismatch to run with {tf} anyway")
         # the flag is only safe when every call ppsd makes still means the same: a renamed layer
         # argument is swallowed by **kwargs (no error, no KV cache, wrong figures), so check them
-        if str(ROOT) not in sys.path:
-            sys.path.insert(0, str(ROOT))
-        from profiler.model import transformers_call_problems
+        from runtime.llm import transformers_call_problems
 
         broken = transformers_call_problems()
         if broken:

@@ -1,6 +1,6 @@
-"""ppsd's EESD beside transformers' own early-exit assisted generation, at the same exit and γ (issue 29).
+"""ppsd's EESD beside transformers' own early-exit assisted generation, at the same exit and γ.
 
-    .venv/bin/python bench/hf_check.py [--profile DIR] [--prompts FILE|spec-bench] [--limit 4]
+    .venv/bin/python -m bench.hf_check [--profile DIR] [--prompts FILE|spec-bench] [--limit 4]
         [--max-new-tokens 32] [--pairs 15:4,20:4,24:4,27:6] [--schedules constant,heuristic]
         [--rounds 2] [--out runs/hf-check-<time>]
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import platform
 import statistics
@@ -32,8 +31,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -66,17 +63,14 @@ def _summary(ms: list) -> dict:
             "mean_accepted": round(r.mean_accepted, 4), "accepted_hist": {str(k): v for k, v in r.accepted_hist.items()}}
 
 
-def run(args) -> dict:
-    import torch
+def load_inputs(args):
+    """The model, the (E, γ) pairs and schedules, and the prompts: (profile or None, model, pairs,
+    schedules, prompt ids, prompt tokens). The prompts are --prompts, else the profile's own (in sample
+    for the prediction), else the built-in ones."""
+    from ppsd.errors import UserError
+    from ppsd.prompts import load_prompts
+    from runtime.llm import load_model
 
-    from profiler.model import load_model
-    from profiler.prompts import load_prompts
-    from runtime.hf_assisted import measure_job as hf_measure
-    from runtime.measure import Job, measure as ppsd_measure
-    from sim.modes import Mode
-    from sim.plan import Plan
-
-    torch.set_num_threads(1)
     pairs = parse_pairs(args.pairs)
     schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
     profile = None
@@ -87,26 +81,25 @@ def run(args) -> dict:
     model = load_model(args.model or (profile.model_id if profile else "smollm2-135m"))
     bad = [e for e, _ in pairs if not 1 <= e < model.num_layers]
     if bad:
-        from ppsd.errors import UserError
-
         raise UserError(f"exit layers {bad} are out of range", f"use exits between 1 and {model.num_layers - 1}")
-    if args.prompts:
-        prompt_set = load_prompts(args.prompts, limit=args.limit)
+    if args.prompts or profile is None:
+        prompt_set = load_prompts(args.prompts or None, limit=args.limit)
         ids = [p.prompt_id for p in prompt_set]
         prompts = [model.encode_prompt(p.text) for p in prompt_set]
-    elif profile is not None:  # the profile's own prompts (in sample for the prediction)
+    else:  # the profile's own prompts (in sample for the prediction)
         gens = [g for g in profile.generations() if g.get("prompt")][: args.limit]
         ids = [str(g["prompt_id"]) for g in gens]
         prompts = [model.encode_prompt(g["prompt"]) for g in gens]
-    else:
-        prompt_set = load_prompts(None, limit=args.limit)
-        ids = [p.prompt_id for p in prompt_set]
-        prompts = [model.encode_prompt(p.text) for p in prompt_set]
-    max_new = [args.max_new_tokens] * len(prompts)
+    return profile, model, pairs, schedules, ids, prompts
 
-    def job(plan):
-        return Job(plan, prompts, max_new, stop_at_eos=False, warmup=args.warmup, repeats=args.repeats,
-                   timeline=False)
+
+def run_kinds(pairs: list[tuple[int, int]], schedules: list[str]) -> list[tuple]:
+    """Every kind of run, (name, plan, measuring function): both ARs, then per pair ppsd's EESD and
+    transformers' under each schedule."""
+    from ppsd.modes import Mode
+    from runtime.hf_assisted import measure_job as hf_measure
+    from runtime.measure import measure as ppsd_measure
+    from sim.plan import Plan
 
     kinds = [("ppsd AR", Plan(Mode.AR), ppsd_measure), ("hf AR", Plan(Mode.AR, runtime="hf"), hf_measure)]
     for e, g in pairs:
@@ -114,38 +107,70 @@ def run(args) -> dict:
         for s in schedules:
             kinds.append((f"hf E={e} γ={g} {s}", Plan(Mode.EESD, exit_layer=e, draft_len=g, runtime="hf", schedule=s),
                           hf_measure))
+    return kinds
+
+
+def measure_rounds(model, kinds: list[tuple], job, rounds: int) -> tuple[dict, dict, float]:
+    """Every kind measured once a round, the order reversed every other round: (its measurements by
+    name, its first outputs by name, the wall time in seconds)."""
     runs: dict[str, list] = {name: [] for name, _, _ in kinds}
     outputs: dict[str, list] = {}
     t0 = time.time()
-    for r in range(args.rounds):
+    for r in range(rounds):
         order = kinds if r % 2 == 0 else kinds[::-1]
         for i, (name, plan, fn) in enumerate(order):
-            log(f"round {r + 1}/{args.rounds} [{i + 1}/{len(order)}] {name}")
+            log(f"round {r + 1}/{rounds} [{i + 1}/{len(order)}] {name}")
             m = fn(model, job(plan))
             runs[name].append(m)
             outputs.setdefault(name, m.outputs)
-    wall = time.time() - t0
+    return runs, outputs, time.time() - t0
+
+
+def pair_row(e: int, g: int, schedules: list[str], runs: dict, outputs: dict, ar_ppsd: dict, ar_hf: dict,
+             predict) -> dict:
+    """One (E, γ) pair's row: ppsd's EESD and transformers' under each schedule, each against its own
+    AR, and (`predict(plan)`, None without latency.hf) the simulator's speedup for transformers'."""
+    from ppsd.modes import Mode
+    from ppsd.statistics import percent_error
+    from sim.plan import Plan
+
+    ppsd = _summary(runs[f"ppsd EESD E={e} γ={g}"])
+    row = {"exit_layer": e, "draft_len": g,
+           "ppsd_eesd": {**ppsd, "speedup_vs_own_ar": round(ppsd["tokens_per_s"] / ar_ppsd["tokens_per_s"], 4),
+                         "outputs_match_ar": outputs[f"ppsd EESD E={e} γ={g}"] == outputs["ppsd AR"]},
+           "hf": {}}
+    for s in schedules:
+        name = f"hf E={e} γ={g} {s}"
+        h = _summary(runs[name])
+        h["speedup_vs_own_ar"] = round(h["tokens_per_s"] / ar_hf["tokens_per_s"], 4)
+        h["outputs_match_ar"] = outputs[name] == outputs["hf AR"]
+        h["ppsd_over_hf"] = round(ppsd["tokens_per_s"] / h["tokens_per_s"], 4)
+        if predict is not None:
+            h["predicted_speedup"] = predict(Plan(Mode.EESD, exit_layer=e, draft_len=g, runtime="hf", schedule=s))
+            h["speedup_error_pct"] = round(percent_error(h["predicted_speedup"], h["speedup_vs_own_ar"]), 2)
+        row["hf"][s] = h
+    return row
+
+
+def run(args) -> dict:
+    """The whole comparison, as hf_check.json holds it."""
+    import torch
+
+    from runtime.measure import Job
+
+    torch.set_num_threads(1)
+    profile, model, pairs, schedules, ids, prompts = load_inputs(args)
+    max_new = [args.max_new_tokens] * len(prompts)
+
+    def job(plan):
+        return Job(plan, prompts, max_new, stop_at_eos=False, warmup=args.warmup, repeats=args.repeats,
+                   timeline=False)
+
+    runs, outputs, wall = measure_rounds(model, run_kinds(pairs, schedules), job, args.rounds)
     ar_ppsd, ar_hf = _summary(runs["ppsd AR"]), _summary(runs["hf AR"])
-    rows = []
-    for e, g in pairs:
-        ppsd = _summary(runs[f"ppsd EESD E={e} γ={g}"])
-        row = {"exit_layer": e, "draft_len": g,
-               "ppsd_eesd": {**ppsd, "speedup_vs_own_ar": round(ppsd["tokens_per_s"] / ar_ppsd["tokens_per_s"], 4),
-                             "outputs_match_ar": outputs[f"ppsd EESD E={e} γ={g}"] == outputs["ppsd AR"]},
-               "hf": {}}
-        for s in schedules:
-            name = f"hf E={e} γ={g} {s}"
-            h = _summary(runs[name])
-            h["speedup_vs_own_ar"] = round(h["tokens_per_s"] / ar_hf["tokens_per_s"], 4)
-            h["outputs_match_ar"] = outputs[name] == outputs["hf AR"]
-            h["ppsd_over_hf"] = round(ppsd["tokens_per_s"] / h["tokens_per_s"], 4)
-            if profile is not None and (profile.latency or {}).get("hf"):
-                h["predicted_speedup"] = _predict(profile, Plan(Mode.EESD, exit_layer=e, draft_len=g, runtime="hf",
-                                                                schedule=s), ids, prompts, max_new)
-                h["speedup_error_pct"] = round(100 * (h["predicted_speedup"] - h["speedup_vs_own_ar"])
-                                               / h["speedup_vs_own_ar"], 2)
-            row["hf"][s] = h
-        rows.append(row)
+    priced = profile is not None and (profile.latency or {}).get("hf")
+    predict = (lambda plan: _predict(profile, plan, ids, prompts, max_new)) if priced else None
+    rows = [pair_row(e, g, schedules, runs, outputs, ar_ppsd, ar_hf, predict) for e, g in pairs]
     return {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": platform.processor() or platform.machine(), "cpu": _cpu_name(),
@@ -188,7 +213,7 @@ def _cpu_name() -> str:
 def note(doc: dict) -> str:
     ar = doc["ar"]
     lines = [
-        "# ppsd's EESD beside transformers' early-exit assisted generation (issue 29)",
+        "# ppsd's EESD beside transformers' early-exit assisted generation",
         "",
         f"{doc['created']}, {doc['cpu']}, {doc['model']}, transformers {doc['transformers']}, torch {doc['torch']}, "
         f"one thread. {len(doc['prompts'])} prompts ({doc['prompt_source']}), {doc['max_new_tokens']} tokens each "

@@ -1,6 +1,6 @@
-"""The whole profile -> validate -> report chain on this machine, in one command (issue 27 item 4).
+"""The whole profile -> validate -> report chain on this machine, in one command.
 
-    .venv/bin/python bench/machine_check.py --out examples/smollm2-135m-machine-check-<machine>
+    .venv/bin/python -m bench.machine_check --out examples/smollm2-135m-machine-check-<machine>
         [--heads DIR] [--profile DIR] [--prompt-set N] [--limit 8] [--cores C] [--plans SPEC] [--retime]
 
 A timing model shaped on one machine must be checked on the next one a user brings. This script does
@@ -14,7 +14,7 @@ what a new user would do there, out of sample, and writes what it found beside t
      trained on, taken round-robin over categories; `--prompt-set N` skips the first N × limit of
      them, so set 0 and set 1 are disjoint (look at one while changing the model, confirm on the other);
   4. their acceptance traces: `ppsd profile --prompts <those> --skip-latency` (no timing). The validation
-     predicts from the profile's prompts as before; these give each plan a second prediction at the
+     still predicts from the profile's prompts; these give each plan a second prediction at the
      measured prompts' own acceptance, so an error splits into what the machine's timing model missed
      and what eight prompts drafting better or worse than the profile's pool moved;
   5. `ppsd validate --prompts <those> --unseen --heads H --cores C --plans PLANS --measured-traces T` (10
@@ -22,14 +22,13 @@ what a new user would do there, out of sample, and writes what it found beside t
   6. the report: `machine_check.json` (machine, each step's duration, the headline figures, every
      plan) and `NOTE.md`, next to the `profile/` and `validation/` folders, all under `--out`.
 
-The headline figures are the ones issue 27 sets targets for: speedup MAPE (target <= 5%, over
->= 10 plans with >= 3 EESD), same-budget MAPE (<= 5%), 90% interval coverage (>= 80%), and every greedy
-output identical to AR. The script reports them; it does not judge the machine by them (a bench, not a
-test). Run it on an idle machine: on the 2-core AMD EPYC VM it took 45-55 minutes with an AR turn beside
-every plan and whole warm-up passes; two plans an AR turn and 16-token warm-ups (the defaults) bring it
-to 30-37 (sets 5-8), and training the exit heads first, on a machine without them cached, adds about 4.
+The headline figures have targets (TARGETS): speedup MAPE (<= 5%, over >= 10 plans with >= 3 EESD),
+same-budget MAPE (<= 5%), 90% interval coverage (>= 80%), and every greedy output identical to AR. The
+script reports them; it does not judge the machine by them (a bench, not a test). Run it on an idle
+machine; it takes tens of minutes, most of them validating. Two plans sharing each AR turn and 16-token
+warm-ups (the defaults) take about a third less than an AR turn beside every plan and whole warm-up
+passes; training the exit heads first, where the cache holds none, adds a few minutes.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -44,7 +43,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -99,9 +97,9 @@ def measured_prompt_file(profile_dir: Path, heads_dir: Path | None, prompt_set: 
     """Write set `prompt_set` of the unseen prompts of `prompts` (spec-bench or a Spec-Bench-format
     JSONL; round-robin over categories, the first prompt_set × limit skipped) as a Spec-Bench JSONL
     at `out`; returns their ids."""
-    from profiler.prompts import load_prompts
+    from ppsd.prompts import load_prompts
     from profiler.schema import load_profile
-    from runtime.validation.prompts import pick_round_robin, unseen_exclusions
+    from validation.prompts import pick_round_robin, unseen_exclusions
 
     drop = set().union(*unseen_exclusions(load_profile(profile_dir), str(heads_dir) if heads_dir else None))
     unseen = [p for p in load_prompts(prompts) if str(p.prompt_id) not in drop and p.text not in drop]
@@ -116,27 +114,29 @@ def measured_prompt_file(profile_dir: Path, heads_dir: Path | None, prompt_set: 
     return [str(r["prompt_id"]) for r in chosen]
 
 
-def mean_abs(vals, digits: int = 2) -> float | None:
-    """The mean of |v| over the values that are there (None without any)."""
-    vals = [abs(v) for v in vals if v is not None]
-    return round(sum(vals) / len(vals), digits) if vals else None
+def _round(x: float | None, digits: int = 2) -> float | None:
+    """`x` rounded to `digits`, None left as it is."""
+    return None if x is None else round(x, digits)
 
 
 def headline(doc: dict) -> dict:
-    """The figures issue 27 sets targets for, from a validation.json."""
+    """The headline figures (the ones TARGETS sets targets for, and what explains them), from a
+    validation.json."""
+    from ppsd.statistics import mape, percent_error
+
     rows = [r for r in doc["rows"] if r["mode"] != "ar"]
     eesd = [r for r in rows if r["mode"] == "eesd"]
     matches = [r.get("outputs_match_ar") for r in rows if r.get("outputs_match_ar") is not None]
 
-    def mape(rs, key="speedup_error_pct"):
-        return mean_abs([r.get(key) for r in rs])
+    def rows_mape(rs, key="speedup_error_pct"):
+        return _round(mape(r.get(key) for r in rs))
 
     # with --retime the row's prediction is priced with the pieces timed right before it; what a
     # user's `ppsd plan` would have said is the profile-priced one beside it
     from sim.intervals import coverage
 
     priced = [r for r in rows if r.get("predicted_speedup_profile") is not None]
-    profile_errors = [abs(r["predicted_speedup_profile"] / r["measured_speedup"] - 1) * 100 for r in priced]
+    profile_errors = [percent_error(r["predicted_speedup_profile"], r["measured_speedup"]) for r in priced]
     # each interval moved to the profile-priced point (the same relative interval)
     moved = [{**r, "predicted_speedup_lo": r["predicted_speedup_lo"] * r["predicted_speedup_profile"] / r["predicted_speedup"],
               "predicted_speedup_hi": r["predicted_speedup_hi"] * r["predicted_speedup_profile"] / r["predicted_speedup"]}
@@ -155,15 +155,16 @@ def headline(doc: dict) -> dict:
                         and r.get("measured_acceptance_rate") is not None]
     has_own = any(r.get("speedup_error_in_sample_pct") is not None for r in rows)
     return {**_budget_reference_headline(doc, rows),
-            "mape_speedup_own_acceptance_pct": mean_abs(own) if has_own else None,
-            "mape_speedup_own_acceptance_eesd_pct": mean_abs(own_eesd) if has_own else None,
-            "acceptance_error_mean_abs": mean_abs(alpha_errors, 3),
-            "acceptance_error_own_mean_abs": mean_abs(own_alpha_errors, 3) if has_own else None,
+            "mape_speedup_own_acceptance_pct": _round(mape(own)) if has_own else None,
+            "mape_speedup_own_acceptance_eesd_pct": _round(mape(own_eesd)) if has_own else None,
+            "acceptance_error_mean_abs": _round(mape(alpha_errors), 3),
+            "acceptance_error_own_mean_abs": _round(mape(own_alpha_errors), 3) if has_own else None,
             "plans": len(rows), "eesd_plans": len(eesd), "mape_speedup_pct": doc.get("mape_speedup_pct"),
-            "mape_speedup_profile_pct": round(sum(profile_errors) / len(profile_errors), 2) if priced else None,
-            "mape_speedup_vs_ar_tp_profile_pct": mape(rows, "speedup_vs_ar_tp_error_profile_pct"),
+            "mape_speedup_profile_pct": _round(mape(profile_errors)),
+            "mape_speedup_vs_ar_tp_profile_pct": rows_mape(rows, "speedup_vs_ar_tp_error_profile_pct"),
             "coverage_profile": round(covered, 3) if covered is not None else None,
-            "mape_speedup_eesd_pct": mape(eesd), "mape_speedup_ppsd_pct": mape([r for r in rows if r["mode"] == "ppsd"]),
+            "mape_speedup_eesd_pct": rows_mape(eesd),
+            "mape_speedup_ppsd_pct": rows_mape([r for r in rows if r["mode"] == "ppsd"]),
             "mape_speedup_vs_ar_tp_pct": doc.get("mape_speedup_vs_ar_tp_pct"), "coverage": doc.get("coverage"),
             "interval_half_width_median_pct": doc.get("interval_half_width_median_pct"),
             "coverage_plans": doc.get("coverage_plans"), "lossless": all(matches) if matches else None,
@@ -175,6 +176,8 @@ def _budget_reference_headline(doc: dict, rows: list[dict]) -> dict:
     """How the run priced every core (validation.json's `budget_reference`): AR's thread gain measured
     and priced, and the same-budget MAPE (priced from the profile where --retime also re-timed) had each
     plan been taken against its own group's AR turns on every core instead."""
+    from ppsd.statistics import mape, percent_error
+
     ref = doc.get("budget_reference")
     if not ref:
         return {}
@@ -184,16 +187,16 @@ def _budget_reference_headline(doc: dict, rows: list[dict]) -> dict:
         pred = r.get("predicted_speedup_vs_ar_tp_profile") or r.get("predicted_speedup_vs_ar_tp")
         meas = beside.get(r["plan"])
         if pred and meas:
-            errors.append(100.0 * (pred - meas) / meas)
+            errors.append(percent_error(pred, meas))
     return {"ar_thread_gain": ref.get("ar_thread_gain"), "ar_thread_gain_priced": ref.get("ar_thread_gain_priced"),
             "ar_thread_chunks": len(ref.get("ar_thread_ratios") or []),
-            "mape_speedup_vs_ar_tp_beside_pct": mean_abs(errors) if errors else None}
+            "mape_speedup_vs_ar_tp_beside_pct": _round(mape(errors))}
 
 
 def note(report: dict) -> str:
     h, m = report["headline"], report["machine"]
     lines = [f"# Machine check: {m['cpu']} ({m['cores']} cores)", "",
-             f"`bench/machine_check.py`, {report['started']} to {report['finished']} UTC "
+             f"`python -m bench.machine_check`, {report['started']} to {report['finished']} UTC "
              f"({report['minutes']:.0f} min), prompt set {report['prompt_set']} "
              f"({', '.join(report['measured_prompt_ids'])}).", ""]
     protocol = report.get("protocol") or {}
@@ -228,7 +231,7 @@ def note(report: dict) -> str:
         if key in profile_keys and key not in shown:
             continue  # without --retime the main figures are the profile-priced ones
         if key.startswith(("mape_speedup_own", "acceptance_error_own")) and v is None:
-            continue  # a check made before the measured prompts were traced
+            continue  # a check without the measured prompts' traces
         target = TARGETS.get({"mape_speedup_profile_pct": "mape_speedup_pct", "coverage_profile": "coverage",
                               "mape_speedup_vs_ar_tp_profile_pct": "mape_speedup_vs_ar_tp_pct"}.get(key, key))
         tgt = "" if target is None else ("≥ " + f"{target:.0%}" if key.startswith("coverage") else f"≤ {target:.0f}%")
@@ -295,15 +298,16 @@ def rewrite_report(out: Path) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for profile/, validation/, machine_check.json, NOTE.md")
     ap.add_argument("--heads", metavar="DIR", help="exit heads to reuse (default: train into the cache if absent)")
     ap.add_argument("--profile", metavar="DIR", help="a profile of this machine to reuse instead of profiling")
-    # 3, not 2: the validation predicts a measured prompt from its own category's profiled prompts only
-    # when the category has sim.intervals.MIN_STRATUM (3) of them; with 2 every prompt was priced with
-    # the pooled acceptance, and Spec-Bench's translation/summarization/RAG prompts (lower α than the
-    # MT-bench pool) were over-predicted (AMD EPYC set 1, 2026-12-04: α 0.41 predicted, 0.37 measured)
+    # 3: the validation predicts a measured prompt from its own category's profiled prompts only when the
+    # category has sim.intervals.MIN_STRATUM (3) of them; with fewer every prompt is priced with the pooled
+    # acceptance, which over-predicts the categories that draft worse than the pool (Spec-Bench's
+    # translation, summarization and RAG prompts against the MT-bench ones)
     ap.add_argument("--per-category", type=int, default=3,
                     help="profiled prompts a Spec-Bench category (default 3, the fewest a category is predicted "
                          "from on its own)")
@@ -322,16 +326,15 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=1,
                     help="timed runs of each plan after one warm-up (default 1: AR is measured again around "
                          "every plan, which is what removes the machine's drift; 3 triples the time)")
-    # 1: on the AMD EPYC VM (set 1, 2026-12-04) two EESD plans ran 11-14% slower than priced in drafts and
-    # verifications alike while the AR runs around them ran at the price: a burst shorter than a plan. In turns,
-    # each prompt's AR runs seconds before the plan's (runtime/validation/interleave.py), at the same cost.
-    # 2, not 1: a PPSD run starts its stage processes afresh and warms up, once a chunk; two prompts a chunk
-    # halve those start-ups (set 3 in turns of 1 took 47 min to validate) and keep AR within ~20 s of the plan
+    # in turns: each prompt's AR runs seconds before the plan's (validation/interleave.py), so a burst of
+    # the machine shorter than a plan slows AR and the plan alike instead of the plan alone. 2 prompts a
+    # turn: a PPSD run starts its stage processes afresh and warms up once a chunk; two prompts a chunk
+    # halve those start-ups against one and keep AR within ~20 s of the plan
     ap.add_argument("--turns", type=int, default=2,
                     help="AR and each plan take turns every N prompts (default 2); 0: AR before and after each plan")
-    # 2 plans an AR turn and 16-token warm-ups (set 2, 2026-12-04: 54 min, 44 of them validating): AR on one
-    # thread and on every core, beside every plan, was ~40% of the validation, and a PPSD chunk's whole
-    # warm-up pass as long as its timed one (runtime/validation/bench.py, runtime/warmup.py)
+    # 2 plans an AR turn and 16-token warm-ups: AR on one thread and on every core beside every plan is
+    # ~40% of a validation, and a PPSD chunk's whole warm-up pass as long as its timed one
+    # (validation/measuring.py, runtime/warmup.py)
     ap.add_argument("--turn-plans", type=int, default=2,
                     help="plans sharing one AR turn, on either side of it (default 2; 1: AR beside every plan)")
     ap.add_argument("--warmup-tokens", type=int, default=16,
@@ -339,14 +342,12 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="overwrite --out")
     ap.add_argument("--report-only", action="store_true",
                     help="re-write machine_check.json's headline and NOTE.md from --out's validation (no runs)")
-    args = ap.parse_args(argv)
-    if args.report_only:
-        return rewrite_report(Path(args.out))
+    return ap.parse_args(argv)
 
-    from ppsd.paths import cache_dir
-    from profiler.heads.store import HEADS_FILE
 
-    out = Path(args.out)
+def work_folder(out: Path, args: argparse.Namespace) -> Path:
+    """The empty `.partial` folder beside `out` the check works in (renamed to `out` once it is done);
+    stops on an `out` that holds something (without --force) or on bad sizes."""
     if out.exists() and any(out.iterdir()) and not args.force:
         sys.exit(f"machine-check: {out} is not empty; give another --out or --force")
     if args.limit < 1 or args.prompt_set < 0:
@@ -354,18 +355,32 @@ def main(argv=None) -> int:
     work = out.with_name(out.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    started, t_start = _dt.datetime.now(_dt.timezone.utc), time.monotonic()
-    minutes: dict[str, float] = {}
+    return work
+
+
+def timed(minutes: dict[str, float], step: str, fn):
+    """fn(), its duration in minutes recorded under `step`."""
+    t = time.monotonic()
+    result = fn()
+    minutes[step] = (time.monotonic() - t) / 60
+    return result
+
+
+def exit_heads(args: argparse.Namespace) -> Path:
+    """Step 1: the exit heads, `--heads` or the cache's (trained there when it holds none)."""
+    from ppsd.paths import cache_dir
+    from runtime.heads.store import HEADS_FILE
 
     heads = Path(args.heads).expanduser() if args.heads else cache_dir() / "heads" / "smollm2-135m"
-    t = time.monotonic()
     if not (heads / HEADS_FILE).is_file() and not args.heads:
         ppsd(["heads", "train", "--model", "smollm2-135m", "--exits", EXITS, "--out", str(heads)], "exit heads")
     elif not heads.is_dir():
         sys.exit(f"machine-check: --heads {heads} is not a folder; give one written by `ppsd heads train`")
-    minutes["heads"] = (time.monotonic() - t) / 60
+    return heads
 
-    t = time.monotonic()
+
+def fresh_profile(args: argparse.Namespace, heads: Path, work: Path) -> Path:
+    """Step 2: the profile under `work` (a copy of `--profile`, else measured now on held-out prompts)."""
     profile = work / "profile"
     if args.profile:
         shutil.copytree(args.profile, profile)
@@ -374,19 +389,20 @@ def main(argv=None) -> int:
               "--per-category", str(args.per_category), "--max-new-tokens", "64", "--heads", str(heads), "--heldout",
               "--repeats", str(args.profile_repeats),
               "--out", str(profile)], "profile")
-    minutes["profile"] = (time.monotonic() - t) / 60
+    return profile
 
-    prompt_file = work / "measured_prompts.jsonl"
-    ids = measured_prompt_file(profile, heads, args.prompt_set, args.limit, prompt_file, args.prompts)
-    log(f"prompt set {args.prompt_set}: {', '.join(ids)}")
 
-    t = time.monotonic()
+def measured_traces(prompt_file: Path, heads: Path, work: Path) -> Path:
+    """Step 4: the measured prompts' own acceptance traces (no timing)."""
     traces = work / "measured-traces"
     ppsd(["profile", "--model", "smollm2-135m", "--device", "cpu", "--dtype", "float32", "--prompts", str(prompt_file),
           "--max-new-tokens", "64", "--heads", str(heads), "--skip-latency", "--out", str(traces)], "measured traces")
-    minutes["traces"] = (time.monotonic() - t) / 60
+    return traces
 
-    t = time.monotonic()
+
+def validate(args: argparse.Namespace, profile: Path, heads: Path, prompt_file: Path, traces: Path,
+             work: Path) -> Path:
+    """Step 5: `ppsd validate` of the plans on the measured prompts; returns its folder."""
     validation = work / "validation"
     ppsd(["validate", "--profile", str(profile), "--heads", str(heads), "--prompts", str(prompt_file), "--unseen",
           "--measured-traces", str(traces),
@@ -394,24 +410,51 @@ def main(argv=None) -> int:
           "--repeats", str(args.runs), "--warmup", "1", "--turns", str(args.turns),
           "--turn-plans", str(args.turn_plans), "--warmup-tokens", str(args.warmup_tokens),
           *(["--retime"] if args.retime else [])], "validate")
-    minutes["validate"] = (time.monotonic() - t) / 60
+    return validation
 
+
+def build_report(args: argparse.Namespace, validation: Path, started: _dt.datetime, t_start: float,
+                 minutes: dict[str, float], ids: list[str]) -> dict:
+    """Step 6: machine_check.json's content, from the validation and how the check ran."""
     doc = json.loads((validation / "validation.json").read_text())
     finished = _dt.datetime.now(_dt.timezone.utc)
-    report = {"machine": machine_facts(), "started": started.strftime("%Y-%m-%d %H:%M"),
-              "finished": finished.strftime("%H:%M"), "minutes": (time.monotonic() - t_start) / 60,
-              "step_minutes": {k: round(v, 2) for k, v in minutes.items()}, "prompt_set": args.prompt_set,
-              "measured_prompt_ids": ids, "plans": args.plans,
-              "protocol": {"turns": args.turns, "turn_plans": args.turn_plans, "warmup_tokens": args.warmup_tokens,
-                           "retime": bool(args.retime), "runs": args.runs},
-              "ar_reference": doc.get("ar_reference"), "targets": TARGETS, "headline": headline(doc),
-              "rows": doc["rows"]}
+    return {"machine": machine_facts(), "started": started.strftime("%Y-%m-%d %H:%M"),
+            "finished": finished.strftime("%H:%M"), "minutes": (time.monotonic() - t_start) / 60,
+            "step_minutes": {k: round(v, 2) for k, v in minutes.items()}, "prompt_set": args.prompt_set,
+            "measured_prompt_ids": ids, "plans": args.plans,
+            "protocol": {"turns": args.turns, "turn_plans": args.turn_plans, "warmup_tokens": args.warmup_tokens,
+                         "retime": bool(args.retime), "runs": args.runs},
+            "ar_reference": doc.get("ar_reference"), "targets": TARGETS, "headline": headline(doc),
+            "rows": doc["rows"]}
+
+
+def publish(report: dict, work: Path, out: Path) -> None:
+    """Write the report and its note into `work`, then put `work` where `out` was."""
     (work / "machine_check.json").write_text(json.dumps(report, indent=1) + "\n")
     (work / "NOTE.md").write_text(note(report))
     if out.exists():
         shutil.rmtree(out)
     work.rename(out)
     repoint(out / "validation" / "validation.json", str(work), str(out))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.report_only:
+        return rewrite_report(Path(args.out))
+    out = Path(args.out)
+    work = work_folder(out, args)
+    started, t_start = _dt.datetime.now(_dt.timezone.utc), time.monotonic()
+    minutes: dict[str, float] = {}
+    heads = timed(minutes, "heads", lambda: exit_heads(args))
+    profile = timed(minutes, "profile", lambda: fresh_profile(args, heads, work))
+    prompt_file = work / "measured_prompts.jsonl"
+    ids = measured_prompt_file(profile, heads, args.prompt_set, args.limit, prompt_file, args.prompts)
+    log(f"prompt set {args.prompt_set}: {', '.join(ids)}")
+    traces = timed(minutes, "traces", lambda: measured_traces(prompt_file, heads, work))
+    validation = timed(minutes, "validate", lambda: validate(args, profile, heads, prompt_file, traces, work))
+    report = build_report(args, validation, started, t_start, minutes, ids)
+    publish(report, work, out)
     print(note(report))
     return 0
 

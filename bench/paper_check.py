@@ -8,7 +8,7 @@ k = 2..4 stages with the exit at E = N/k), print
         S = T_AR / (α · max_i s_i + (1 − α) · (Σ s_i + (k − 1) · hop))
     where stage 1 = embedding + layers [0, E) + the exit head (shared: final norm + LM head) and
     the last stage carries the final head; later cuts from sim.schemes.ppsd.partition.balanced_bounds
-  - the simulator's number when `sim.api` exists (Bernoulli acceptance at the same α).
+  - the simulator's number (`sim.api`, Bernoulli acceptance at the same α).
 
 α comes from a "measured-like" curve over relative depth anchored at the paper's one published
 point (α = 0.8056 at E/N = 1/4, HumanEval, reported 2.58×); the other points are a plausible
@@ -24,7 +24,7 @@ predicts the speedup over AR, printed next to LayerSkip's (self-speculative toke
 both from the same README block). Rows where prefill dominates (few-shot prompts, ~32 generated
 tokens) are shown but not judged: ppsd prices decoding only.
 
-    .venv/bin/python bench/paper_check.py [--json]
+    .venv/bin/python -m bench.paper_check [--json]
 """
 
 from __future__ import annotations
@@ -35,17 +35,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from profiler.estimated_profile import write_analytic_profile  # noqa: E402
-from sim.model.acceptance_forms import alpha_from_acceptance_rate  # noqa: E402  (LayerSkip's R -> α, i.i.d.)
-from sim.modes import Mode  # noqa: E402
-from sim.plan import Plan  # noqa: E402
-from sim.planner.breakdown import stage_breakdown  # noqa: E402
-from sim.schemes.ar import step_ms  # noqa: E402
-from sim.schemes.ppsd.closed_form import ideal_speedup  # noqa: E402
+from ppsd.modes import Mode
+from ppsd.statistics import mape, percent_error
+from profiler.estimated_profile import write_analytic_profile
+from sim.model.acceptance_forms import alpha_from_acceptance_rate  # (LayerSkip's R -> α, i.i.d.)
+from sim.plan import Plan
+from sim.planner.breakdown import stage_breakdown
+from sim.schemes.ar import step_ms
+from sim.schemes.ppsd.closed_form import ideal_speedup
 
 MODELS = ("vicuna-7b", "vicuna-13b", "llama-2-13b", "llama-2-70b")
 GPUS = ("a100-80gb", "h100-sxm")
@@ -116,7 +115,7 @@ LAYERSKIP_ROWS = [
 def layerskip_check(tmp: Path) -> dict:
     """ppsd's EESD prediction for each LayerSkip row, from the row's own acceptance rate."""
     from sim.api import closed_form
-    from sim.modes import Mode
+    from ppsd.modes import Mode
     from sim.plan import Plan
 
     profiles = {stack: write_analytic_profile(tmp / f"layerskip-{stack}", LAYERSKIP_ARCH, LAYERSKIP_GPU,
@@ -134,11 +133,10 @@ def layerskip_check(tmp: Path) -> dict:
         rows.append(dict(r, alpha=alpha, mean_accepted_drafts=accepted, tokens_per_round=accepted + 1.0,
                          paper_speedup=paper, predicted_speedup=pred["eager"],
                          predicted_speedup_compiled=pred["compiled"],
-                         error_pct=(pred["eager"] - paper) / paper * 100.0))
+                         error_pct=percent_error(pred["eager"], paper)))
     judged = [r for r in rows if r["decode_dominated"]]
-    mape = sum(abs(r["error_pct"]) for r in judged) / len(judged)
     return {"source": LAYERSKIP_URL, "arch": LAYERSKIP_ARCH, "gpu": LAYERSKIP_GPU, "dtype": LAYERSKIP_DTYPE,
-            "stack": "eager", "rows": rows, "decode_dominated_mape_pct": mape,
+            "stack": "eager", "rows": rows, "decode_dominated_mape_pct": mape(r["error_pct"] for r in judged),
             "within_tolerance": all(abs(r["error_pct"]) <= LAYERSKIP_TOLERANCE_PCT for r in judged),
             "tolerance_pct": LAYERSKIP_TOLERANCE_PCT}
 
@@ -191,10 +189,10 @@ def stage_aware_speedup(profile, exit_layer: int, k: int, alpha: float) -> dict:
 
 def simulated_speedup(profile, exit_layer: int, k: int, alpha: float) -> float | None:
     """The simulator's PPSD speedup (fast engine, Bernoulli(α), balanced stages, the profile's hop);
-    None while sim.api (or the engine behind it) is not there yet."""
+    None where sim.api (or the engine behind it) cannot be imported."""
     try:
         from sim.api import simulate
-        from sim.modes import Mode
+        from ppsd.modes import Mode
         from sim.plan import Plan
 
         res = simulate(profile, Plan(mode=Mode.PPSD, exit_layer=exit_layer, stages=k), tokens=2000,

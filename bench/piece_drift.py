@@ -1,13 +1,12 @@
 """How far this machine is now from the state a profile measured: the pieces of one decode step.
 
-    .venv/bin/python bench/piece_drift.py --profile examples/smollm2-135m-cpu [--heads DIR] [--repeats 40] [--json]
+    .venv/bin/python -m bench.piece_drift --profile examples/smollm2-135m-cpu [--heads DIR] [--repeats 40] [--json]
 
 `ppsd validate`'s `machine_drift` compares AR's whole speed with the profile's price. A speedup is a
 ratio, so a machine uniformly faster or slower changes nothing; what moves speedups is the pieces
-drifting apart. On 2026-12-03 (Intel VM) AR ran 19% faster than profiled half an hour after the
-profile; timed again, the memory-bound LM head took 8.1 ms against 12.6 (-36%) and the layers 42.8 ms
-against 48.1 (-11%), so plans drafting with a small exit head (which skip one LM head a token) lost
-speedup against AR and were over-predicted by 8-15%. This script re-times the pieces with the
+drifting apart. When the memory-bound LM head gets faster than the layers, plans drafting with a
+small exit head (which skip one LM head a token) lose speedup against AR and are over-predicted;
+when it gets slower, they gain and are under-predicted. This script re-times the pieces with the
 profiler's own step timer (`profiler/piece_times.py`: embedding, the layers one by one, final norm
 + LM head; n = 1 at the profile's smallest context) and prints each against the profile's median.
 When the head and the layers drift apart by more than `APART_PCT` points, re-profile before trusting
@@ -21,11 +20,10 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profiler.piece_times import APART_PCT, summarize, time_pieces  # noqa: F401 - re-exported
 
-from profiler.piece_times import APART_PCT, summarize, time_pieces  # noqa: E402,F401 - re-exported
+__all__ = ["APART_PCT", "main", "piece_drift", "summarize"]  # the profiler's threshold and summary, re-exported
 
 
 def piece_drift(profile, adapter, repeats: int = 40, warmup: int = 5, heads=None) -> dict:
@@ -55,7 +53,7 @@ def main(argv=None) -> int:
                             "give a folder written by `ppsd profile --model ...`")
         import torch
 
-        from profiler.model import load_model
+        from runtime.llm import load_model
 
         torch.set_num_threads(int(profile.meta["hardware"].get("threads") or 1))
         adapter = load_model(profile.model_id, profile.meta["hardware"]["device"],

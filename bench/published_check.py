@@ -15,7 +15,7 @@ What was fitted to what (read before quoting the MAPE):
            was assembled; they are counted as held-out. (The defaults were chosen as "typical" values,
            and whoever chose them may have known gpt-fast's A100 figure.)
 
-    .venv/bin/python bench/published_check.py [--json] [--fit]
+    .venv/bin/python -m bench.published_check [--json] [--fit]
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from profiler.estimated_profile import estimated_step_ms  # noqa: E402
-from profiler.hardware import resolve_hardware  # noqa: E402
-from profiler.stacks import EAGER_DISPATCH_US  # noqa: E402
+from ppsd.statistics import mape, percent_error
+from profiler.estimated_profile import estimated_step_ms
+from profiler.hardware import resolve_hardware
+from profiler.stacks import EAGER_DISPATCH_US
 
 GPT_FAST_BLOG = "https://pytorch.org/blog/accelerating-generative-ai-2/"
 GPT_FAST_README = "https://github.com/pytorch-labs/gpt-fast#benchmarks"
@@ -130,15 +128,6 @@ def estimate_tokens_per_s(row: dict, dispatch_us: float | None = None) -> float:
     return 1e3 / ms
 
 
-def error_pct(estimated: float, published: float) -> float:
-    return (estimated - published) / published * 100.0
-
-
-def mape(rows: list[dict]) -> float | None:
-    errs = [abs(r["error_pct"]) for r in rows]
-    return sum(errs) / len(errs) if errs else None
-
-
 def fit_dispatch_us(rows: list[dict], lo: float = 0.0, hi: float = 500.0) -> float:
     """The eager host cost per op (µs) that minimises the squared log error of the estimate over
     the given eager rows (golden-section search; exact for one row)."""
@@ -174,9 +163,10 @@ def check(table: list[dict] | None = None, dispatch_us: float | None = None) -> 
         est = estimate_tokens_per_s(r, dispatch_us)
         as_compiled = est if r["stack"] == "compiled" else estimate_tokens_per_s(dict(r, stack="compiled"))
         rows.append(dict(r, estimated_tokens_per_s=round(est, 2),
-                         error_pct=round(error_pct(est, r["published_tokens_per_s"]), 2),
+                         error_pct=round(percent_error(est, r["published_tokens_per_s"]), 2),
                          compiled_estimate_tokens_per_s=round(as_compiled, 2),
-                         compiled_estimate_error_pct=round(error_pct(as_compiled, r["published_tokens_per_s"]), 2)))
+                         compiled_estimate_error_pct=round(percent_error(as_compiled, r["published_tokens_per_s"]),
+                                                           2)))
     by = {
         "all": rows,
         "in_sample": [r for r in rows if r["role"] == "fit"],
@@ -185,12 +175,13 @@ def check(table: list[dict] | None = None, dispatch_us: float | None = None) -> 
         "eager": [r for r in rows if r["stack"] == "eager"],
         "eager_held_out": [r for r in rows if r["stack"] == "eager" and r["role"] != "fit"],
     }
-    no_choice = [abs(r["compiled_estimate_error_pct"]) for r in rows]
+    mapes = {k: mape(r["error_pct"] for r in v) for k, v in by.items()}
+    no_choice = mape(r["compiled_estimate_error_pct"] for r in rows)
     return {
         "rows": rows,
-        "mape_pct": {k: (None if mape(v) is None else round(mape(v), 2)) for k, v in by.items()},
-        # what the estimate did before the stack choice: every figure priced as a compiled stack
-        "mape_pct_without_stack_choice": round(sum(no_choice) / len(no_choice), 2) if no_choice else None,
+        "mape_pct": {k: (None if m is None else round(m, 2)) for k, m in mapes.items()},
+        # the estimate without the stack choice: every figure priced as a compiled stack
+        "mape_pct_without_stack_choice": None if no_choice is None else round(no_choice, 2),
         "counts": {k: len(v) for k, v in by.items()},
         "eager_dispatch_us": {"used": EAGER_DISPATCH_US if dispatch_us is None else dispatch_us,
                               "default": EAGER_DISPATCH_US,
@@ -231,7 +222,7 @@ def main(argv=None) -> int:
           f"in-sample {m['in_sample']:.1f}% ({c['in_sample']}, the eager fit)")
     print(f"      compiled {m['compiled']:.1f}% ({c['compiled']}, nothing fitted); eager {m['eager']:.1f}% "
           f"({c['eager']}), eager held-out {m['eager_held_out']:.1f}% ({c['eager_held_out']})")
-    print(f"      without the stack choice (every figure priced compiled, as before): "
+    print(f"      without the stack choice (every figure priced as a compiled stack): "
           f"{res['mape_pct_without_stack_choice']:.1f}%")
     print(f"eager host cost per op: {d['used']:.2f} µs (default {d['default']} µs, fitted on "
           f"{', '.join(d['fitted_on'])}" + (f"; refitted now: {d['fitted']} µs" if "fitted" in d else "") + ")")

@@ -1,6 +1,6 @@
 """Write README screenshots of the dashboard to docs/ (PNG, at most 300 KB each) and their stamp.
 
-    .venv/bin/python bench/screenshots.py [--out docs] [--pages overview planner ...]
+    .venv/bin/python -m bench.screenshots [--out docs] [--pages overview planner ...]
 
 Serves the app on a copy of the committed example profile and the validation folders measured from
 it (`examples/`, nothing from runs/ or other profiles: the pictures show what a fresh clone opens on), opens each
@@ -21,11 +21,10 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from dashboard import snapshots
+from ppsd.paths import EXAMPLES_DIR
 
-from dashboard import snapshots  # noqa: E402
-from ppsd.paths import EXAMPLES_DIR  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 LIMIT = 300 * 1024
 DEFAULT_PAGES = ["overview", "planner", "profile", "timeline", "validation"]

@@ -1,10 +1,10 @@
 """Does a short warm-up measure what a whole one does? A/B on this machine, paired run by run.
 
-    .venv/bin/python bench/warmup_check.py --prompts FILE [--limit 4] [--chunk 2] [--rounds 2] [--json]
+    .venv/bin/python -m bench.warmup_check --prompts FILE [--limit 4] [--chunk 2] [--rounds 2] [--json]
 
 `ppsd validate --warmup-tokens N` cuts every warm-up pass to a prompt's first 32 tokens and N new ones
-(runtime/warmup.py): a PPSD run in turns starts its stage processes afresh on every chunk of prompts and
-used to warm them up on the whole chunk, half its time. This runs each plan on each chunk twice, warmed
+(runtime/warmup.py): a PPSD run in turns starts its stage processes afresh on every chunk of prompts, and
+a warm-up on the whole chunk takes half its time. This runs each plan on each chunk twice, warmed
 up whole and short, in alternating order, and reports the timed decode speed of the short runs over the
 whole ones (a ratio near 1 within the runs' own spread: the short warm-up measures the same thing).
 """
@@ -17,9 +17,6 @@ import os
 import statistics
 import sys
 from dataclasses import replace
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 EXIT, DRAFT_LEN, HEAD = 24, 3, "vocab4096"  # an EESD and a 2-stage PPSD plan of the machine check
 
@@ -37,13 +34,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ppsd.paths import cache_dir
-    from profiler.model import load_model
-    from profiler.prompts import load_prompts
+    from runtime.llm import load_model
+    from ppsd.prompts import load_prompts
     from runtime.measure import Job, measure
-    from runtime.plans import with_exit_head
-    from sim.modes import Mode
+    from runtime.request import with_exit_head
+    from ppsd.modes import Mode
     from sim.plan import Plan
-    from runtime.validation.interleave import Turns
+    from validation.interleave import Turns
 
     heads = args.heads or str(cache_dir() / "heads" / "smollm2-135m")
     model = load_model("smollm2-135m", "cpu", "float32")

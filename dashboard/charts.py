@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from dashboard import theme
 from ppsd.exit_heads import SHARED
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.schemes import scheme
 from sim.timeline import Event
 

@@ -25,6 +25,9 @@ from sim.plan import Plan
 from sim.timeline import Event
 
 DATA_DIRS_ENV = "PPSD_DATA_DIRS"
+# The profile the dashboard opens on, by its display name: the measured reference profile of the
+# reference set (examples/README.md), never whichever folder happens to sort first.
+REFERENCE_PROFILE = "examples/smollm2-135m-cpu"
 # Deep enough for runs/<name>/<sub>/ but bounded, so a huge tree under runs/ cannot stall a page.
 MAX_DEPTH = 4
 MAX_ZIP_BYTES = 200 * 1024 * 1024
@@ -78,6 +81,18 @@ def display_name(path: Path, roots: list[Path] | None = None) -> str:
         except ValueError:
             continue
     return str(path)
+
+
+def reference_first(labels: list[str]) -> list[str]:
+    """The profile picker's order: REFERENCE_PROFILE first, then the rest as found (examples/, then runs/)."""
+    return sorted(labels, key=lambda label: label != REFERENCE_PROFILE)
+
+
+def default_profile(labels: list[str]) -> str | None:
+    """The label the dashboard opens on: REFERENCE_PROFILE when it is listed, else the first one."""
+    if REFERENCE_PROFILE in labels:
+        return REFERENCE_PROFILE
+    return labels[0] if labels else None
 
 
 def source_summary(meta: dict) -> dict[str, str]:

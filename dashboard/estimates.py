@@ -1,4 +1,4 @@
-"""Estimates next to measurements (issue 7): for an estimated profile (roofline, `ppsd profile
+"""Estimates next to measurements: for an estimated profile (roofline, `ppsd profile
 --analytic`) and a measured one of the same model on the same device, per-layer latency and AR
 tokens/s side by side with the relative error. No Streamlit here.
 

@@ -1,5 +1,5 @@
-"""The Validation page's part for transformers' own early-exit assisted generation (issue 29): what a
-`ppsd validate --runtime hf` folder measured, and a `bench/hf_check.py` comparison (hf_check.json)
+"""The Validation page's part for transformers' own early-exit assisted generation: what a
+`ppsd validate --runtime hf` folder measured, and a `python -m bench.hf_check` comparison (hf_check.json)
 kept in the same folder or beside it, ppsd's EESD and transformers' at the same exit and γ."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Drive the real app in headless Chromium: used by the browser test and by bench/screenshots.py.
+"""Drive the real app in headless Chromium: used by the browser test and by python -m bench.screenshots.
 
 Starts `streamlit run dashboard/app.py` on a free localhost port, opens each page with
 Playwright (Debian's /usr/bin/chromium, no downloaded browser), waits for the script to finish

@@ -2,7 +2,7 @@
 
 Every number here comes from a Result (`sim.api.sweep`, `sim.planner.closed_forms.closed_form_sweep`,
 `sim.api.simulate`) or from `sim.planner.closed_forms` / `sim.planner.heads`; this module only lays them out as
-DataFrames in the units the pages show. Column `mode` holds `sim.modes.Mode` values.
+DataFrames in the units the pages show. Column `mode` holds `ppsd.modes.Mode` values.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 
 from sim.planner.heads import head_label
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Result
 from sim.schemes import SCHEMES, scheme
 

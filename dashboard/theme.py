@@ -6,7 +6,7 @@ format for the same quantity.
 
 from __future__ import annotations
 
-from sim.modes import Mode
+from ppsd.modes import Mode
 
 # Okabe-Ito: distinguishable under the common colour-vision deficiencies.
 OKABE_ITO = {

@@ -65,10 +65,10 @@ discovered_profiles.clear = _discovered.clear  # the Profile-a-model page clears
 
 
 def source_options() -> dict[str, str]:
-    """{label: path} of every selectable profile, examples first, then runs, then uploads."""
-    opts: dict[str, str] = {}
-    for p in discovered_profiles():
-        opts[data.display_name(Path(p))] = p
+    """{label: path} of every selectable profile: the reference profile, the rest of examples, then runs, then
+    uploads."""
+    found = {data.display_name(Path(p)): p for p in discovered_profiles()}
+    opts = {label: found[label] for label in data.reference_first(list(found))}
     for label, p in (st.session_state.get(UPLOADS_KEY) or {}).items():
         opts[f"uploaded: {label}"] = p
     return opts
@@ -96,7 +96,7 @@ def sidebar_sources() -> None:
             return
         labels = list(opts)
         if st.session_state.get(PROFILE_KEY) not in labels:
-            st.session_state[PROFILE_KEY] = labels[0]
+            st.session_state[PROFILE_KEY] = data.default_profile(labels)
         label = st.selectbox("Profile", labels, key=PROFILE_KEY,
                              help="Profile folders found under " + ", ".join(str(r) for r in data.data_roots())
                              + ", plus uploads.")

@@ -2,7 +2,7 @@
 
 Accepted spellings: `cpu`, `cuda`, `cuda:N`, and `gpu` / `gpu:N` as aliases of `cuda` / `cuda:N`.
 They are normalised here, once, at the start of each command: every later check (the GPU count in
-runtime/plans.py, the NCCL-or-gloo choice, the stage devices, output folder names, cache keys)
+runtime/request.py, the NCCL-or-gloo choice, the stage devices, output folder names, cache keys)
 tests `device.startswith("cuda")`, and a `gpu` that reached them unchanged would silently take the
 CPU path (a CPU-core count instead of the GPU count, gloo instead of NCCL).
 """

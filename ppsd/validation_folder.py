@@ -35,7 +35,9 @@ from pathlib import Path
 
 from ppsd.errors import UserError
 from ppsd.paths import atomic_write_json, atomic_write_text
-from sim.modes import Mode
+from ppsd.modes import Mode
+from ppsd.statistics import mape as statistics_mape
+from ppsd.statistics import percent_error, widened
 
 SCHEMA_VERSION = 1
 JSON_FILE = "validation.json"
@@ -106,8 +108,10 @@ def plan_timelines(folder: str | Path, plan) -> dict[str, Path]:
 
 
 # --- rows ---------------------------------------------------------------------------------------
-def _pct(pred: float, meas: float) -> float:
-    return 100.0 * (pred - meas) / meas if meas else float("nan")
+def _err(predicted: float | None, measured: float | None) -> float | None:
+    """The percent error (`ppsd.statistics.percent_error`) as a row keeps it: 3 decimals."""
+    e = percent_error(predicted, measured)
+    return None if e is None else round(e, 3)
 
 
 @dataclass
@@ -141,7 +145,7 @@ class ValidationRow:
     predicted_speedup_hi: float | None = None
     predicted_speedup_vs_ar_tp_lo: float | None = None
     predicted_speedup_vs_ar_tp_hi: float | None = None
-    # sampled validation (`ppsd validate --temperature T`, runtime/validation/sampled.py): the measured
+    # sampled validation (`ppsd validate --temperature T`, validation/sampled.py): the measured
     # speedup and acceptance rate of each seed (the row's figures are their median / mean), and the
     # range of the predicted speedup over the simulator's seeds (its own sampling noise)
     measured_speedup_seeds: list[float] | None = None
@@ -188,8 +192,8 @@ class ValidationRow:
             measured_tokens_per_s_p10=round(det.tokens_per_s_p10, 4),
             measured_tokens_per_s_p90=round(det.tokens_per_s_p90, 4),
             predicted_speedup=round(ps, 4), measured_speedup=round(ms, 4),
-            speedup_error_pct=round(_pct(ps, ms), 3),
-            tokens_per_s_error_pct=round(_pct(predicted.tokens_per_s, measured.tokens_per_s), 3),
+            speedup_error_pct=_err(ps, ms),
+            tokens_per_s_error_pct=_err(predicted.tokens_per_s, measured.tokens_per_s),
             outputs_match_ar=outputs_match_ar, ar_reference_tokens_per_s=round(ar_tokens_per_s, 4),
             measured_acceptance_rate=measured.acceptance_rate, predicted_acceptance_rate=predicted.acceptance_rate)
 
@@ -206,8 +210,6 @@ class ValidationRow:
     def with_interval(self, lo: float | None, hi: float | None, tp_cv: float = 0.0) -> ValidationRow:
         """This row with the predicted speedup's interval, and the same-budget one scaled alike and
         widened by `tp_cv` (how unsteady AR's thread speedup was: `sim.intervals.budget_cv`)."""
-        from sim.intervals import widened
-
         if lo is None or hi is None:
             return self
         tp_lo = tp_hi = None
@@ -226,7 +228,7 @@ class ValidationRow:
             return self
         pred = round(predicted_speedup, 4)
         return replace(self, predicted_speedup_in_sample=pred,
-                       speedup_error_in_sample_pct=round(_pct(pred, self.measured_speedup), 3),
+                       speedup_error_in_sample_pct=_err(pred, self.measured_speedup),
                        predicted_acceptance_rate_in_sample=(self.predicted_acceptance_rate_in_sample
                                                             if acceptance_rate is None else acceptance_rate))
 
@@ -254,7 +256,7 @@ class ValidationRow:
             return self
         pred = round(predicted_speedup, 4)
         return replace(self, predicted_speedup_profile=pred, piece_drift_pct=drift_pct,
-                       speedup_error_profile_pct=round(_pct(pred, self.measured_speedup), 3))
+                       speedup_error_profile_pct=_err(pred, self.measured_speedup))
 
     def with_same_budget_profile_priced(self, predicted: float | None) -> ValidationRow:
         """This (re-timed) row with its same-budget prediction priced from the profile alone beside it."""
@@ -262,11 +264,11 @@ class ValidationRow:
             return self
         pred = round(predicted, 4)
         return replace(self, predicted_speedup_vs_ar_tp_profile=pred,
-                       speedup_vs_ar_tp_error_profile_pct=round(_pct(pred, self.measured_speedup_vs_ar_tp), 3))
+                       speedup_vs_ar_tp_error_profile_pct=_err(pred, self.measured_speedup_vs_ar_tp))
 
     def with_same_budget(self, predicted: float | None, measured: float | None) -> ValidationRow:
         """This row with the same-budget speedups (predicted, measured) and their error."""
-        err = round(_pct(predicted, measured), 3) if predicted is not None and measured else None
+        err = _err(predicted, measured)
         return replace(self, predicted_speedup_vs_ar_tp=None if predicted is None else round(predicted, 4),
                        measured_speedup_vs_ar_tp=None if measured is None else round(measured, 4),
                        speedup_vs_ar_tp_error_pct=err)
@@ -341,10 +343,8 @@ def median_half_width(rows: list[ValidationRow]) -> float | None:
 
 def mape(rows: list[ValidationRow]) -> tuple[float, float]:
     """(MAPE of the speedup over the speculative rows, MAPE of tokens/s over all rows), in %."""
-    spec = [r for r in rows if r.speculative]
-    mape_s = sum(abs(r.speedup_error_pct) for r in spec) / max(len(spec), 1)
-    mape_t = sum(abs(r.tokens_per_s_error_pct) for r in rows) / max(len(rows), 1)
-    return mape_s, mape_t
+    mape_s = statistics_mape(r.speedup_error_pct for r in rows if r.speculative)
+    return mape_s or 0.0, statistics_mape(r.tokens_per_s_error_pct for r in rows) or 0.0
 
 
 # --- the folder ---------------------------------------------------------------------------------
@@ -416,7 +416,7 @@ def _drift_summary(rows: list[ValidationRow], ar_runs: list[float], emulated: bo
         "drift_pct": round(drift, 2), "flagged": bool(flagged),
         "note": (f"AR ran {abs(drift):.1f}% {'faster' if drift > 0 else 'slower'} than the profile prices it: the "
                  "machine is not in the state it was profiled in, and plans whose stages co-run are priced with a "
-                 "stale slowdown; re-profile in the same sitting (`bench/piece_drift.py --profile DIR` shows "
+                 "stale slowdown; re-profile in the same sitting (`python -m bench.piece_drift --profile DIR` shows "
                  "which pieces of a step moved)") if flagged else
                 f"AR within {DRIFT_FLAG_PCT:g}% of the profile's price"}}
 
@@ -431,10 +431,9 @@ def corun_summary(profile_slowdown: float | None = None, runs: list[float] | Non
     machine's drift: a neighbour that takes memory bandwidth slows two co-running stages more than
     one process alone. `drift_pct` is how much longer a co-running pass takes now than the profile's
     co-run figure says (measured / profile - 1); `spread_pct` how far the runs themselves are apart.
-    The figure PPSD is priced with comes from the pipeline probe, a different measurement, so a
+    The figure PPSD is priced with comes from the runtime probe, a different measurement, so a
     flagged drift says PPSD figures are uncertain by about that much, not which way they err
-    (measured 2026-12-02: a drift of +22% beside over-predictions of 4-21%, and +30% with runs
-    1.20x / 1.73x beside under-predictions of 4-8% against a profile made an hour earlier)."""
+    (docs/design-notes.md)."""
     if not runs or not profile_slowdown:
         return {}
     measured = float(statistics.median(runs))
@@ -553,10 +552,9 @@ def _budget_reference_summary(rows: list[ValidationRow], reference: dict | None)
     if not reference:
         return {}
     predicted = {r.plan: r.predicted_speedup_vs_ar_tp for r in rows if r.speculative}
-    errors = [abs(_pct(predicted[p["plan"]], p["measured_speedup_vs_ar_tp_beside"]))
-              for p in reference.get("plans", [])
-              if predicted.get(p["plan"]) is not None and p.get("measured_speedup_vs_ar_tp_beside")]
-    beside = {"mape_speedup_vs_ar_tp_beside_pct": round(sum(errors) / len(errors), 3)} if errors else {}
+    beside_mape = statistics_mape(percent_error(predicted.get(p["plan"]), p.get("measured_speedup_vs_ar_tp_beside"))
+                                  for p in reference.get("plans", []))
+    beside = {"mape_speedup_vs_ar_tp_beside_pct": round(beside_mape, 3)} if beside_mape is not None else {}
     return {"budget_reference": {**reference, **beside}}
 
 

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from ppsd.exit_heads import SHARED
-from profiler.model import ModelAdapter, causal_mask
-from profiler.prompts import Prompt
+from runtime.llm import ModelAdapter, causal_mask
+from ppsd.prompts import Prompt
 
 
 @dataclass

@@ -4,7 +4,7 @@ Under sampled speculative decoding a draft d ~ q (exit head) stands with probabi
 min(1, p(d)/q(d)), so a position is accepted with probability beta_p = sum_v min(p_full(v), p_exit(v))
 at the decoding temperature, given its prefix. Which prefixes a sampled generation visits depends on
 the temperature: at T = 1 it wanders into text where the exit head agrees less than on the greedy
-path, so beta along the greedy trajectory over-predicts (issue 14: 15% in-sample). Here, for every
+path, so beta along the greedy trajectory over-predicts (docs/design-notes.md). Here, for every
 temperature T and prompt:
   1. the full model samples a continuation at T (batched like the greedy generation, seeded: one
      generator per (seed, T, batch)), stopping after an end-of-sequence token;
@@ -26,8 +26,8 @@ import torch
 
 from ppsd.exit_heads import SHARED
 from profiler.acceptance import PromptResult, _prefill_mask, _safe, batches_by_length, exit_traces, layer_states
-from profiler.model import ModelAdapter
-from profiler.prompts import Prompt
+from runtime.llm import ModelAdapter
+from ppsd.prompts import Prompt
 
 
 def sample_seed(seed: int, temperature: float, batch: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ppsd.errors import UserError
-from profiler.archs import known_archs
+from ppsd.archs import known_archs
 from profiler.estimated_profile import (
     DEFAULT_CONTEXT_VALUES,
     DEFAULT_GPU_COUNT,
@@ -20,11 +20,8 @@ from profiler.estimated_profile import (
 from profiler.hardware import INTERCONNECTS, known_hardware
 from profiler.stacks import DEFAULT_STACK, EAGER_DISPATCH_US, known_stacks
 
-STACK_HELP = (f"software stack driving the decode step (default {DEFAULT_STACK}): compiled = the step captured "
-              "and replayed (CUDA graphs / torch.compile, TensorRT-LLM, vLLM), what a deployed stack does and "
-              "what the roofline alone prices; eager = PyTorch eager (transformers generate, ppsd run), where "
-              f"every op costs the host ~{EAGER_DISPATCH_US:g} µs and a batch-1 step is host-bound (7B: ~4x slower "
-              "on an A100)")
+STACK_HELP = (f"what drives the decode step (default {DEFAULT_STACK}): compiled (CUDA graphs, vLLM, "
+              "TensorRT-LLM) or eager (PyTorch)")
 
 
 def _has(parser: argparse.ArgumentParser, option: str) -> bool:
@@ -66,13 +63,14 @@ def add_analytic_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--analytic", action="store_true",
                    help="write an estimated profile from the architecture's shape and a GPU's datasheet figures")
     g.add_argument("--arch", metavar="A",
-                   help=f"built-in architecture ({', '.join(known_archs())}) or a Hugging Face config.json path")
+                   help=f"built-in architecture ({', '.join(known_archs()[:2])}, ...; a wrong name lists all) or a "
+                        "Hugging Face config.json")
     g.add_argument("--hardware", metavar="H", help=f"GPU: {', '.join(known_hardware())}")
     g.add_argument("--interconnect", choices=list(INTERCONNECTS), default=None,
                    help="link between pipeline stages (default: nvlink where the GPU has it, else pcie)")
     g.add_argument("--acceptance-from", metavar="PROFILE",
-                   help="take the per-exit match traces from a measured profile of the same model (id, architecture, "
-                        "layer count); another model's only with --force-acceptance-transfer")
+                   help="per-exit match traces from a measured profile of the same model (another's: "
+                        "--force-acceptance-transfer)")
     g.add_argument("--alpha-curve", metavar="FILE",
                    help="CSV/JSON of relative_depth (or exit_layer) -> alpha; a seeded Bernoulli match table")
     g.add_argument("--gpus", type=int, default=DEFAULT_GPU_COUNT,
@@ -83,11 +81,11 @@ def add_analytic_arguments(parser: argparse.ArgumentParser) -> None:
                    help="override the fixed cost per kernel in µs")
     g.add_argument("--stack", choices=known_stacks(), default=DEFAULT_STACK, help=STACK_HELP)
     g.add_argument("--dispatch-us", type=float, default=None, metavar="US",
-                   help=f"eager stack: override the host cost per dispatched op (default {EAGER_DISPATCH_US:g} µs, "
-                        "fitted to a published A100 figure; it follows the host CPU)")
+                   help=f"eager stack: host cost per dispatched op in µs (default {EAGER_DISPATCH_US:g}; it follows "
+                        "the host CPU)")
     g.add_argument("--force-acceptance-transfer", action="store_true",
-                   help="let --acceptance-from copy another model's acceptance (by relative depth); refused "
-                        "otherwise, since acceptance belongs to a model's weights. Recorded in the profile's warnings")
+                   help="let --acceptance-from copy another model's acceptance by relative depth (flagged in the "
+                        "profile's warnings)")
     if not _has(parser, "--dtype"):
         g.add_argument("--dtype", default=None, help="weights and KV cache dtype: bf16 (default), fp16, fp32, fp8")
     else:

@@ -59,9 +59,28 @@ def register(subparsers) -> None:
         description="Profile a model: per-layer latency over (new tokens x context), head, embedding, hop "
                     "and co-run slowdown, then per-exit match traces and beta on a prompt set. Writes one "
                     "profile folder; `ppsd profile show DIR` prints its summary.")
+    _add_model_and_prompts(p)
+    _add_latency_options(p)
+    p.add_argument("--heads", default=None, metavar="DIR",
+                   help="exit-head folder from `ppsd heads train`: also record its heads' drafting latency and "
+                        "acceptance")
+    p.add_argument("--heldout", action="store_true",
+                   help="with --heads: profile only prompts the heads were not trained on (out of sample)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="profile folder to write (default runs/profile-<model>-<device>-<time>)")
+    from profiler.analytic_cli import add_analytic_arguments  # torch-free
+
+    add_analytic_arguments(p)
+    p.set_defaults(func=run_profile)
+    _register_subcommands(p)
+
+
+def _add_model_and_prompts(p) -> None:
+    """What is profiled: the model, where, and the prompts its acceptance is traced on."""
     p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="smollm2-135m (embedded, default), tiny-llama, a Hugging Face folder, a .gguf file, "
-                        "or a hub id in the local cache")
+                   help="smollm2-135m (embedded, default), tiny-llama, random:ARCH, a Hugging Face folder, a .gguf "
+                        "or a cached hub id")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda (or its alias gpu) or cuda:N")
     p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16")
     p.add_argument("--prompts", default=None, metavar="FILE|spec-bench",
@@ -73,52 +92,41 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=1.0,
                    help="temperature of the legacy beta column along the greedy trajectory (1.0; 0 = greedy)")
     p.add_argument("--temperatures", default=None, metavar="0.7,1.0",
-                   help="also sample a continuation of every prompt at each of these temperatures and record beta "
-                        "(the acceptance probability of a sampled draft) along it at that temperature: what "
-                        "`ppsd simulate/plan/validate --temperature T` need for T > 0 (greedy is always recorded)")
+                   help="also record β sampled at these temperatures (> 0), for `--temperature T` in simulate, plan "
+                        "and validate")
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the sampled continuations (0)")
     p.add_argument("--sampled-trajectories", type=int, default=1, metavar="N",
-                   help="sampled continuations per prompt and temperature (seeds --sample-seed, +1, ...; 1). One "
-                        "trajectory's beta moves a plan's acceptance by up to 0.08 from seed to seed; N of them "
-                        "average that out (the sampled phase costs N times as much)")
+                   help="sampled continuations per prompt and temperature, averaged (seeds --sample-seed, +1, ...; 1)")
+    p.add_argument("--batch-size", type=int, default=32, help="prompts generated at once (32)")
+    p.add_argument("--skip-acceptance", action="store_true", help="latency only (no prompts, no traces)")
+    p.add_argument("--skip-latency", action="store_true",
+                   help="acceptance only; latency shrinks to a quick n=1 table so the profile stays usable")
+
+
+def _add_latency_options(p) -> None:
+    """How the latency tables, the co-run slowdown, the hop and the control plane are measured."""
     p.add_argument("--n-values", type=_int_list, default=None, metavar="1,2,...,9,16",
-                   help="new tokens per timed step (default 1-9 and 16: every EESD verification up to γ = 8 is "
-                        "measured, since on a CPU the cost is not smooth in n)")
+                   help="new tokens per timed step (default 1-9 and 16)")
     p.add_argument("--context-values", type=_int_list, default=[64, 256, 1024], metavar="64,256,1024",
                    help="tokens already in the KV cache per timed step")
-    p.add_argument("--repeats", type=int, default=10, help="timed rounds of the latency grid, each timing every cell once at every thread count, "
-                   "interleaved so that every cell sees the same states of a shared machine (10)")
+    p.add_argument("--repeats", type=int, default=10,
+                   help="timed rounds of the latency grid, each timing every cell once at every thread count (10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds of the latency grid first (2)")
     p.add_argument("--corun-max", type=int, default=None, metavar="K",
                    help="measure the co-run slowdown with 2..K concurrent processes (default: cores, at most 4; "
                         "1 turns it off)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (1, recorded)")
     p.add_argument("--thread-counts", type=_int_list, default=None, metavar="1,2",
-                   help="also measure the latency tables at these thread counts, for the same-budget AR and "
-                        "EESD baselines (default on a CPU: 1 up to the cores; 1 alone turns it off)")
-    p.add_argument("--batch-size", type=int, default=32, help="prompts generated at once (32)")
-    p.add_argument("--skip-acceptance", action="store_true", help="latency only (no prompts, no traces)")
-    p.add_argument("--skip-latency", action="store_true",
-                   help="acceptance only; latency shrinks to a quick n=1 table so the profile stays usable")
-    p.add_argument("--no-hop", action="store_true", help="do not measure the inter-process hop (nor the two-stage pipeline probe)")
+                   help="also time the tables at these thread counts, for same-budget baselines (default on a CPU: "
+                        "1..cores; 1 = off)")
+    p.add_argument("--no-hop", action="store_true",
+                   help="do not measure the inter-process hop (nor the pipeline probes)")
     p.add_argument("--control-plane-stages", type=_int_list, default=None, metavar="2,4,8",
-                   help="also measure this machine's PPSD control plane at these stage counts (the fixed cost of a "
-                        "stage pass and a message's transit, with zero-time emulated layers: runtime/control_plane.py); "
-                        "the simulator adds it to every pass of a k-stage plan. It matters at GPU time scales; on a "
-                        "CPU the two-stage pipeline probe already folds it into its slowdown. Default: not measured")
-    p.add_argument("--heads", default=None, metavar="DIR",
-                   help="exit-head folder from `ppsd heads train`: also record the trained (and reduced-vocabulary) "
-                        "heads' drafting latency and acceptance traces")
-    p.add_argument("--heldout", action="store_true",
-                   help="with --heads: profile only prompts the heads were not trained on (their training prompts "
-                        "are dropped before --per-category / --limit), so the heads' acceptance is out of sample")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="profile folder to write (default runs/profile-<model>-<device>-<time>)")
-    from profiler.analytic_cli import add_analytic_arguments  # torch-free
+                   help="also measure the PPSD control plane (pass cost, message transit) at these stage counts "
+                        "(default: off)")
 
-    add_analytic_arguments(p)
-    p.set_defaults(func=run_profile)
+
+def _register_subcommands(p) -> None:
     sub = p.add_subparsers(dest="profile_command", metavar="show|add-sampling|add-hf")
     show = sub.add_parser("show", help="print the summary of a profile folder")
     show.add_argument("dir", help="profile folder")
@@ -197,7 +205,7 @@ def _default_out(model: str, device: str) -> Path:
 
 def _heads_fingerprint(folder: str) -> str:
     from profiler.heads.profiling import fingerprint
-    from profiler.heads.store import read_meta
+    from runtime.heads.store import read_meta
 
     read_meta(folder)  # a missing or foreign folder is a UserError before any work
     return fingerprint(folder)
@@ -230,7 +238,7 @@ def run_profile(args) -> int:
     _check_args(args)
     out = Path(args.out).expanduser() if args.out else _default_out(args.model, args.device)
     _check_out(out)
-    from profiler.prompts import load_prompts
+    from ppsd.prompts import load_prompts
 
     exclude = _heads_training_prompts(args.heads) if getattr(args, "heldout", False) else None
     prompts = [] if args.skip_acceptance else load_prompts(args.prompts, args.per_category, args.limit,
@@ -295,7 +303,7 @@ def _raise_interrupt(signum, frame):
 
 def _heads_training_prompts(heads_dir: str) -> set[str]:
     """The prompt ids a head folder was trained on (its heads.json), for --heldout."""
-    from profiler.heads.store import HEADS_FILE
+    from runtime.heads.store import HEADS_FILE
 
     f = Path(heads_dir).expanduser() / HEADS_FILE
     try:
@@ -322,7 +330,7 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
     # not the import of torch and transformers.
     import profiler.acceptance  # noqa: F401
     import profiler.latency  # noqa: F401
-    import profiler.model  # noqa: F401
+    import runtime.llm  # noqa: F401
     from ppsd.progress import PhaseBars
 
     t_start = time.perf_counter()
@@ -362,7 +370,7 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
 def _load_model(args):
     import torch
 
-    from profiler.model import load_model
+    from runtime.llm import load_model
 
     torch.set_num_threads(args.threads)
     _quiet_transformers()

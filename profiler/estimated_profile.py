@@ -28,7 +28,7 @@ from ppsd import __version__
 from ppsd.errors import UserError
 from ppsd.paths import atomic_dir
 from profiler.acceptance_transfer import curve_acceptance, rescaled_acceptance
-from profiler.archs import ArchShape, canonical_arch_name, resolve_arch
+from ppsd.archs import ArchShape, canonical_arch_name, resolve_arch
 from profiler.hardware import (
     Hardware,
     Interconnect,
@@ -123,9 +123,7 @@ def analytic_profile_meta(
     shape = resolve_arch(arch)
     hw = resolve_hardware(hardware)
     dtype = normalize_dtype(dtype)
-    if interconnect is None:
-        interconnect = "nvlink" if hw.nvlink_gbps else "pcie"
-    link = resolve_interconnect(interconnect)
+    link = resolve_interconnect(interconnect if interconnect is not None else ("nvlink" if hw.nvlink_gbps else "pcie"))
     n_grid = _grid(n_values, "n_values")
     c_grid = _grid(context_values, "context_values")
     if c_grid[-1] + n_grid[-1] > shape.max_context:
@@ -138,22 +136,9 @@ def analytic_profile_meta(
                          stack=st)
     hop_bytes = hop_message_bytes(shape, roof.dtype_bytes)
     hop_ms = hop_seconds(hop_bytes, link, hw) * 1e3  # raises for NVLink on a GPU without it
-
-    per_layer = np.array([[layer_seconds(shape, roof, n, c) * 1e3 for c in c_grid] for n in n_grid])
-    bytes_grid = [[layer_bytes(shape, n, c, roof.dtype_bytes) for c in c_grid] for n in n_grid]
-    flops_grid = [[layer_flops(shape, n, c) for c in c_grid] for n in n_grid]
-    # the GPU-side bound (what calibration fits against) and, separately, where the host binds instead
-    bound = [["memory" if roof.memory_s(b) >= roof.compute_s(f) else "compute" for b, f in zip(rb, rf)]
-             for rb, rf in zip(bytes_grid, flops_grid)]
-    host_bound = [[layer_host_bound(shape, roof, n, c) for c in c_grid] for n in n_grid]
-    layers = np.repeat(per_layer[None, :, :], shape.num_layers, axis=0)  # identical layers
-    head = np.array([head_seconds(shape, roof, n) * 1e3 for n in n_grid])
-    emb = np.array([embed_seconds(shape, roof, n) * 1e3 for n in n_grid])
-    step_ms = float(emb[0] + layers[:, 0, 0].sum() + head[0])
+    tables, grids = _estimated_tables(shape, roof, n_grid, c_grid)
     parallel = _tensor_parallel_tables(shape, roof, n_grid, c_grid, int(gpu_count), link, hw)
-    wbytes = weight_bytes(shape, roof.dtype_bytes)
-    usable = hw.memory_gb * 1e9 * 0.9  # leave ~10% for KV cache, activations and the CUDA context
-
+    step_ms = float(tables["embedding"][0] + tables["layers"][:, 0, 0].sum() + tables["head"][0])
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "estimated",
@@ -167,7 +152,7 @@ def analytic_profile_meta(
         "timing": {"method": "roofline", "warmup": 0, "repeats": 0},
         "latency": {
             "n_values": n_grid, "context_values": c_grid,
-            "layers": _stat(layers), "embedding": _stat(emb), "head": _stat(head),
+            "layers": _stat(tables["layers"]), "embedding": _stat(tables["embedding"]), "head": _stat(tables["head"]),
             "hop": {"backend": link.key, "bytes": hop_bytes, "median_ms": hop_ms, "p10_ms": hop_ms,
                     "p90_ms": hop_ms, "repeats": 0},
             # one stage per GPU: stages never share a device
@@ -177,26 +162,46 @@ def analytic_profile_meta(
             **({"parallel": parallel} if parallel else {}),
         },
         "acceptance": None,
-        # additive: everything the estimate rests on, so a reader (or fit_efficiency) can redo it
-        "estimate": {
-            "arch": shape.to_dict(),
-            "hardware": hw.to_dict(),
-            "interconnect": asdict(link) | {"bandwidth_gbps_used": link.bandwidth_for(hw)},
-            "dtype": dtype,
-            "batch_size": batch,
-            "stack": st.key,
-            "stack_model": st.to_dict(),
-            "roofline": roof.to_dict() | {"kernels_head": KERNELS_HEAD, "kernels_embed": KERNELS_EMBED},
-            "layer_bytes": bytes_grid,
-            "layer_flops": flops_grid,
-            "layer_bound": bound,
-            "layer_host_bound": host_bound,
-            "weights_gb": wbytes / 1e9,
-            "min_gpus_for_weights": max(1, math.ceil(wbytes / usable)),
-            "note": ("roofline estimate, not a measurement: time = max(max(bytes / (bandwidth · eff_bw), "
-                     "FLOPs / (peak · eff_compute)) + kernels · launch, host ops · dispatch); batch 1; "
-                     f"{st.key} stack ({st.description})"),
-        },
+        "estimate": _estimate_block(shape, hw, link, dtype, batch, st, roof, grids),
+    }
+
+
+def _estimated_tables(shape, roof, n_grid, c_grid) -> tuple[dict, dict]:
+    """({layers [L][n][c], embedding [n], head [n]} in ms, {bytes, FLOPs and bound per (n, c)}): identical
+    layers; the bound is the GPU side's (what calibration fits against) and, apart, where the host binds."""
+    per_layer = np.array([[layer_seconds(shape, roof, n, c) * 1e3 for c in c_grid] for n in n_grid])
+    bytes_grid = [[layer_bytes(shape, n, c, roof.dtype_bytes) for c in c_grid] for n in n_grid]
+    flops_grid = [[layer_flops(shape, n, c) for c in c_grid] for n in n_grid]
+    bound = [["memory" if roof.memory_s(b) >= roof.compute_s(f) else "compute" for b, f in zip(rb, rf)]
+             for rb, rf in zip(bytes_grid, flops_grid)]
+    tables = {"layers": np.repeat(per_layer[None, :, :], shape.num_layers, axis=0),
+              "head": np.array([head_seconds(shape, roof, n) * 1e3 for n in n_grid]),
+              "embedding": np.array([embed_seconds(shape, roof, n) * 1e3 for n in n_grid])}
+    grids = {"layer_bytes": bytes_grid, "layer_flops": flops_grid, "layer_bound": bound,
+             "layer_host_bound": [[layer_host_bound(shape, roof, n, c) for c in c_grid] for n in n_grid]}
+    return tables, grids
+
+
+def _estimate_block(shape, hw, link, dtype: str, batch: int, st, roof, grids: dict) -> dict:
+    """profile.json's `estimate`: everything the estimate rests on, so a reader (or fit_efficiency) can
+    redo it."""
+    wbytes = weight_bytes(shape, roof.dtype_bytes)
+    usable = hw.memory_gb * 1e9 * 0.9  # leave ~10% for KV cache, activations and the CUDA context
+    return {
+        "arch": shape.to_dict(),
+        "hardware": hw.to_dict(),
+        "interconnect": asdict(link) | {"bandwidth_gbps_used": link.bandwidth_for(hw)},
+        "dtype": dtype,
+        "batch_size": batch,
+        "stack": st.key,
+        "stack_model": st.to_dict(),
+        "roofline": roof.to_dict() | {"kernels_head": KERNELS_HEAD, "kernels_embed": KERNELS_EMBED},
+        **grids,
+        "weights_gb": wbytes / 1e9,
+        "min_gpus_for_weights": max(1, math.ceil(wbytes / usable)),
+        "note": ("roofline estimate, not a measurement: time = max(max(bytes / (bandwidth · eff_bw), "
+                 "FLOPs / (peak · eff_compute)) + kernels · launch, host ops · dispatch); batch 1; "
+                 f"{st.key} stack ({st.description})"),
     }
 
 

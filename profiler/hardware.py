@@ -68,7 +68,7 @@ class Hardware:
 # - launch_us 2.5 µs: the smallest kernels of a decode step take a few µs each on the GPU timeline
 #   even when the host runs ahead (CUDA graphs or an async eager queue). A host-bound eager stack
 #   (Python dispatch of ~44 ops a layer) is slower: `--stack eager` prices it (profiler/stacks.py).
-# - These defaults are the compiled stack's; bench/published_check.py compares them with published
+# - These defaults are the compiled stack's; python -m bench.published_check compares them with published
 #   batch-1 figures (A100 within a few percent; H100 about 20% optimistic on torchao's Llama-3.1-8B).
 HARDWARE: dict[str, Hardware] = {
     "a100-80gb": Hardware(

@@ -36,6 +36,8 @@ add-hf DIR` later (marked `added_later`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import statistics
 import time
 
@@ -110,6 +112,18 @@ def fit_block(profile, raw: dict) -> dict:
             "round_residual_p90_ms": round(float(np.percentile(rs, 90)), 3) if rs else None}
 
 
+@dataclass
+class _Samples:
+    """What the interleaved runs collect: AR steps and assisted rounds (context, wall ms, the piece
+    scale beside them), the n of every re-fed drafter call, each exit's accepted / rejected drafts."""
+
+    raw_ar: list = field(default_factory=list)
+    raw_rounds: list = field(default_factory=list)
+    scales: list = field(default_factory=list)
+    refeed_seen: list = field(default_factory=list)
+    judged: dict = field(default_factory=dict)
+
+
 def measure_hf_block(model, profile, *, exits, gammas=DEFAULT_GAMMAS, max_new_tokens: int = DEFAULT_MAX_NEW,
                      limit: int | None = 6, threads: int = 1, progress=None) -> dict:
     """Run transformers' AR and assisted generation on the profile's prompts and return the block.
@@ -118,64 +132,94 @@ def measure_hf_block(model, profile, *, exits, gammas=DEFAULT_GAMMAS, max_new_to
     import torch
     import transformers
 
-    from runtime.hf_assisted import ForwardCall, assisted_config, generate_hf, hf_model
-    from sim.model.cost_model import cost_model
+    gens, exits = _hf_inputs(profile, exits, limit)
+    prompts = [model.encode_prompt(g["prompt"]) for g in gens]
+    ids = [str(g["prompt_id"]) for g in gens]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    t_start = time.time()
+    try:
+        got = _interleaved_runs(model, profile, prompts, exits, gammas, max_new_tokens, progress)
+    finally:
+        torch.set_num_threads(before)
+    refeed = "sequence" if got.refeed_seen and max(got.refeed_seen) > 2 else "tail"
+    return {
+        "method": METHOD,
+        "transformers": transformers.__version__,
+        "prompts": ids, "max_new_tokens": int(max_new_tokens), "threads": int(threads),
+        "exits": exits, "gammas": [int(g) for g in gammas], "schedule_probed": "constant",
+        "confidence_threshold": 0.0,
+        **fit_block(profile, {"refeed": refeed, "raw_ar": got.raw_ar, "raw_rounds": got.raw_rounds}),
+        "refeed": refeed,
+        "acceptance": _hf_acceptance(profile, got.judged, refeed, ids, max_new_tokens),
+        "piece_scale": round(float(statistics.median(got.scales)), 4), "piece_scales": got.scales,
+        "seconds": round(time.time() - t_start, 1),
+        "raw_ar": got.raw_ar, "raw_rounds": got.raw_rounds,
+    }
 
-    hf = hf_model(model)
+
+def _hf_inputs(profile, exits, limit: int | None) -> tuple[list[dict], list[int]]:
+    """The profile's generations that carry their prompt text (the first `limit`) and the exits, checked."""
     gens = [g for g in profile.generations() if g.get("prompt")]
     if not gens:
         raise UserError(f"profile {profile.path} records no prompt texts", "re-run `ppsd profile`")
-    if limit:
-        gens = gens[:limit]
     exits = sorted({int(e) for e in exits})
     bad = [e for e in exits if not 1 <= e < profile.num_layers]
     if bad or not exits:
         raise UserError(f"exit layers {bad or exits} are out of range", f"use exits between 1 and {profile.num_layers - 1}")
-    prompts = [model.encode_prompt(g["prompt"]) for g in gens]
-    ids = [str(g["prompt_id"]) for g in gens]
-    eos = model.eos_token_ids
-    cm = cost_model(profile)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    total = len(prompts) * len(exits)
-    t_start = time.time()
-    refeed_seen: list[int] = []
-    raw_ar, raw_rounds, scales = [], [], []
-    judged = {e: [0, 0] for e in exits}  # accepted, rejected
-    try:
-        generate_hf(model, prompts[0], min(8, max_new_tokens), eos=eos)  # warm up both paths
-        _ppsd_ar_ms_per_token(model, prompts[0], min(8, max_new_tokens), eos, cm)
-        for i, p in enumerate(prompts):
-            for j, e in enumerate(exits):
-                k = _ppsd_ar_ms_per_token(model, p, max_new_tokens, eos, cm)
-                scales.append(round(k, 4))
-                rec = generate_hf(model, p, max_new_tokens, eos=eos)
-                ts = rec.commit_times
-                raw_ar += [[len(p) + n - 1, round((ts[n] - ts[n - 1]) * 1e3, 4), round(k, 4)] for n in range(1, len(ts))]
-                for gamma in gammas:
-                    log: list[ForwardCall] = []
-                    with assisted_config(hf, gamma, "constant"):
-                        rec = generate_hf(model, p, max_new_tokens, exit_layer=e, eos=eos, log=log)
-                    refeed_seen += [c.n for c in log if c.layers == e and c.cached > 0 and c.n > 1]
-                    seq = len(p) + rec.commit_sizes[0]
-                    judged[e][0] += rec.first_commit - 1
-                    judged[e][1] += int(rec.first_commit - 1 < rec.first_drafts)
-                    for n in range(1, len(rec.commit_times)):
-                        g, a = rec.drafts[n - 1], rec.commit_sizes[n] - 1
-                        if g > 0:
-                            wall = (rec.commit_times[n] - rec.commit_times[n - 1]) * 1e3
-                            raw_rounds.append([e, g, seq - 1, round(wall, 4), round(k, 4)])
-                            judged[e][0] += a
-                            judged[e][1] += int(a < g)
-                        seq += rec.commit_sizes[n]
-                if progress:
-                    progress(i * len(exits) + j + 1, total)
-    finally:
-        torch.set_num_threads(before)
-    refeed = "sequence" if refeed_seen and max(refeed_seen) > 2 else "tail"
+    return (gens[:limit] if limit else gens), exits
+
+
+def _interleaved_runs(model, profile, prompts, exits, gammas, max_new_tokens: int, progress) -> _Samples:
+    """Per prompt and exit: ppsd's AR (the piece scale), transformers' AR, then assisted at each γ."""
+    from runtime.hf_assisted import generate_hf
+    from sim.model.cost_model import cost_model
+
+    eos, cm = model.eos_token_ids, cost_model(profile)
+    got = _Samples(judged={e: [0, 0] for e in exits})  # accepted, rejected
+    generate_hf(model, prompts[0], min(8, max_new_tokens), eos=eos)  # warm up both paths
+    _ppsd_ar_ms_per_token(model, prompts[0], min(8, max_new_tokens), eos, cm)
+    for i, p in enumerate(prompts):
+        for j, e in enumerate(exits):
+            k = _ppsd_ar_ms_per_token(model, p, max_new_tokens, eos, cm)
+            got.scales.append(round(k, 4))
+            ts = generate_hf(model, p, max_new_tokens, eos=eos).commit_times
+            got.raw_ar += [[len(p) + n - 1, round((ts[n] - ts[n - 1]) * 1e3, 4), round(k, 4)] for n in range(1, len(ts))]
+            for gamma in gammas:
+                _assisted_rounds(model, p, e, gamma, max_new_tokens, k, got)
+            if progress:
+                progress(i * len(exits) + j + 1, len(prompts) * len(exits))
+    return got
+
+
+def _assisted_rounds(model, prompt, exit_layer: int, gamma: int, max_new_tokens: int, scale: float,
+                     got: _Samples) -> None:
+    """One assisted `generate` at constant γ: each drafting round's wall time and acceptance."""
+    from runtime.hf_assisted import ForwardCall, assisted_config, generate_hf, hf_model
+
+    log: list[ForwardCall] = []
+    with assisted_config(hf_model(model), gamma, "constant"):
+        rec = generate_hf(model, prompt, max_new_tokens, exit_layer=exit_layer, eos=model.eos_token_ids, log=log)
+    got.refeed_seen += [c.n for c in log if c.layers == exit_layer and c.cached > 0 and c.n > 1]
+    seq = len(prompt) + rec.commit_sizes[0]
+    judged = got.judged[exit_layer]
+    judged[0] += rec.first_commit - 1
+    judged[1] += int(rec.first_commit - 1 < rec.first_drafts)
+    for n in range(1, len(rec.commit_times)):
+        g, a = rec.drafts[n - 1], rec.commit_sizes[n] - 1
+        if g > 0:
+            wall = (rec.commit_times[n] - rec.commit_times[n - 1]) * 1e3
+            got.raw_rounds.append([exit_layer, g, seq - 1, round(wall, 4), round(scale, 4)])
+            judged[0] += a
+            judged[1] += int(a < g)
+        seq += rec.commit_sizes[n]
+
+
+def _hf_acceptance(profile, judged: dict, refeed: str, ids: list[str], max_new_tokens: int) -> dict:
+    """Per exit: transformers' acceptance, the profile's clean one for the same prompts, and the scale
+    a drafter on a stale cache (re-fed sequences) puts between them."""
     acceptance = {}
-    for e in exits:
-        a, r = judged[e]
+    for e, (a, r) in judged.items():
         hf_alpha = a / (a + r) if a + r else None
         clean = _clean_alpha(profile, e, ids, max_new_tokens)
         scale = 1.0
@@ -184,20 +228,7 @@ def measure_hf_block(model, profile, *, exits, gammas=DEFAULT_GAMMAS, max_new_to
         acceptance[str(e)] = {"hf_alpha": None if hf_alpha is None else round(hf_alpha, 4),
                               "clean_alpha": None if clean is None else round(clean, 4),
                               "scale": round(scale, 4), "judged": a + r}
-    raw = {"refeed": refeed, "raw_ar": raw_ar, "raw_rounds": raw_rounds}
-    return {
-        "method": METHOD,
-        "transformers": transformers.__version__,
-        "prompts": ids, "max_new_tokens": int(max_new_tokens), "threads": int(threads),
-        "exits": exits, "gammas": [int(g) for g in gammas], "schedule_probed": "constant",
-        "confidence_threshold": 0.0,
-        **fit_block(profile, raw),
-        "refeed": refeed,
-        "acceptance": acceptance,
-        "piece_scale": round(float(statistics.median(scales)), 4), "piece_scales": scales,
-        "seconds": round(time.time() - t_start, 1),
-        "raw_ar": raw_ar, "raw_rounds": raw_rounds,
-    }
+    return acceptance
 
 
 def with_hf_block(profile_dir, block: dict, *, added_later: bool = True) -> None:
@@ -217,7 +248,7 @@ def add_hf(profile_dir, *, model_spec: str | None = None, exits=None, gammas=DEF
            max_new_tokens: int = DEFAULT_MAX_NEW, limit: int | None = 6, threads: int | None = None,
            force: bool = False, progress=None, added_later: bool = True) -> dict:
     """`ppsd profile add-hf DIR`: measure the block for an existing measured profile and write it."""
-    from profiler.model import load_model
+    from runtime.llm import load_model
     from ppsd.profile import load_profile
 
     profile = load_profile(profile_dir)
@@ -251,8 +282,8 @@ def _hf_options(p, *, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}exits", dest="hf_exits", type=_int_list, default=None, metavar="E1,E2",
                    help="exit layers transformers' assisted generation is run at (default: two traced exits near "
                         "N/2 and 4N/5)" if not prefix else
-                   "also measure transformers' assisted generation (latency.hf, for --runtime hf) at these exits "
-                   "right after the tables, e.g. 20,24")
+                   "also measure transformers' assisted generation (latency.hf, for --runtime hf) at these exits, "
+                   "e.g. 20,24")
     p.add_argument(f"--{prefix}gammas", dest="hf_gammas", type=_int_list, default=DEFAULT_GAMMAS, metavar="G1,G2",
                    help=f"constant draft lengths probed (default {','.join(map(str, DEFAULT_GAMMAS))})")
     p.add_argument(f"--{prefix}max-new-tokens", dest="hf_max_new_tokens", type=int, default=DEFAULT_MAX_NEW,

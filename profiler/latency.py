@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from ppsd.net import free_port
-from profiler.model import KVCache, ModelAdapter, causal_mask
+from ppsd.statistics import robust_cv, robust_log_sd
+from runtime.llm import KVCache, ModelAdapter, causal_mask
 from profiler.schema import MEASURED_N_VALUES
 
 DEFAULT_N_VALUES = MEASURED_N_VALUES  # why every n up to 9: profiler/schema.py
@@ -159,10 +160,8 @@ def whole_step_ms(adapter: ModelAdapter, cache: KVCache, ids: torch.Tensor, cont
 
 # --- the grid -----------------------------------------------------------------------------------
 # Why the grid is measured in interleaved rounds, with a whole step paired to its pieces:
-# a shared VM's memory system changes speed over seconds to minutes (on the 2-core AMD EPYC VM,
-# 2026-12-04, one profile's whole steps ranged 57-75 ms within 20 repeats, and its grid, measured a
-# cell at a time, priced a step at 82.6 ms against a whole step of 60.4 ms timed after it; the
-# pipeline probe's passes alone ran at 0.80-0.93 of the tables). Measured a cell at a time, each
+# a shared machine's memory system changes speed over seconds to minutes (docs/design-notes.md).
+# Measured a cell at a time, each
 # cell of the tables (and each thread count's tables, minutes apart) holds whatever state the
 # machine was in during its burst, so pieces that a plan and AR use differently (a verification at
 # n = 4 against a step at n = 1, the 2-thread tables against the 1-thread ones) are priced in
@@ -170,7 +169,7 @@ def whole_step_ms(adapter: ModelAdapter, cache: KVCache, ids: torch.Tensor, cont
 # seeded shuffled order, then a step piece by piece right beside the same step timed whole: every
 # cell sees the same mix of machine states, and the parts/whole ratio compares neighbours in time.
 
-# whole steps per round beside their pieces (the old burst took `whole_step_repeats` = 20 in a row)
+# whole steps per round beside their pieces
 WHOLE_PER_ROUND = 2
 CALIBRATION_FLAG = 0.10  # |parts / whole - 1| past this is worth a warning (the tables are scaled anyway)
 
@@ -198,14 +197,6 @@ def _scaled(table: dict, factor: float) -> dict:
     return {k: (np.asarray(v) * factor).tolist() for k, v in table.items()}
 
 
-def _robust_cv_log(x) -> float:
-    """Robust spread (p10..p90 as a normal's sd) of log(x): a relative spread that is symmetric."""
-    lx = np.log(np.asarray([v for v in x if v > 0], dtype=float))
-    if len(lx) < 3:
-        return 0.0
-    return float((np.percentile(lx, 90) - np.percentile(lx, 10)) / 2.5631)
-
-
 def whole_step_block(whole: list[float], parts: list[float], context: int, n: int) -> dict:
     """`latency.whole_step` from paired samples (a step timed piece by piece, then the same step
     timed whole, round after round): the whole step's median and spread over the profiling window,
@@ -221,7 +212,7 @@ def whole_step_block(whole: list[float], parts: list[float], context: int, n: in
     return {"context": int(context), "n": int(n), "median_ms": float(np.median(whole_a)),
             **{k: v for k, v in stats(whole_a).items() if k != "median_ms"}, "repeats": len(whole_a),
             "sum_of_parts_ms": float(np.median(parts_a)), "ratio": ratio, "flagged": not ok, "note": note,
-            "method": "paired", "calibration": calibration, "ratio_cv": _robust_cv_log(parts_a / whole_a),
+            "method": "paired", "calibration": calibration, "ratio_cv": robust_log_sd(parts_a / whole_a, min_n=3),
             "samples_ms": [round(float(w), 3) for w in whole_a]}
 
 
@@ -288,7 +279,7 @@ def measure_grids(adapter: ModelAdapter, cfg: LatencyConfig, thread_counts, tick
         # AR at t threads against the base, round by round: how steady the thread speedup is
         ratio = np.asarray(whole[base]) / np.asarray(whole[t])
         out[t]["whole_step"]["speedup_vs_base"] = float(np.median(ratio))
-        out[t]["whole_step"]["speedup_cv"] = _robust_cv_log(ratio)
+        out[t]["whole_step"]["speedup_cv"] = robust_log_sd(ratio, min_n=3)
     return out
 
 
@@ -352,7 +343,7 @@ def _worker(rank: int, model_spec: str, device: str, dtype: str, threads: int, c
         from transformers.utils import logging
 
         logging.disable_progress_bar()
-        from profiler.model import load_model
+        from runtime.llm import load_model
 
         # one GPU per stage when there are enough (NCCL refuses two ranks on one device), made the
         # current device first thing: the model, the CUDA context, the events and every bare "cuda"
@@ -616,10 +607,6 @@ def pipeline_summary(alone: dict[int, list], piped: dict[int, list], exit_layer:
     """The probe's figures: per-stage pass slowdown in the pipeline against the profile's tables
     (what the simulator multiplies; against the same pass alone when no tables are given), the
     one-way hop into a stage that is waiting for it, and the passes' relative spread."""
-    def robust_cv(x) -> float:
-        p10, med, p90 = np.percentile(np.asarray(x, float), [10, 50, 90])
-        return float((p90 - p10) / 2.563 / med) if med > 0 else 0.0  # 2.563 = p90 - p10 of N(0, 1)
-
     ratios, layer_r, head_r, cvs, alone_ms, piped_ms = [], [], [], [], [], []
     for r in (0, 1):
         a = np.asarray([x[0] + x[1] for x in alone[r]])
@@ -772,22 +759,6 @@ def measure_corun_now(model_spec: str, adapter: ModelAdapter, threads: int = 1, 
         pool.close()
 
 
-def measure_pipeline_now(model_spec: str, adapter: ModelAdapter, threads: int = 1, context: int = 64,
-                         repeats: int = 30, timeout_s: float = 180.0) -> dict:
-    """The two-stage pipeline probe measured now as the profiler measures it (`_measure_pipeline_probe`:
-    in rounds, each stage's passes alone then both as a pipeline, layers and heads as stages run them),
-    its slowdown against the passes alone: what a PPSD plan's stages do to each other at this moment,
-    which the layers-only co-run check does not see. Returns the probe's summary."""
-    cfg = LatencyConfig(corun_max=0, threads=threads, context_values=(int(context),), measure_hop=False,
-                        pipeline_repeats=repeats)
-    pool = WorkerPool(2, model_spec, adapter.device.type, str(adapter.dtype).removeprefix("torch."), threads,
-                      int(context), timeout_s=timeout_s)
-    try:
-        return _measure_pipeline_probe(pool, cfg, adapter.num_layers, "gloo", None)
-    finally:
-        pool.close()
-
-
 def _one_line(exc: BaseException) -> str:
     """An exception as one line: its first line, plus the last line of a worker's traceback."""
     lines = [x.strip() for x in str(exc).splitlines() if x.strip()] or [exc.__class__.__name__]
@@ -846,14 +817,13 @@ def _measure_pipeline_probe(pool: WorkerPool, cfg: LatencyConfig, num_layers: in
              if grid is not None and 1 in cfg.n_values else None)
     # Tables calibrated to paired whole steps price a stage's pass as it runs alone; what the pipeline
     # adds is then its pass over the same pass alone in the same round, which no drift of the machine
-    # between the grid and the probe enters (against the tables, the AMD VM's probe read 0.88x: passes
-    # alone ran at 0.80-0.93 of an uncalibrated grid measured minutes earlier).
+    # between the grid and the probe enters.
     calibrated = grid is not None and (grid.get("whole_step") or {}).get("method") == "paired"
     return summarise_probe_rounds(rounds, e, num_layers, backend, table, against_alone=calibrated)
 
 
 def machine_info(adapter: ModelAdapter, threads: int) -> dict:
-    from profiler.model import device_name
+    from runtime.llm import device_name
 
     dev = adapter.device
     return {"device": dev.type, "device_name": device_name(dev), "cores": os.cpu_count() or 1,

@@ -2,14 +2,13 @@
 drifted, piece by piece.
 
 A speedup is a ratio, so a machine uniformly faster or slower than when profiled changes no
-prediction; what moves speedups is the pieces drifting apart. On 2026-12-03 (Intel VM) the memory-bound
-LM head ran 36% faster half an hour after the profile while the layers ran 11% faster, and plans
-drafting with a small exit head (which skip one LM head a token) were over-predicted by 8-15%.
+prediction; what moves speedups is the pieces drifting apart (the memory-bound LM head by another
+factor than the layers, which moves every plan that drafts with a small exit head: docs/design-notes.md).
 `time_pieces` re-times the pieces with the profiler's own step timer (`profiler.latency.timed_step`:
 embedding, the layers one by one, final norm + LM head; n = 1 at the profile's smallest context) and,
 given trained exit heads, each head's draft (`profiler.heads.evaluate.measure_latency`, as the
 profiler times them). `PieceTimes.scale` is what `Profile.retimed` prices with: `ppsd validate
---retime` takes it right before each plan runs; `bench/piece_drift.py` prints it.
+--retime` takes it right before each plan runs; `python -m bench.piece_drift` prints it.
 """
 
 from __future__ import annotations
@@ -29,10 +28,8 @@ class PieceScale:
     head: float = 1.0
     embedding: float = 1.0
     exit_heads: dict[str, float] = field(default_factory=dict)
-    # the 2-process co-run slowdown measured now over the profile's (`ppsd validate --retime` before a
-    # pipelined plan): co-running stages slow each other by a factor that drifts with the machine's
-    # state (AMD EPYC VM, 2026-12-04: 0.99x in the profile, 1.03x ninety minutes later), which no
-    # single-process timing of the pieces can see
+    # a co-run slowdown over the profile's, for a what-if pricing (`bench.ppsd_sitting`); `ppsd validate
+    # --retime` leaves it at 1: a pipeline's co-run slowdown stays the profile's runtime probe's
     corun: float = 1.0
 
     def drift_pct(self) -> dict[str, float]:
@@ -113,7 +110,7 @@ def time_pieces(profile, adapter, heads=None, repeats: int = 30, warmup: int = 5
     if priced:
         from profiler.heads.evaluate import measure_latency
         from profiler.heads.profiling import vocab_sizes_of
-        from profiler.heads.vocab import draft_path_evictor
+        from profiler.heads.timing import draft_path_evictor
 
         mid = heads.exits[len(heads.exits) // 2]
         # timed as the profile timed them: after the draft's layers when its entries say so

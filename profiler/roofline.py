@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from ppsd.errors import UserError
-from profiler.archs import ArchShape
+from ppsd.archs import ArchShape
 from profiler.hardware import DTYPE_BYTES, Hardware, normalize_dtype
 from profiler.stacks import Stack, resolve_stack
 

@@ -15,6 +15,7 @@ import statistics
 import numpy as np
 import torch
 
+from ppsd.statistics import mad_log_sd
 from profiler.latency import StepClock, filled_cache, timed_step, whole_step_ms
 
 ROUNDS = 5
@@ -30,15 +31,6 @@ def stage_prices(laps: np.ndarray, exit_layer: int, scale: float) -> list[float]
     embed, setup, layers, head = laps[0], laps[1], laps[2:-1], laps[-1]
     return [scale * float(embed + setup + layers[:exit_layer].sum() + head),
             scale * float(setup + layers[exit_layer:].sum() + head)]
-
-
-def robust_log_sd(x) -> float:
-    """The spread of positive figures on the log scale: (p90 − p10) / 2.563 (a normal's p10..p90)."""
-    logs = np.log(np.asarray(x, dtype=float))
-    if len(logs) < 2:
-        return 0.0
-    p10, p90 = np.percentile(logs, [10, 90])
-    return float((p90 - p10) / 2.563)
 
 
 class RuntimeProbe:
@@ -75,7 +67,7 @@ class RuntimeProbe:
         slow = [float(np.mean(r["slowdown_per_stage"])) for r in self.rounds]
         kept = sorted(range(len(slow)), key=slow.__getitem__)[len(slow) // 2]
         return {"slowdown": slow[kept], "slowdown_per_stage": self.rounds[kept]["slowdown_per_stage"],
-                "round_kept": kept, "rounds": self.rounds, "slowdown_cv": robust_log_sd(slow),
+                "round_kept": kept, "rounds": self.rounds, "slowdown_cv": mad_log_sd(slow),
                 "exit_layer": self.exit_layer, "tokens": self.tokens, "prompt_len": self.prompt_len,
                 "context": self.context, "method": METHOD}
 
@@ -83,7 +75,8 @@ class RuntimeProbe:
 METHOD = ("the runtime's own two-stage pipeline (forked stage processes, runtime/pipeline.py) with every draft "
           "accepted; each stage's median pass over the same pass priced from pieces timed in this process in the "
           "same round and scaled to a whole step timed beside them; mean over the stages, median round kept; "
-          "slowdown_cv: the rounds' robust log spread")
+          "slowdown_cv: the rounds' log spread by their median absolute deviation (a burst in one round moves "
+          "neither)")
 
 
 def measure_runtime_probe(adapter, rounds: int = ROUNDS, tokens: int = TOKENS, prompt_len: int = PROMPT_LEN,

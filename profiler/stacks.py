@@ -9,7 +9,7 @@ compiled  the decode step is captured once and replayed per token: CUDA graphs (
           (`Hardware.launch_us`): what the roofline alone models. The default: it is what a deployed
           decode stack does; over 8 published figures of such stacks the roofline is 7.8% off on
           average, within 5% for most A100 ones, 20% optimistic on the one H100
-          (`bench/published_check.py`).
+          (`python -m bench.published_check`).
 eager     PyTorch eager mode (Hugging Face transformers `generate`, gpt-fast without --compile,
           LayerSkip's reference code, ppsd's own runtime): Python dispatches every op, each costing the
           host tens of µs, more than the GPU needs for that op at batch 1. The step is host-bound: a
@@ -44,7 +44,7 @@ EAGER_OPS_PER_LAYER = 44
 EAGER_OPS_HEAD = 12
 EAGER_OPS_EMBED = 1
 
-# Host cost per dispatched op, µs. Fitted (bench/published_check.py --fit) to ONE published figure,
+# Host cost per dispatched op, µs. Fitted (python -m bench.published_check --fit) to ONE published figure,
 # the eager starting point of the PyTorch blog "Accelerating Generative AI with PyTorch II: GPT,
 # Fast" (Nov 30 2023, section "Starting Point (25.5 tok/s)": Llama-2-7B, batch 1, fp16, an
 # A100-80GB power-limited to 330 W; https://pytorch.org/blog/accelerating-generative-ai-2/).
@@ -54,7 +54,7 @@ EAGER_OPS_EMBED = 1
 # (https://github.com/pytorch/ao/blob/main/torchao/_models/llama/benchmark_results.txt).
 # The host CPU sets this cost: LayerSkip's own HF-based eager code ran Llama2-7B at 39.0 tok/s
 # (facebookresearch/LayerSkip README, commit 02075d0, GPU not stated), i.e. ~35% cheaper ops, so
-# expect ±30% between machines; `--dispatch-us` (or bench/calibrate.py on a measurement) sets it.
+# expect ±30% between machines; `--dispatch-us` (or python -m bench.calibrate on a measurement) sets it.
 EAGER_DISPATCH_US = 27.6
 
 

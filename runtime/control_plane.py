@@ -23,15 +23,14 @@ Method (emulated devices, runtime/emulate.py: the real stage processes and messa
                  trip runs through every one of them, so pricing all passes at stage 1's figure made
                  the chain 0.6 ms long at 6 stages, enough to lose the race of sim/model/restart.py.
   hop jitter     the same run: the robust spread of those transits, the host's scheduling noise on
-                 each hand-over (`hop_jitter_ms`; 2 cores: 0.06 ms at k = 4, 0.18 ms at k = 8). It
+                 each hand-over (`hop_jitter_ms`). It
                  decides the restart race when stage 1's layers end within it of the commit.
   transit        the same run: zero-time layers behind stage 1's 1 ms head, so each token finds
                  stage 2 idle, and the time from stage 1's send (the end of its layers) to stage
                  2's pass start is a message's transit (the median over tokens). Not a run with
                  every draft rejected: there stage 1 restarts at once and drafts on while the
                  rejection travels back, so at k >= 4 stage 2 meets a queue of stale messages and
-                 the "transit" is their draining (k = 8: 3.9-4.0 ms against 0.37-0.49 ms once the
-                 draft ring no longer held stage 1 back, runtime/transport.py: control_ring_depth).
+                 the "transit" would be their draining.
   reject_all     every draft rejected, all pieces zero-time: the time per token then (reported only).
 Both are properties of this machine's gloo and Python at the hidden size given (the bytes a hop
 carries), not of any model.
@@ -43,6 +42,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from ppsd.statistics import median
+
+MIN_PASSES = 4  # passes a role needs before its median pass says anything
 HEAD_MS = 1.0  # the head that makes stage 1 and the last stage the bottleneck in the overhead run
 METHOD = ("emulated zero-time layers: overhead = stage 1's median pass - head with every draft accepted (its part "
           "before the send: send_offset), a middle stage's median pass, the last stage's median pass - head; transit = "
@@ -53,7 +55,7 @@ def _run(profile_dir: Path, k: int, hidden: int, forced, tokens: int, prompts: i
     from ppsd.profile import load_profile
     from runtime.emulate import EmulatedModel, emulated_prompts
     from runtime.measure import Job, measure
-    from sim.modes import Mode
+    from ppsd.modes import Mode
     from sim.plan import Plan
 
     prof = load_profile(profile_dir)
@@ -64,16 +66,11 @@ def _run(profile_dir: Path, k: int, hidden: int, forced, tokens: int, prompts: i
                               forced=[forced] * len(ps), timeout_s=120))
 
 
-def _median(values) -> float | None:
-    """The median of at least 4 values, else None (too few passes to say)."""
-    values = list(values)
-    return float(statistics.median(values)) if len(values) >= 4 else None
-
-
 def _stage1_pass_ms(result) -> float | None:
     """Median duration of stage 1's passes (embed, layers, the exit head, the sends; the runtime's
     "draft" events), every draft accepted: a pass's own cost, with no wait for a verdict in it."""
-    return _median(ev.dur_s * 1e3 for ev in result.timeline if ev.row == "stage 1" and ev.name == "draft")
+    return median((ev.dur_s * 1e3 for ev in result.timeline if ev.row == "stage 1" and ev.name == "draft"),
+                  min_n=MIN_PASSES)
 
 
 def _stage1_period_ms(result) -> float | None:
@@ -94,9 +91,11 @@ def _role_overheads(result, k: int) -> dict:
     on stage 1 and the last stage (see the module doc): stage 1's part before its send, a middle
     stage's pass, the last stage's pass − the head. None where the run has too few passes."""
     tl = result.timeline
-    before = _median(ev.args.get("layers_ms", 0.0) for ev in tl if ev.row == "stage 1" and ev.name == "draft")
-    middle = _median(ev.dur_s * 1e3 for ev in tl if ev.name == "forward" and ev.row not in ("stage 1", f"stage {k}"))
-    last = _median(ev.dur_s * 1e3 for ev in tl if ev.row == f"stage {k}" and ev.name == "verify")
+    before = median((ev.args.get("layers_ms", 0.0) for ev in tl if ev.row == "stage 1" and ev.name == "draft"),
+                    min_n=MIN_PASSES)
+    middle = median((ev.dur_s * 1e3 for ev in tl if ev.name == "forward" and ev.row not in ("stage 1", f"stage {k}")),
+                    min_n=MIN_PASSES)
+    last = median((ev.dur_s * 1e3 for ev in tl if ev.row == f"stage {k}" and ev.name == "verify"), min_n=MIN_PASSES)
     return {"send_offset_ms": None if before is None else round(before, 5),
             "middle_pass_overhead_ms": None if middle is None else round(middle, 5),
             "last_pass_overhead_ms": None if last is None else round(max(last - HEAD_MS, 0.0), 5)}
@@ -146,7 +145,7 @@ def _transit_samples(result) -> list[float]:
 def measure_control_plane(stages=(2, 3, 4, 6, 8), *, hidden_size: int = 4096, tokens: int = 48, prompts: int = 2,
                           repeats: int = 2, workdir: str | Path | None = None, progress=None) -> dict:
     """`latency.control_plane` for each stage count in `stages`, measured on this machine."""
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
     from runtime.acceptance import ACCEPT_ALL, REJECT_ALL
 
     base = Path(workdir or tempfile.mkdtemp(prefix="ppsd-control-plane-"))

@@ -12,7 +12,7 @@ Python loops, the launcher. A 4-GPU plan of a 7B model can be dry-run on a lapto
 Waits (`wait_until`, `wait_ms`) sleep (in slices of at most 1 ms) until `SPIN_S` (100 µs) before
 their deadline and spin on perf_counter only for the rest, with the process's timer slack cut to
 1 µs (Linux), so a stage that waits uses almost no CPU: eight emulated stages fit on two cores as far
-as the waits go (their messages still cost CPU: see the report in bench/bench_emulate.py). A pass
+as the waits go (their messages still cost CPU: see the report in python -m bench.bench_emulate). A pass
 over several layers keeps one absolute deadline from the pass's start (one per layer when it may be
 abandoned), so the time spent in Python between layers is absorbed instead of added; only the pass's
 end spins.

@@ -133,9 +133,8 @@ def instrumented(hf, log: list[ForwardCall] | None, drafts: list[int]):
     if log is not None:
         # `wraps` keeps forward's signature visible: generate() asks it whether the model takes
         # `logits_to_keep` and, seeing a bare (*args, **kwargs), computes the LM head on every position
-        # of every call, the drafter's 2-token re-feed included (AMD EPYC VM, 2026-12-04: each timed
-        # round then carried ~16 ms of head the un-timed runs never pay, and the fitted round overhead
-        # came out at 18.5 ms where the gaps between forward calls are 3-5 ms)
+        # of every call, the drafter's 2-token re-feed included: each timed round would then carry an LM
+        # head the un-timed runs never pay (docs/design-notes.md)
         @functools.wraps(orig_forward)
         def forward(*args, **kwargs):
             ids = kwargs.get("input_ids", args[0] if args else None)
@@ -261,7 +260,7 @@ def measure_hf(model, plan, prompts, max_new, *, warmup: int = 1, repeats: int =
 
 
 def measure_job(model, job):
-    """`runtime.validation.bench.MeasureFn` for the hf runtime: a `runtime.measure.Job` decoded with
+    """`validation.measuring.MeasureFn` for the hf runtime: a `runtime.measure.Job` decoded with
     transformers' generate (AR plans: plain greedy generate; EESD plans: assisted generation at the
     plan's exit, γ0 and schedule). Greedy only; forced acceptance cannot apply (transformers drafts
     and verifies by itself)."""
@@ -324,9 +323,9 @@ def run_command(args) -> int:
 
     from ppsd.devices import normalize_device
     from ppsd.output import print_json
-    from profiler.model import load_model
-    from profiler.prompts import load_prompts
-    from sim.modes import Mode
+    from runtime.llm import load_model
+    from ppsd.prompts import load_prompts
+    from ppsd.modes import Mode
     from sim.schemes import runtime_decodes
     from sim.plan import Plan
 

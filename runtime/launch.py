@@ -96,7 +96,7 @@ def bind_device(device: str) -> None:
 def _build_stage(rank: int, world: int, job, model, board, heartbeat, device: str | None = None):
     import torch
 
-    from profiler.model import load_model
+    from runtime.llm import load_model
     from runtime.pipeline import Stage
 
     torch.set_num_threads(job.threads)

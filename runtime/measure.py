@@ -18,7 +18,7 @@ import numpy as np
 from runtime.acceptance import ForcedTrace, Sampler
 from runtime.decoding import SeqRecord, generate_ar, generate_eesd
 from runtime.warmup import warmup_view
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import MeasuredDetails, Plan, Result
 from sim.timeline import Event
 
@@ -200,8 +200,7 @@ def host_cpu_share(reps: list[list[SeqRecord]], cores: int | None = None) -> flo
 
     Emulated stages wait without using a core, so what they use is the control plane alone; near 1
     the stages queue for the cores on every message, and the run measures this machine's contention,
-    not the plan's control plane (emulated analytic H100, E = 4, α = 1, 2 cores: k = 2 / 4 / 8 kept
-    the machine 15 / 47 / 79% busy, predicted +5.5 / -1.8 / +121%; an L4's k = 8, 22%: +1.7%)."""
+    not the plan's control plane (docs/design-notes.md)."""
     import os
 
     cpu = sum(sum(r.cpu_s) for recs in reps for r in recs)

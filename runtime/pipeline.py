@@ -162,6 +162,23 @@ class EpochBoard:
             self.store.add("ppsd_epoch", epoch - int(self.store.add("ppsd_epoch", 0)))
 
 
+@dataclass
+class _FirstState:
+    """Stage 1's state within one sequence: the epoch it drafts in, the tokens in flight, the next
+    token x and its position s, whether its last pass was abandoned, and its busy time so far."""
+
+    seq: int
+    cache: object
+    sampler: object
+    step: torch.Tensor
+    x: int
+    s: int
+    epoch: int = 0
+    inflight: int = 1
+    aborted: bool = False
+    busy: float = 0.0
+
+
 class Stage:
     def __init__(self, rank: int, world: int, job: PipelineJob, model, board: EpochBoard, heartbeat=None):
         self.rank, self.world, self.job, self.model, self.board = rank, world, job, model, board
@@ -267,83 +284,93 @@ class Stage:
 
     # --- stage 1: embed, layers [0, E), exit head (drafts) ------------------------------------------
     def run_first(self) -> None:
-        job, model, k = self.job, self.model, self.world
+        """Stage 1: per sequence, the prefill, then one speculative pass after another, each waiting
+        for verdicts only at the in-flight cap or after an abandoned pass."""
         self.v_in.post()
-        step = torch.empty((1, 1), dtype=torch.long, device=self.dev)
-        for seq, (rep, pi) in enumerate(job.schedule):
-            self.record = rep == job.timeline_rep
-            sampler = Sampler.make(job.temperature, job.seed * 1_000_003 + seq * 2 + 1, self.dev)
-            prompt = job.prompt_of(seq)
-            L = len(prompt)
-            cache = model.new_cache()
-            t0 = time.perf_counter()
+        for seq, (rep, _) in enumerate(self.job.schedule):
+            self.record = rep == self.job.timeline_rep
             c0 = time.process_time()
-            self.log.seq_start[seq] = t0
-            ids = torch.tensor([prompt], dtype=torch.long, device=self.dev)
-            h_exit = model.forward_layers(model.embed(ids), 0, self.exit_layer, cache, 0)
-            last_exit = h_exit[:, -1:]
-            self._send_header(PREFILL, L - 1, 0, L, seq)
-            self._send_payload(h_exit, last_exit if self.carry else None)
-            d, q = self.drafter.choose(sampler, last_exit)
-            self._send_draft(TOKEN, L - 1, 0, d, _q_of(q, d))
-            t1 = time.perf_counter()
-            self._event("prefill", t0, t1, d, length=L)
-            epoch, inflight, x, s, busy = 0, 1, d, L, 0.0
-            aborted = False
-            while True:
-                done = False
-                # keep at most k tokens in flight: wait for the oldest verdict; after an abandoned
-                # pass, wait until the rejection that caused it has arrived
-                while inflight >= k or (aborted and inflight > 0):
-                    v = self._arrive(self.v_in.take().tolist())
-                    self.v_in.post()
-                    inflight -= 1
-                    if v[5]:
-                        done = True
-                        break
-                    if not v[3]:  # rejected: drop in-flight work, restart from the corrected token
-                        epoch, x, s = int(v[2]), int(v[4]), int(v[1]) + 1
-                        cache.crop(s)
-                        inflight = 0
-                        aborted = False
-                        self.log.flushes += 1
-                if done:
-                    break
-                a = time.perf_counter()
-                step[0, 0] = x
-                # A pass on a token whose predecessor is still being verified is speculative: when the
-                # last stage rejects that predecessor (it posts the new epoch on the shared board),
-                # the pass is abandoned between layers instead of running to its useless end.
-                stale_key = EpochBoard.key(seq, epoch)
-                should_stop = (lambda: self.board.get() > stale_key) if self.live_board and inflight else None
-                if should_stop is not None and should_stop():
-                    aborted = True  # rejected before the pass began: no embedding, wait for the verdict
-                    continue
-                h_exit = model.forward_layers(model.embed(step), 0, self.exit_layer, cache, s,
-                                              should_stop=should_stop)
-                if h_exit is not None and should_stop is not None and should_stop():
-                    h_exit = None  # rejected while the last layer ran: send nothing, skip the exit head
-                if h_exit is None:
-                    aborted = True
-                    b = self._clock()
-                    busy += b - a
-                    self._event("flush", a, b, x, pos=s, epoch=epoch)
-                    continue
-                sent = self._clock()
-                self._send_header(TOKEN, s, epoch, 1, seq, h_exit, h_exit if self.carry else None)
-                d, q = self.drafter.choose(sampler, h_exit)
-                self._send_draft(TOKEN, s, epoch, d, _q_of(q, d))
-                b = time.perf_counter()
-                busy += b - a
-                # where the pass handed its hidden state on: splits layers from the exit head
-                self._event("draft", a, b, x, pos=s, epoch=epoch, layers_ms=round((sent - a) * 1e3, 3))
-                self._beat()
-                inflight += 1
-                x, s = d, s + 1
-            self.log.busy[seq] = busy
+            st = self._prefill_first(seq)
+            while self._await_verdicts(st):
+                self._draft_pass(st)
+            self.log.busy[seq] = st.busy
             self.log.cpu[seq] = time.process_time() - c0
             self._send_header(END, seq=seq)
             self._send_draft(END)
+        self._shutdown_first()
+
+    def _prefill_first(self, seq: int) -> _FirstState:
+        """The prompt through layers [0, E) in one pass: its layer-E states go to the next stage and its
+        last one drafts the first token."""
+        job, model = self.job, self.model
+        sampler = Sampler.make(job.temperature, job.seed * 1_000_003 + seq * 2 + 1, self.dev)
+        prompt = job.prompt_of(seq)
+        L = len(prompt)
+        cache = model.new_cache()
+        t0 = time.perf_counter()
+        self.log.seq_start[seq] = t0
+        ids = torch.tensor([prompt], dtype=torch.long, device=self.dev)
+        h_exit = model.forward_layers(model.embed(ids), 0, self.exit_layer, cache, 0)
+        last_exit = h_exit[:, -1:]
+        self._send_header(PREFILL, L - 1, 0, L, seq)
+        self._send_payload(h_exit, last_exit if self.carry else None)
+        d, q = self.drafter.choose(sampler, last_exit)
+        self._send_draft(TOKEN, L - 1, 0, d, _q_of(q, d))
+        self._event("prefill", t0, time.perf_counter(), d, length=L)
+        return _FirstState(seq, cache, sampler, torch.empty((1, 1), dtype=torch.long, device=self.dev), x=d, s=L)
+
+    def _await_verdicts(self, st: _FirstState) -> bool:
+        """Keep at most k tokens in flight: wait for the oldest verdict; after an abandoned pass, wait
+        until the rejection that caused it has arrived. False when the sequence is over."""
+        while st.inflight >= self.world or (st.aborted and st.inflight > 0):
+            v = self._arrive(self.v_in.take().tolist())
+            self.v_in.post()
+            st.inflight -= 1
+            if v[5]:
+                return False
+            if not v[3]:  # rejected: drop in-flight work, restart from the corrected token
+                st.epoch, st.x, st.s = int(v[2]), int(v[4]), int(v[1]) + 1
+                st.cache.crop(st.s)
+                st.inflight = 0
+                st.aborted = False
+                self.log.flushes += 1
+        return True
+
+    def _draft_pass(self, st: _FirstState) -> None:
+        """One pass of token x at position s: layers [0, E), its hidden state sent on, then the exit head
+        drafts x's successor. A pass on a token whose predecessor is still being verified is
+        speculative: when the last stage rejects that predecessor (it posts the new epoch on the shared
+        board), the pass is abandoned between layers instead of running to its useless end."""
+        model = self.model
+        a = time.perf_counter()
+        st.step[0, 0] = st.x
+        stale_key = EpochBoard.key(st.seq, st.epoch)
+        should_stop = (lambda: self.board.get() > stale_key) if self.live_board and st.inflight else None
+        if should_stop is not None and should_stop():
+            st.aborted = True  # rejected before the pass began: no embedding, wait for the verdict
+            return
+        h_exit = model.forward_layers(model.embed(st.step), 0, self.exit_layer, st.cache, st.s, should_stop=should_stop)
+        if h_exit is not None and should_stop is not None and should_stop():
+            h_exit = None  # rejected while the last layer ran: send nothing, skip the exit head
+        if h_exit is None:
+            st.aborted = True
+            b = self._clock()
+            st.busy += b - a
+            self._event("flush", a, b, st.x, pos=st.s, epoch=st.epoch)
+            return
+        sent = self._clock()
+        self._send_header(TOKEN, st.s, st.epoch, 1, st.seq, h_exit, h_exit if self.carry else None)
+        d, q = self.drafter.choose(st.sampler, h_exit)
+        self._send_draft(TOKEN, st.s, st.epoch, d, _q_of(q, d))
+        b = time.perf_counter()
+        st.busy += b - a
+        # where the pass handed its hidden state on: splits layers from the exit head
+        self._event("draft", a, b, st.x, pos=st.s, epoch=st.epoch, layers_ms=round((sent - a) * 1e3, 3))
+        self._beat()
+        st.inflight += 1
+        st.x, st.s = d, st.s + 1
+
+    def _shutdown_first(self) -> None:
         self._send_header(SHUTDOWN)
         self._send_draft(SHUTDOWN)
         for _ in range(max(draft_receives_ahead(self.world) - 1, 0)):
@@ -543,8 +570,7 @@ class Stage:
             # the sequence is over: every token still in flight behind this one is stale. Without
             # this, middle stages ran that tail to its end and stage 1's next sequence waited for
             # it: its first draft send reuses a ring slot whose draft the last stage takes only at
-            # the old sequence's END, after the tail (emulated L4, E = 4, k = 8: a 34 ms stall at
-            # every sequence start, 1.1 ms a token over 32 tokens).
+            # the old sequence's END, after the tail (a stall at every sequence start).
             self._post_stale(seq, st["epoch"] + 1)
         vb = self.v_out.next()
         vb.copy_(torch.tensor((TOKEN, pos, st["epoch"], int(ok), tok, int(done), _stamp())))

@@ -15,7 +15,7 @@ import statistics
 
 from runtime.acceptance import ForcedTrace
 from runtime.measure import Job, measure
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 
 ACCEPT_ALL = "accept-all (runtime probe)"

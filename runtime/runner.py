@@ -1,87 +1,46 @@
 """`ppsd run`: checks the request, loads the model once, measures AR and the chosen plan in one
-session, prints the comparison (the request checks live in runtime/plans.py)."""
+session, prints the comparison (the request checks live in runtime/request.py)."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ppsd.devices import normalize_device
 from ppsd.errors import UserError
 from ppsd.output import print_json
-from runtime.plans import (check_lengths, check_resources, check_stage_devices, default_profile, make_plan,
+from runtime.request import (check_lengths, check_resources, check_stage_devices, default_profile, make_plan,
                            parse_bounds, with_exit_head)
 from runtime.same_budget import budget_cores
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 from sim.schemes import scheme
 
 
+@dataclass
+class _Request:
+    """What `ppsd run` was asked, checked before a model is loaded."""
+
+    emulate: str | None   # a profile: every device a wait of its times (runtime/emulate.py)
+    forced: object        # --force-trace, loaded
+    bounds: tuple | None  # --stage-bounds, parsed
+    torchrun: bool        # one PPSD stage per torchrun rank
+    cuda: bool
+    pipelined: bool       # stage processes (PPSD) rather than one decoding process
+
+
 def run_command(args) -> int:
+    """Check the request, load the model, make the plan and its inputs, then measure AR and the plan in
+    one session (and, within a budget of cores, both on every core) and print the comparison."""
     import torch
 
-    from profiler.model import load_model
-    from profiler.prompts import load_prompts
-    from runtime.acceptance import load_forced_trace
-    from runtime.measure import Job, measure
+    from runtime.measure import Job
 
-    if args.max_new_tokens < 1:
-        raise UserError(f"--max-new-tokens {args.max_new_tokens} must be at least 1", "use e.g. 64")
-    if args.repeats < 1 or args.warmup < 0:
-        raise UserError("--repeats must be >= 1 and --warmup >= 0", "use e.g. --warmup 1 --repeats 3")
+    req = _check_request(args)
     torch.set_num_threads(1)  # one thread per decoding process, the stages' setting too
-    from runtime.launch import check_torchrun_world, torchrun_device, torchrun_world, under_torchrun
-
-    args.device = normalize_device(args.device)  # "gpu" is "cuda" from here on (the GPU-count check too)
-    emulate = getattr(args, "emulate", None)  # a profile: every device a wait of its times (runtime/emulate.py)
-    if emulate and args.device != "cpu":
-        raise UserError(f"--emulate waits instead of computing: --device {args.device} does not apply",
-                        "drop --device (the emulated stages are processes on this machine)")
-    forced = load_forced_trace(args.force_trace)
-    bounds = parse_bounds(args.stage_bounds)
-    torchrun = under_torchrun()
-    cuda = args.device.startswith("cuda")
-    pipelined = scheme(args.mode).pipelined  # stage processes (PPSD) rather than one decoding process
-    if torchrun:  # one PPSD stage per rank: asked before a model is loaded
-        if pipelined:
-            check_torchrun_world(len(bounds) - 1 if bounds else args.stages)
-        elif torchrun_world() > 1:
-            raise UserError(f"under torchrun every rank is one PPSD stage, and --mode {Mode.parse(args.mode)} "
-                            "runs in one process", "run it without torchrun")
-    if cuda and not torchrun and pipelined:
-        # before a (7B) model is loaded: a PPSD run that cannot fit these GPUs fails in seconds
-        check_stage_devices(len(bounds) - 1 if bounds else args.stages, args.device, args.oversubscribe)
-    # Under torchrun each rank is one stage: on CUDA its device is cuda:{LOCAL_RANK}, made current
-    # before anything touches CUDA and before loading, so every rank's weights land on its own GPU.
-    device = torchrun_device(args.device) if torchrun else args.device
-    if emulate:
-        from runtime import emulate as em
-
-        model = em.load_emulated(emulate)
-    else:
-        model = load_model(args.model, device, args.dtype)
-    profile = (model.profile if emulate and not getattr(args, "profile", None)
-               else default_profile(model.model_id, getattr(args, "profile", None))) \
-        if pipelined and bounds is None else None
-    plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, bounds, profile)
-    plan = (em.with_emulated_head if emulate else with_exit_head)(model, plan, getattr(args, "heads", None),
-                                                                  getattr(args, "exit_head", None))
-    if pipelined:  # under torchrun the torchrun rules, whatever --launch says
-        plan = replace(plan, launch="torchrun" if torchrun else getattr(args, "launch", None) or "local")
-    if emulate and pipelined and plan.hop_ms is None:
-        plan = replace(plan, hop_ms=float(model.profile.hop_ms()))  # the emulated stages wait for it too
-    if not (torchrun and cuda):  # torchrun on GPUs: one stage per rank, maybe across nodes (run_torchrun checks)
-        check_resources(plan, args.device, args.oversubscribe or bool(emulate))  # waits use no core
-    if emulate:  # synthetic prompts of the profile's lengths; acceptance forced (its traces by default)
-        if args.prompts:
-            raise UserError("--prompts does not apply with --emulate (prompts are synthetic, of the profile's "
-                            "prompt lengths)", "drop --prompts; --limit picks how many")
-        prompts, max_new, forced = em.run_inputs(model, plan, args.limit, args.max_new_tokens, args.force_trace)
-    else:
-        prompt_set = load_prompts(args.prompts, limit=args.limit)
-        prompts = [model.encode_prompt(p.text) for p in prompt_set]
-        max_new = [args.max_new_tokens] * len(prompts)
-    check_lengths(model, prompts, max_new, plan)
+    model = _load(args, req)
+    plan = _plan(args, req, model)
+    prompts, max_new, forced = _inputs(args, req, model, plan)
 
     def job(p: Plan, f=None) -> Job:
         return Job(plan=p, prompts=prompts, max_new=max_new, temperature=args.temperature, seed=args.seed,
@@ -91,8 +50,101 @@ def run_command(args) -> int:
                    heads_dir=getattr(args, "heads", None))
 
     run_facts = {"model": model.model_id, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
-    if pipelined and torchrun:
-        return _run_torchrun(args, model, plan, job, forced, run_facts, 1 if emulate else budget_cores(args, cuda))
+    cores = 1 if req.emulate else budget_cores(args, req.cuda)  # threads do not speed up a wait
+    if req.pipelined and req.torchrun:
+        return _run_torchrun(args, model, plan, job, forced, run_facts, cores)
+    _report(args, plan, _measure_with_ar(args, model, plan, job, forced, run_facts, cores))
+    return 0
+
+
+def _check_request(args) -> _Request:
+    """The request's options, refused with a one-line error before anything heavy starts."""
+    from runtime.acceptance import load_forced_trace
+    from runtime.launch import check_torchrun_world, torchrun_world, under_torchrun
+
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens {args.max_new_tokens} must be at least 1", "use e.g. 64")
+    if args.repeats < 1 or args.warmup < 0:
+        raise UserError("--repeats must be >= 1 and --warmup >= 0", "use e.g. --warmup 1 --repeats 3")
+    args.device = normalize_device(args.device)  # "gpu" is "cuda" from here on (the GPU-count check too)
+    emulate = getattr(args, "emulate", None)
+    if emulate and args.device != "cpu":
+        raise UserError(f"--emulate waits instead of computing: --device {args.device} does not apply",
+                        "drop --device (the emulated stages are processes on this machine)")
+    req = _Request(emulate, load_forced_trace(args.force_trace), parse_bounds(args.stage_bounds), under_torchrun(),
+                   args.device.startswith("cuda"), scheme(args.mode).pipelined)
+    stages = len(req.bounds) - 1 if req.bounds else args.stages
+    if req.torchrun:  # one PPSD stage per rank: asked before a model is loaded
+        if req.pipelined:
+            check_torchrun_world(stages)
+        elif torchrun_world() > 1:
+            raise UserError(f"under torchrun every rank is one PPSD stage, and --mode {Mode.parse(args.mode)} "
+                            "runs in one process", "run it without torchrun")
+    if req.cuda and not req.torchrun and req.pipelined:
+        # before a (7B) model is loaded: a PPSD run that cannot fit these GPUs fails in seconds
+        check_stage_devices(stages, args.device, args.oversubscribe)
+    return req
+
+
+def _load(args, req: _Request):
+    """The model, or the emulated one. Under torchrun each rank is one stage: on CUDA its device is
+    cuda:{LOCAL_RANK}, made current before anything touches CUDA and before loading, so every rank's
+    weights land on its own GPU."""
+    from runtime.launch import torchrun_device
+    from runtime.llm import load_model
+
+    if req.emulate:
+        from runtime import emulate as em
+
+        return em.load_emulated(req.emulate)
+    return load_model(args.model, torchrun_device(args.device) if req.torchrun else args.device, args.dtype)
+
+
+def _plan(args, req: _Request, model) -> Plan:
+    """The plan to run: PPSD stages cut as the simulator cuts them (by a profile of this model when
+    there is one), the exit head, the launch rules, and the resources it needs checked."""
+    from runtime import emulate as em
+
+    profile = None
+    if req.pipelined and req.bounds is None:
+        profile = (model.profile if req.emulate and not getattr(args, "profile", None)
+                   else default_profile(model.model_id, getattr(args, "profile", None)))
+    plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, req.bounds, profile)
+    plan = (em.with_emulated_head if req.emulate else with_exit_head)(model, plan, getattr(args, "heads", None),
+                                                                      getattr(args, "exit_head", None))
+    if req.pipelined:  # under torchrun the torchrun rules, whatever --launch says
+        plan = replace(plan, launch="torchrun" if req.torchrun else getattr(args, "launch", None) or "local")
+    if req.emulate and req.pipelined and plan.hop_ms is None:
+        plan = replace(plan, hop_ms=float(model.profile.hop_ms()))  # the emulated stages wait for it too
+    if not (req.torchrun and req.cuda):  # torchrun on GPUs: one stage per rank, maybe across nodes
+        check_resources(plan, args.device, args.oversubscribe or bool(req.emulate))  # waits use no core
+    return plan
+
+
+def _inputs(args, req: _Request, model, plan: Plan) -> tuple[list, list, object]:
+    """(prompts as token ids, new tokens each, forced acceptance): --prompts encoded, or with --emulate
+    synthetic prompts of the profile's lengths and its traces' acceptance (unless --force-trace)."""
+    from ppsd.prompts import load_prompts
+
+    if req.emulate:
+        from runtime import emulate as em
+
+        if args.prompts:
+            raise UserError("--prompts does not apply with --emulate (prompts are synthetic, of the profile's "
+                            "prompt lengths)", "drop --prompts; --limit picks how many")
+        prompts, max_new, forced = em.run_inputs(model, plan, args.limit, args.max_new_tokens, args.force_trace)
+    else:
+        prompts = [model.encode_prompt(p.text) for p in load_prompts(args.prompts, limit=args.limit)]
+        max_new, forced = [args.max_new_tokens] * len(prompts), req.forced
+    check_lengths(model, prompts, max_new, plan)
+    return prompts, max_new, forced
+
+
+def _measure_with_ar(args, model, plan: Plan, job, forced, run_facts: dict, cores: int):
+    """The plan's Result, measured beside AR in the same session (unless --no-ar), and within a budget
+    of cores AR (and EESD) on every core, PPSD's stages sharing them (runtime/same_budget.py)."""
+    from runtime.measure import measure
+
     ar = None
     is_ar = not plan.scheme.speculative  # the plan is the baseline itself
     if is_ar or not args.no_ar:
@@ -101,18 +153,13 @@ def run_command(args) -> int:
     res = m.result
     if ar is not None:
         compare_with_ar(m, ar)
-    cores = 1 if emulate else budget_cores(args, cuda)  # threads do not speed up a wait
     if ar is not None and cores > 1:
-        # the same budget: AR (and EESD) with every core, PPSD's stages sharing them (runtime/same_budget.py)
         from runtime.same_budget import SameBudget, measure_ar_in_budget, measure_plan_in_budget
 
-        ar_job = job(make_plan(Mode.AR, model.num_layers))
-        ar_tp = measure_ar_in_budget(model, ar_job, cores, measure)
-        plan_tp = ar_tp if is_ar else \
-            measure_plan_in_budget(model, job(plan, forced), cores, res.tokens_per_s, measure)
+        ar_tp = measure_ar_in_budget(model, job(make_plan(Mode.AR, model.num_layers)), cores, measure)
+        plan_tp = ar_tp if is_ar else measure_plan_in_budget(model, job(plan, forced), cores, res.tokens_per_s, measure)
         SameBudget(cores, plan_tp, ar_tp).fill(res)
-    _report(args, plan, res)
-    return 0
+    return res
 
 
 def compare_with_ar(m, ar) -> None:

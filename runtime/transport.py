@@ -49,9 +49,7 @@ def control_ring_depth(stages: int) -> int:
     """Send buffers for drafts and verdicts at `stages` stages. A send completes only once its peer
     has taken it, and a buffer is reused only after that: the last stage takes stage 1's drafts
     only as it verifies, so after a rejection up to k - 1 stale drafts wait for it, on top of the
-    k in flight. A ring shorter than that makes stage 1 wait on the last stage (found on emulated
-    devices, analytic L4, E = 4, k = 8, alpha 0.9: stage 1's passes averaged 10.5 ms against 8.4 ms
-    with RING = 8)."""
+    k in flight. A ring shorter than that makes stage 1 wait on the last stage."""
     return max(RING, 2 * int(stages) + 2)
 
 
@@ -59,8 +57,8 @@ def draft_receives_ahead(stages: int) -> int:
     """Draft receives the last stage keeps posted ahead at `stages` stages (0: one at a time, as
     needed). With more than 2 stages, after a rejection the last stage takes the stale drafts stage 1
     sent for the tokens behind the rejected one before it meets the draft it needs, and a receive
-    posted only then costs a gloo round trip each (emulated L4, E = 4, k = 6, alpha 0.3: 0.62 ms a
-    verify, median, up to 7.9 ms); posted ahead, they have landed by then. At 2 stages the drafts
+    posted only then costs a gloo round trip each on the critical path; posted ahead, they have landed
+    by then. At 2 stages the drafts
     share their peer with the hidden states and are received in the order sent. At shutdown stage 1
     sends `ahead - 1` padding messages after its last, so no receive stays posted."""
     return 0 if int(stages) <= 2 else min(int(stages), RING - 1)

@@ -3,9 +3,8 @@
 Why: a warm-up only has to bring a process to its steady state (the decode path's code, the
 allocator, an exit head's first call, a pipeline's transport between fresh stage processes); a
 whole pass over the prompts does that no better than a few tokens of each, and costs as much as the
-timed pass. In `ppsd validate --turns` every chunk of a PPSD plan starts its stage processes afresh
-and so warmed up on its whole chunk, prefill included: on the AMD EPYC VM (2026-12-04) a 2-prompt
-chunk took 22-30 s for 11-14 s of timed decode and prefill. A short pass decodes each prompt's first
+timed pass. In `ppsd validate --turns` every chunk of a PPSD plan starts its stage processes afresh,
+so a whole warm-up pass would double each chunk (docs/design-notes.md). A short pass decodes each prompt's first
 `WARMUP_PROMPT_TOKENS` tokens and at most `warmup_tokens` new ones.
 """
 

@@ -11,7 +11,7 @@ from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from sim.planner import gpus
 from sim.model.acceptance_forms import AcceptanceForm, to_alpha
-from sim.modes import LAUNCHES, MODES, Mode
+from ppsd.modes import LAUNCHES, MODES, Mode
 from sim.planner.sweep_spec import DEFAULT_TOKENS, MAX_DRAFT_LEN, SweepSpec
 
 
@@ -51,25 +51,23 @@ def register(subparsers) -> None:
     _add_acceptance_options(p)
     p.add_argument("--category", metavar="C", help="replay only this prompt category's traces")
     p.add_argument("--temperature", type=float, default=0.0,
-                   help="sampled decoding at T > 0: accept each position with probability β at T, from the "
-                        "profile's β at exactly that temperature (`ppsd profile --temperatures`; `ppsd profile "
-                        "show` lists them); another T is refused (default 0 = greedy: the match traces)")
+                   help="sampled decoding at T > 0, the profile's β at exactly T (`ppsd profile show` lists "
+                        "them; default 0 = greedy)")
     p.add_argument("--seed", type=int, default=0, metavar="S")
     p.add_argument("--hop-us", type=float, metavar="X", help="stage-to-stage hop in µs (default: the profile's)")
     p.add_argument("--launch", choices=LAUNCHES, default="local",
-                   help="how the PPSD stages are started: local (default: `ppsd run` starts them; stage 1 drops a "
-                   "stale pass between layers) or torchrun (stage 1 finishes stale passes and hears of a rejection "
-                   "only at its in-flight cap)")
+                   help="PPSD stage rules: local (default; stage 1 drops a stale pass mid-way) or torchrun (stage 1 "
+                   "finishes it)")
     p.add_argument("--exit-head", default=SHARED, metavar="NAME",
-                   help="which exit head drafts: shared (default), or one the profile has from `ppsd profile "
-                        "--heads` (trained, vocab4096, ...)")
+                   help="exit head that drafts: shared (default) or one the profile has from `ppsd profile --heads` "
+                        "(e.g. vocab4096)")
     p.add_argument("--engine", choices=["event", "fast"], default="event")
     p.add_argument("--prompt-len", type=int, default=None, metavar="L",
-                   help="prompt tokens before each generation, for time to first token and end-to-end figures "
-                        "(default: the prompts the profile recorded)")
+                   help="prompt tokens before each generation, for time to first token and end to end (default: "
+                        "the profile's)")
     p.add_argument("--cores", type=int, default=None, metavar="N",
-                   help="same-budget baseline: compare with AR on N cores (GPUs for an estimated multi-GPU "
-                        "profile); default: the most the profile measured")
+                   help="same-budget baseline: AR on N cores (GPUs for a multi-GPU estimate; default: the most the "
+                        "profile measured)")
     add_runtime_options(p)
     p.add_argument("--trace-out", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     _add_interval_options(p)
@@ -87,16 +85,15 @@ def _register_plan(subparsers) -> None:
                    help="prompt tokens before each generation (time to first token, end to end); default: the "
                         "profile's prompts")
     q.add_argument("--cores", type=int, default=None, metavar="N",
-                   help="CPU budget: rank plans against AR (and EESD) on all N cores; default: the most the profile "
-                        "measured (`ppsd profile --thread-counts`)")
+                   help="CPU budget: rank plans against AR (and EESD) on N cores (default: the most the profile "
+                        "measured)")
     q.add_argument("--devices", type=int, default=None, metavar="K",
                    help="most PPSD stages / GPUs (default: an estimated profile's GPU count, a CPU profile's "
                         "cores (2-8), else 4)")
     q.add_argument("--hop-us", type=float, metavar="X", help="hop latency in µs (default: the profile's)")
     q.add_argument("--alpha-scale", type=float, default=1.0, metavar="F", help="what-if: scale acceptance by F")
     q.add_argument("--temperature", type=float, default=0.0,
-                   help="sampled decoding at T > 0: plans priced with the profile's β at exactly T (a temperature "
-                        "it holds; `ppsd profile --temperatures`); default 0 = greedy")
+                   help="sampled decoding at T > 0, priced with the profile's β at exactly T (default 0 = greedy)")
     q.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, metavar="T",
                    help=f"trace-driven tokens per plan (default {DEFAULT_TOKENS})")
     q.add_argument("--category", metavar="C")
@@ -105,30 +102,28 @@ def _register_plan(subparsers) -> None:
                    help=f"EESD γ from 1 to G (default {MAX_DRAFT_LEN})")
     q.add_argument("--top", type=int, default=15, metavar="N", help="rows to print (default 15)")
     q.add_argument("--exit-head", action="append", metavar="NAME",
-                   help="only plans drafting with this exit head (repeatable; default: every head the profile "
-                        "has, compared side by side)")
+                   help="only plans drafting with this exit head (repeatable; default: every head the profile has)")
     _add_acceptance_options(q, plan=True)
     _add_interval_options(q)
     q.add_argument("--draft-len", type=int, metavar="G",
-                   help="the γ a given --acceptance-rate / --mean-accepted (or α-curve column) was measured at; "
-                        "the sweep still tries γ 1..--max-draft-len")
+                   help="the γ --acceptance-rate / --mean-accepted (or the curve) was measured at; the sweep still "
+                        "tries every γ")
     q.add_argument("--json", action="store_true", help="print a JSON array of result objects, best first")
     q.set_defaults(func=plan_cmd)
 
 
 def _add_acceptance_from(p) -> None:
     p.add_argument("--acceptance-from", metavar="DIR",
-                   help="price with this profile's latency and DIR's acceptance: your own prompts traced by "
-                        "`ppsd profile --prompts FILE --skip-latency --out DIR`")
+                   help="price with this profile's latency and DIR's acceptance (e.g. `ppsd profile --prompts "
+                        "FILE --skip-latency`)")
 
 
 def _add_interval_options(p) -> None:
     from sim.intervals import DEFAULT_PROMPTS_N
 
     p.add_argument("--prompts-n", type=int, default=DEFAULT_PROMPTS_N, metavar="N",
-                   help="the 90%% interval is for a run over N prompts like the profile's (prompt-to-prompt "
-                        f"acceptance, bootstrapped over the profile's prompts, and its latency spread); default "
-                        f"{DEFAULT_PROMPTS_N}. Fewer prompts, wider interval")
+                   help=f"prompts in the run the 90%% interval is for (default {DEFAULT_PROMPTS_N}; fewer prompts, "
+                        "wider interval)")
 
 
 def _add_acceptance_options(p, plan: bool = False) -> None:
@@ -142,13 +137,12 @@ def _add_acceptance_options(p, plan: bool = False) -> None:
                    help="LayerSkip's acceptance rate R = accepted drafts / drafted tokens, in [0, 1]; "
                         "needs --draft-len")
     g.add_argument("--mean-accepted", type=float, metavar="T",
-                   help="Spec-Bench's τ = mean tokens per EESD draft-and-verify round, the verifier's bonus token "
-                        "included, in [1, γ+1]; needs --draft-len (a PPSD-style τ = 1/(1−α): give "
-                        "--alpha 1−1/τ)")
+                   help="Spec-Bench's τ = mean tokens per EESD round, bonus token included, in [1, γ+1]; needs "
+                        "--draft-len")
     if plan:
         g.add_argument("--alpha-curve", metavar="FILE",
-                       help="CSV with exit_layer (or relative_depth) and one of alpha, acceptance_rate, mean_accepted "
-                            "(+ a draft_len column or --draft-len); exits between its ends, α linear in between")
+                       help="CSV: exit_layer or relative_depth, and alpha, acceptance_rate or mean_accepted (see "
+                            "docs/acceptance-forms.md)")
 
 
 def _given_form(args) -> AcceptanceForm | str | None:
@@ -172,7 +166,7 @@ def _say(line: str, as_json: bool) -> None:
 def _curve_alphas(path, draft_len, num_layers) -> tuple[dict[int, float], list[str]]:
     """{exit: α} from an α-curve file for the exits between its ends (linear in between, no
     extrapolation: a held end value would flatter shallow exits), and the lines saying so."""
-    from profiler.acceptance_transfer import alpha_at, read_alpha_curve
+    from sim.model.alpha_curve import alpha_at, read_alpha_curve
 
     c = read_alpha_curve(path, draft_len)
     if c.kind == "exit_layer" and c.x[-1] > num_layers - 1:
@@ -290,7 +284,7 @@ def simulate_cmd(args) -> int:
 
 def _synthetic_profile(args, tmp: str, acceptance: str):
     """`--synthetic-layers N`: a what-if profile of N uniform layers (checked first)."""
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     n = args.synthetic_layers
     if n < 2 or n > 1000:

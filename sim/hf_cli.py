@@ -11,12 +11,12 @@ from sim.plan import RUNTIMES, SCHEDULES
 
 def add_runtime_options(p, *, schedule: bool = True, both: bool = False) -> None:
     p.add_argument("--runtime", choices=RUNTIMES, default="ppsd",
-                   help="whose decoders: ppsd's own (default) or transformers' generate (hf: AR, and EESD as "
-                        "generate(assistant_early_exit=E); needs the profile's latency.hf block, `ppsd profile add-hf`)")
+                   help="ppsd's decoders (default) or hf: transformers' generate(assistant_early_exit=E), needs "
+                        "`ppsd profile add-hf`")
     if schedule:
         p.add_argument("--schedule", choices=SCHEDULES + (("both",) if both else ()), default="constant",
-                       help="hf EESD: transformers' num_assistant_tokens_schedule, γ0 = the plan's draft length "
-                            "(default constant" + ("; both: every EESD plan under each" if both else "") + ")")
+                       help="hf EESD: transformers' schedule, constant (default) or heuristic"
+                            + ("; both: every EESD plan under each" if both else ""))
 
 
 def check_runtime_args(args, mode) -> None:
@@ -38,7 +38,7 @@ def sweep_hf(profile, *, gammas=range(1, 9), tokens: int = 2000, category=None, 
     """transformers' AR and assisted generation at every traced exit × γ0 × {constant, heuristic},
     best first (each plan replays the same trace-driven stream of its exit)."""
     from sim import api
-    from sim.modes import Mode
+    from ppsd.modes import Mode
     from sim.plan import Plan
     from sim.model.streams import _traces
 

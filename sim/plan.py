@@ -11,7 +11,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from ppsd import exit_heads
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED as SHARED_HEAD
-from sim.modes import LAUNCHES, Mode  # LAUNCHES re-exported: Plan.launch's values
+from ppsd.modes import LAUNCHES, Mode  # LAUNCHES re-exported: Plan.launch's values
 from sim.schemes import SCHEMES, runtime_decodes, scheme_for
 from sim.timeline import Event
 

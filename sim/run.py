@@ -17,7 +17,7 @@ from ppsd.exit_heads import SHARED
 from ppsd.progress import report
 from sim.model.budget import Budget, default_budget, in_budget
 from sim.model.cost_model import sampled_costs_missing
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan, Result, SimulatedDetails
 from sim.model.prefill import check_prompt_len, prompt_lengths, whole_prefill_ms
 from sim.planner.resolve import resolve_plan

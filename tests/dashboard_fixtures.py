@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ppsd.paths import EXAMPLES_DIR
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 from sim.timeline import Event
 from sim.timeline import write_chrome_trace
 
@@ -76,7 +76,7 @@ def make_multihead(root: Path, name: str = "synth-heads") -> Path:
     shared head, a "trained" adapter (higher α, costs a little more) and "vocab4096" (cheaper,
     about the trained α), each with its `latency.exit_heads` entry and acceptance rows."""
     from ppsd.profile import load_profile, save_profile
-    from profiler.synthetic import bernoulli_acceptance
+    from ppsd.profile.synthetic import bernoulli_acceptance
 
     out = root / name
     base = write_synthetic_profile(out, alpha_by_exit=lambda e: 0.5 * synthetic_alpha(e), num_layers=SYNTH_LAYERS,

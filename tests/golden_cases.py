@@ -44,7 +44,7 @@ EXAMPLE = ROOT / "examples" / "smollm2-135m-cpu"
 def make_profiles(tmp: Path) -> dict:
     """name -> Profile. Deterministic: synthetic profiles are seeded."""
     from ppsd.profile import load_profile, save_profile
-    from profiler.synthetic import bernoulli_acceptance, synthetic_meta, write_synthetic_profile
+    from ppsd.profile.synthetic import bernoulli_acceptance, synthetic_meta, write_synthetic_profile
 
     out = {"example": load_profile(EXAMPLE)}
     # non-uniform layers, per-token cost, co-run slowdown and a hop: every cost term moves

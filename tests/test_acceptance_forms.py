@@ -1,5 +1,5 @@
 """Acceptance in the forms papers report (sim/model/acceptance_forms.py) and α-curve files in any form
-(profiler/acceptance_transfer.py's reader): formulas, inverses, ranges, statements."""
+(sim/model/alpha_curve.py): formulas, inverses, ranges, statements."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ppsd.errors import UserError
-from profiler.acceptance_transfer import load_alpha_curve, read_alpha_curve
+from sim.model.alpha_curve import load_alpha_curve, read_alpha_curve
 from sim.model.acceptance_forms import (AcceptanceForm, AcceptanceInput, acceptance_rate, alpha_from_acceptance_rate,
                                   alpha_from_mean_accepted, mean_accepted, to_alpha)
 

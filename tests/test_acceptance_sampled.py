@@ -12,8 +12,8 @@ import torch
 from ppsd.cli import main
 from profiler.acceptance import exit_traces, generate_greedy, layer_states
 from profiler.acceptance_sampled import generate_sampled, profile_sampled, sampled_table
-from profiler.model import load_model
-from profiler.prompts import Prompt
+from runtime.llm import load_model
+from ppsd.prompts import Prompt
 from ppsd.profile import SAMPLED_COLUMNS, SCHEMA_VERSION, load_profile
 
 

@@ -13,12 +13,12 @@ import pytest
 from ppsd.errors import UserError
 from profiler.acceptance_transfer import rescale_exit_map
 from profiler.analytic_cli import add_analytic_arguments, run_analytic
-from profiler.archs import arch_from_config, resolve_arch
+from ppsd.archs import arch_from_config, resolve_arch
 from profiler.calibration import fit_efficiency
 from profiler.estimated_profile import analytic_profile_meta, write_analytic_profile
 from profiler.hardware import resolve_hardware
 from ppsd.profile import load_profile, save_profile
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 
 
 def layer_ms(meta, layer=0, i_n=0, i_c=0):
@@ -315,7 +315,7 @@ def test_cli_glue_reuses_an_existing_dtype_option(tmp_path):
 
 
 def test_no_torch_imported():
-    code = ("import sys, profiler.acceptance_transfer, profiler.analytic_cli, profiler.archs, profiler.calibration, "
+    code = ("import sys, profiler.acceptance_transfer, profiler.analytic_cli, ppsd.archs, profiler.calibration, "
             "profiler.estimated_profile, profiler.hardware, profiler.roofline, profiler.stacks; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

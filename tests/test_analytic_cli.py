@@ -11,7 +11,7 @@ from ppsd.cli import build_parser, main
 from ppsd.errors import UserError
 from profiler.estimated_profile import write_analytic_profile
 from ppsd.profile import load_profile
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 
 BASE = ["profile", "--analytic", "--arch", "llama-2-7b", "--hardware", "a100-80gb"]
 

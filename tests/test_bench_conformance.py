@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture
 def bc(monkeypatch):
-    monkeypatch.setattr("sys.path", list(__import__("sys").path))  # the module puts the root on it
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the module sets it if unset; keep it to this test
-    spec = importlib.util.spec_from_file_location("bench_conformance", ROOT / "bench" / "bench_conformance.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the module sets it if unset on import; keep it to this test
+    from bench import bench_conformance
+
+    return bench_conformance
 
 
 def _row(plan, pred, meas):
@@ -59,7 +53,7 @@ def test_the_note_says_how_when_where_and_what_was_found(bc):
     ended = time.strptime("2026-12-02 03:51", "%Y-%m-%d %H:%M")
     note = bc.run_note(["--out", "x", "--stages", "2,8"], started, ended, bc.per_profile(rows, meta), [40.123, 12.5],
                        "a quiet night")
-    assert note.startswith("bench/bench_conformance.py --out x --stages 2,8; CPU")
+    assert note.startswith("python -m bench.bench_conformance --out x --stages 2,8; CPU")
     assert "2026-12-02 03:30-03:51 UTC (21 min)" in note and "emulated AR 40.12, 12.50 tok/s" in note
     assert "cpu 4 plans MAPE" in note and "worst +37.5%" in note and "replicate disagreement 9.09%" in note
     assert "l4 1 plans" in note and "replicate disagreement n/a" in note  # no twins to compare
@@ -67,4 +61,4 @@ def test_the_note_says_how_when_where_and_what_was_found(bc):
     # the --note text is said once, at the end, not also in the command line
     for argv in (["--out", "x", "--note", "a quiet night"], ["--out", "x", "--note=a quiet night"]):
         note = bc.run_note(argv, started, ended, bc.per_profile(rows, meta), [40.1], "a quiet night")
-        assert note.startswith("bench/bench_conformance.py --out x; ") and note.count("a quiet night") == 1
+        assert note.startswith("python -m bench.bench_conformance --out x; ") and note.count("a quiet night") == 1

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ppsd.cli import main
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 from sim.api import resolve_plan, simulate, sweep
 from sim.plan import Plan
 from sim.planner.break_even import BreakEven, attach_break_even, break_even, crossing, mean_decode_context

@@ -9,9 +9,9 @@ import pytest
 from dashboard_fixtures import make_synthetic
 from ppsd.errors import UserError
 from ppsd.profile import load_profile
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 from sim.api import resolve_plan
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 from sim.planner.breakdown import stage_breakdown
 from sim.schemes.ppsd.stage_costs import ppsd_costs

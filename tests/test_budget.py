@@ -10,10 +10,10 @@ import pytest
 
 from ppsd.cli import main
 from ppsd.profile import load_profile
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 from sim import api
 from sim.model.budget import Budget, THREADS, default_budget, units_for
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 
 SPEEDUP_2T = 1.65  # what 2 threads gave ppsd's AR on the Intel machine (ARCHITECTURE.md)

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from profiler import latency as lat
-from profiler.model import load_model
-from profiler.synthetic import write_synthetic_profile
-from sim.intervals import budget_cv, latency_cv, widened
-from sim.modes import Mode
+from runtime.llm import load_model
+from ppsd.profile.synthetic import write_synthetic_profile
+from ppsd.statistics import widened
+from sim.intervals import budget_cv, latency_cv
+from ppsd.modes import Mode
 from sim.plan import Plan
 
 

@@ -13,7 +13,7 @@ from ppsd.profile import load_profile
 from sim import api
 from sim.planner import gpus, heads
 from sim.planner import closed_forms as planning
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan, SimulatedDetails
 
 

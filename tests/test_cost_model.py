@@ -40,14 +40,14 @@ def test_cost_arrays_are_read_only_and_shared(example):
 
 @pytest.fixture()
 def sampled_profile(tmp_path):
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     return write_synthetic_profile(tmp_path / "s", num_layers=4, layer_ms=1.0, head_ms=2.0, embed_ms=0.1,
                                    vocab_size=1000, sample_ms={100: 0.1, 1000: 0.5})
 
 
 def test_sample_ms_interpolates_in_the_vocabulary(sampled_profile, tmp_path):
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     p = sampled_profile
     assert p.sample_ms(1000) == pytest.approx(0.5) and p.sample_ms(550) == pytest.approx(0.3)
@@ -86,7 +86,7 @@ def test_sampled_plans_pay_the_runtimes_extra_work(sampled_profile):
 
 
 def test_simulate_at_a_temperature_prices_the_plan_sampled(sampled_profile, capsys, tmp_path):
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
     from sim import api
     from sim.plan import Plan
 
@@ -122,7 +122,7 @@ def test_plan_temperature_round_trips():
 
 
 def _with_plane(tmp_path, roles: dict):
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
     from runtime.control_plane import with_control_plane
 
     base = write_synthetic_profile(tmp_path / "base", num_layers=8, layer_ms=1.0, head_ms=2.0, embed_ms=0.1,

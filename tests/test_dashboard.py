@@ -378,8 +378,8 @@ def test_chrome_trace_roundtrip_and_discovery(data_root):
 def test_closed_forms_match_the_design_notes(tmp_path):
     """Uniform layers, no head, no embedding, free hops: the PPSD closed form the planner overlays
     is the design notes' 1 / (1 − α(1 − E/N))."""
-    from profiler.synthetic import write_synthetic_profile
-    from sim.modes import Mode
+    from ppsd.profile.synthetic import write_synthetic_profile
+    from ppsd.modes import Mode
     from sim.planner.closed_forms import closed_form_sweep
 
     profile = write_synthetic_profile(tmp_path / "flat", alpha_by_exit=lambda e: 0.8, num_layers=8, layer_ms=1.0,
@@ -505,7 +505,7 @@ def test_planner_temperature_offers_the_recorded_ones_and_moves_the_prediction(m
     """The What-if temperature control lists exactly the temperatures the profile holds β at (0 and
     its sampled ones), and each gives its own prediction: β at T, not another temperature's."""
     from dashboard_fixtures import SYNTH_LAYERS, synthetic_alpha
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     root = tmp_path / "examples"
     write_synthetic_profile(root / "sampled", alpha_by_exit=synthetic_alpha, num_layers=SYNTH_LAYERS, layer_ms=2.8,

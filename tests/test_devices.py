@@ -105,8 +105,8 @@ def test_gpu_alias_reaches_the_gpu_check_of_profile_and_heads(monkeypatch, capsy
 
 
 def test_check_resources_for_validate_names_plans_not_run_flags(monkeypatch):
-    from runtime.plans import check_resources
-    from sim.modes import Mode
+    from runtime.request import check_resources
+    from ppsd.modes import Mode
     from sim.plan import Plan
 
     _gpus(monkeypatch, 1)
@@ -123,7 +123,7 @@ def test_check_resources_for_validate_names_plans_not_run_flags(monkeypatch):
 
 def test_cpu_path_keeps_its_core_check(monkeypatch, capsys):
     """On CPU nothing changed: the stage count is checked against cores after the plan."""
-    monkeypatch.setattr("runtime.plans.available_cores", lambda: 2)
+    monkeypatch.setattr("runtime.request.available_cores", lambda: 2)
     assert main([*RUN, "--device", "cpu", "--stages", "3"]) == 2
     err = _one_line(capsys, "run")
     assert "CPU cores" in err and "--oversubscribe" in err

@@ -13,12 +13,12 @@ import pytest
 from ppsd import validation_folder as vf
 from ppsd.cli import main
 from ppsd.errors import UserError
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 from runtime.acceptance import ACCEPT_ALL, ForcedTrace
 from runtime.emulate import (EMULATED_VOCAB, EmulatedModel, emulated_prompts, load_emulated, profile_traces,
                              synthetic_prompt, wait_ms)
 from runtime.measure import Job, measure
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 
 

@@ -1,5 +1,5 @@
 """Random-weight real-size models (`random:ARCH`), the GPU check's CPU dry run end to end, its
-fail-fast without a GPU, and bench/calibrate.py. CPU only, under a minute."""
+fail-fast without a GPU, and `python -m bench.calibrate`. CPU only, under a minute."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench import gpu_check as gc
+from bench import gpu_check_env
 from ppsd.cli import main
 from ppsd.errors import UserError
-from profiler.model import load_model, parse_random_spec
+from runtime.llm import load_model, parse_random_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
@@ -162,13 +164,13 @@ def test_dry_run_summary_says_which_paths_ran(dry_run):
 def test_calibrate_reports_per_layer_error_before_and_after(dry_run):
     out, _, _ = dry_run
     prof = out / "profile-random-smollm2-135m-l4-cpu"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "calibrate.py"), "--measured", str(prof),
-                        "--hardware", "h200"], env=_env(), capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "bench.calibrate", "--measured", str(prof), "--hardware", "h200"],
+                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "per-layer time at n=1" in r.stdout and "MAPE over" in r.stdout and "--bandwidth-efficiency" in r.stdout
     # a CPU device matches no hardware-table entry: one line, exit 2
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "calibrate.py"), "--measured", str(prof)],
-                       env=_env(), capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "bench.calibrate", "--measured", str(prof)],
+                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--hardware" in r.stderr
 
 
@@ -193,10 +195,10 @@ def _env_check(*args, pythonpath: Path | None = None, wheels: Path | None = None
     env = _env()
     if pythonpath:
         env["PYTHONPATH"] = str(pythonpath)
-    cmd = [sys.executable, str(ROOT / "bench" / "gpu_check_env.py"), "--cpu", *args]
+    cmd = [sys.executable, "-m", "bench.gpu_check_env", "--cpu", *args]
     if wheels:
         cmd += ["--wheels", str(wheels)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_env_check_enforces_the_transformers_pin(tmp_path):
@@ -219,11 +221,10 @@ def test_mismatch_flag_runs_once_the_calls_check_out(monkeypatch, tmp_path, caps
     """Another version whose calls are ppsd's (here: the real one under another version number)."""
     import transformers
 
-    env = _gpu_check_module("gpu_check_env")
     monkeypatch.setattr(transformers, "__version__", "5.17.0")
-    assert env.check(True, False, tmp_path) == 2
+    assert gpu_check_env.check(True, False, tmp_path) == 2
     assert "--allow-transformers-mismatch" in capsys.readouterr().err
-    assert env.check(True, True, tmp_path) == 0
+    assert gpu_check_env.check(True, True, tmp_path) == 0
     assert "not the pinned 5.24.0 (--allow-transformers-mismatch): the decoder-layer arguments" in capsys.readouterr().out
 
 
@@ -234,7 +235,7 @@ def test_transformers_call_problems_catch_a_renamed_cache_argument(monkeypatch):
     from transformers import initialization as hf_init
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
-    from profiler.model import _cached_step_problems, load_model, transformers_call_problems
+    from runtime.llm import _cached_step_problems, load_model, transformers_call_problems
 
     assert transformers_call_problems() == []
     real = LlamaDecoderLayer.forward
@@ -324,18 +325,9 @@ def test_scripts_parse_and_the_wheel_fetch_dry_run_prints_pinned_downloads():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
-def _gpu_check_module(name: str = "gpu_check"):
-    import importlib
-
-    if str(ROOT / "bench") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench"))
-    return importlib.import_module(name)
-
-
 def test_phase_4_tokens_fit_the_budget_or_it_is_skipped():
     from types import SimpleNamespace
 
-    gc = _gpu_check_module()
     size = dict(gc.SIZES["gpu"])
     measured = SimpleNamespace(latency={"whole_step": {"median_ms": 25.0}})
     plans = ["eesd:8:3", "eesd:16:3"]  # one GPU: no PPSD
@@ -356,7 +348,6 @@ def test_phase_4_tokens_fit_the_budget_or_it_is_skipped():
 def test_summary_records_a_phase_that_raises(tmp_path, monkeypatch, capsys):
     """A non-UserError in validate (a CUDA error, say) fails that phase, not the check: the summary
     holds every phase's status and the error, and the exit code is 1."""
-    gc = _gpu_check_module()
     real = gc.ppsd
 
     def ppsd(*argv):
@@ -382,7 +373,6 @@ def test_summary_records_a_phase_that_raises(tmp_path, monkeypatch, capsys):
 
 
 def test_summary_skips_the_phases_after_a_failed_profile(tmp_path, monkeypatch):
-    gc = _gpu_check_module()
     monkeypatch.setattr(gc, "ppsd", lambda *argv: 2)  # `ppsd profile` refused the input
     monkeypatch.delenv("OUT", raising=False)
     assert gc.main(["--cpu-dry-run", "--out", str(tmp_path / "out")]) == 1
@@ -401,8 +391,6 @@ def test_the_hard_stop_ends_the_running_phase_and_keeps_the_summary(tmp_path, mo
     """--stop-after-s (gpu_check.sh sets it so that packing happens before the device's limit):
     the phase running then fails with the reason, the rest are skipped, exit 1, and no alarm is left."""
     import signal
-
-    gc = _gpu_check_module()
 
     def slow(*argv):
         time.sleep(30)
@@ -426,7 +414,6 @@ def test_the_hard_stop_ends_the_running_phase_and_keeps_the_summary(tmp_path, mo
 def test_path_reports_on_one_and_on_two_gpus():
     """What the summary says about each CUDA path: on one GPU the hop and the probe run (two workers
     over gloo) and the heads smoke, NCCL and the PPSD stage spawn cannot; on two GPUs they all can."""
-    gc = _gpu_check_module()
     one = gc.RunState(cpu=False, gpus=1, profile_ok=True, hop={"backend": "gloo"}, pipeline={"backend": "gloo"},
                       validated_modes=("ar", "eesd"), heads_ok=True)
     got = {r.path: r for r in gc.path_reports(one)}

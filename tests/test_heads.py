@@ -10,9 +10,9 @@ from ppsd.cli import main
 from ppsd.errors import UserError
 from profiler.heads.collect import Records
 from profiler.heads.evaluate import score, summarise
-from profiler.heads.store import ExitHeads, FrozenHead, HeadsMeta, LinearAdapter, load_heads, read_meta
+from runtime.heads.store import ExitHeads, FrozenHead, HeadsMeta, LinearAdapter, load_heads, read_meta
 from profiler.heads.train import fit_exit
-from profiler.model import load_model
+from runtime.llm import load_model
 from ppsd.profile import ACCEPTANCE_COLUMNS
 
 
@@ -210,7 +210,7 @@ def test_time_ms_uses_the_profilers_cuda_event_clock(monkeypatch):
     head with (profiler/latency.py StepClock: CUDA events, read after the call), never perf_counter;
     checked on a CPU with a fake clock that records what it is asked."""
     import profiler.latency as latency
-    from profiler.heads.vocab import time_ms
+    from profiler.heads.timing import time_ms
 
     log = []
 
@@ -251,7 +251,7 @@ def test_head_latency_times_heads_in_their_dtype(trained, tiny):
 def test_time_ms_runs_before_untimed_ahead_of_every_timed_call():
     import time
 
-    from profiler.heads.vocab import time_ms
+    from profiler.heads.timing import time_ms
 
     calls = []
 
@@ -265,7 +265,7 @@ def test_time_ms_runs_before_untimed_ahead_of_every_timed_call():
 
 
 def test_draft_path_evictor_reads_the_layers_before_the_exit_only(tiny, monkeypatch):
-    from profiler.heads.vocab import draft_path_evictor
+    from profiler.heads.timing import draft_path_evictor
 
     summed = []
     evict = draft_path_evictor(tiny, 2)
@@ -277,7 +277,7 @@ def test_draft_path_evictor_reads_the_layers_before_the_exit_only(tiny, monkeypa
 
 def test_head_latency_with_an_evictor_says_how_it_was_timed(trained, tiny):
     from profiler.heads.evaluate import measure_latency
-    from profiler.heads.vocab import draft_path_evictor
+    from profiler.heads.timing import draft_path_evictor
 
     heads = load_heads(trained, tiny)
     cold, _ = measure_latency(heads, 4, [64], n_values=(1,), repeats=3, evict=draft_path_evictor(tiny, 4))

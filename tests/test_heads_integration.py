@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ppsd.cli import main
-from profiler.model import load_model
+from runtime.llm import load_model
 from ppsd.profile import load_profile
 from runtime.acceptance import Sampler
 from runtime.decoding import generate_ar, generate_eesd

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from ppsd.cli import main
-from profiler.model import tiny_llama
+from runtime.llm import tiny_llama
 from sim.model.streams import Stream
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 
 torch.set_num_threads(1)

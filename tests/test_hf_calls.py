@@ -4,15 +4,10 @@ profile, on tiny-llama."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import make_tiny_profile
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +18,7 @@ def tiny_profile(tmp_path_factory):
 
 
 def test_every_call_is_timed_and_priced(tiny_profile, tmp_path, capsys):
-    import hf_calls
+    from bench import hf_calls
 
     out = tmp_path / "calls.json"
     assert hf_calls.main(["--profile", str(tiny_profile), "--exits", "2", "--gammas", "1,2", "--prompts", "1",
@@ -40,7 +35,7 @@ def test_every_call_is_timed_and_priced(tiny_profile, tmp_path, capsys):
 
 
 def test_exits_outside_the_model_are_refused(tiny_profile, capsys):
-    import hf_calls
+    from bench import hf_calls
 
     assert hf_calls.main(["--profile", str(tiny_profile), "--exits", "99"]) == 2
     err = capsys.readouterr().err

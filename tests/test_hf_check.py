@@ -4,17 +4,12 @@ part that shows it (dashboard/hf.py)."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
 
 def test_hf_check_writes_note_and_json(tmp_path):
-    import hf_check
+    from bench import hf_check
 
     out = tmp_path / "check"
     assert hf_check.main(["--model", "tiny-llama", "--pairs", "3:2", "--limit", "2", "--max-new-tokens", "8",
@@ -45,7 +40,7 @@ def test_hf_check_writes_note_and_json(tmp_path):
 
 
 def test_hf_check_refuses_bad_pairs(capsys):
-    import hf_check
+    from bench import hf_check
 
     assert hf_check.main(["--model", "tiny-llama", "--pairs", "3"]) == 2
     assert "E:γ" in capsys.readouterr().err

@@ -64,7 +64,7 @@ def test_old_profile_is_refused_cleanly(profiles, capsys):
 
 def test_simulate_hf_against_hf_ar(profiles, capsys):
     from sim import api
-    from sim.modes import Mode
+    from ppsd.modes import Mode
     from sim.plan import Plan
     from sim.schemes.hf import hf_ar_step_ms
 
@@ -91,7 +91,7 @@ def test_simulate_hf_against_hf_ar(profiles, capsys):
 def test_closed_form_matches_replay_at_full_acceptance(profiles):
     """Every draft accepted, constant γ: the replay's rounds are the closed form's (γ + 1 tokens each)."""
     from sim.model.streams import Stream
-    from sim.modes import Mode
+    from ppsd.modes import Mode
     from sim.plan import Plan
     from sim.schemes.hf import HFAssisted, hf_costs, simulate_rounds
 

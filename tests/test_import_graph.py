@@ -1,6 +1,6 @@
 """The project's import graph: no cycles anywhere (lazy imports inside functions count too: they
-are dependencies all the same; imports under `if TYPE_CHECKING:` do not, they never run), and the
-torch-free packages never import torch."""
+are dependencies all the same; imports under `if TYPE_CHECKING:` do not, they never run), the layers
+import one way, and the torch-free packages never import torch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("ppsd", "sim", "runtime", "profiler", "dashboard")
+PACKAGES = ("ppsd", "sim", "runtime", "profiler", "validation", "dashboard", "bench")
+# Each package imports only from packages of a lower layer (or its own): the contract and shared
+# vocabulary, the simulator, the runtime (it loads and decodes the model), the profiler (it builds on
+# the runtime: its model, its pipeline, its transports), then what combines them (validation, the
+# dashboard, which reads folders only) and the benchmarks over everything.
+LAYERS = {"ppsd": 0, "sim": 1, "runtime": 2, "profiler": 3, "validation": 4, "dashboard": 4, "bench": 5}
 
 
 def _module_name(path: Path) -> str:
@@ -103,6 +108,31 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     assert cycles(graph()) == []
+
+
+def upward_imports(g: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where a package imports from its own layer or above (other than itself)."""
+    out = []
+    for mod, deps in g.items():
+        a = mod.split(".")[0]
+        for dep in deps:
+            b = dep.split(".")[0]
+            if a != b and LAYERS[b] >= LAYERS[a]:
+                out.append((mod, dep))
+    return sorted(out)
+
+
+def test_layers_import_one_way():
+    assert upward_imports(graph()) == []
+
+
+def test_the_layer_check_sees_function_level_imports():
+    """A lazy import inside a function is caught like a top-level one."""
+    tree = ast.parse("def f():\n    from profiler.latency import x\n")
+    names = [n.module for n in _runtime_nodes(tree) if isinstance(n, ast.ImportFrom)]
+    assert names == ["profiler.latency"]
+    assert upward_imports({"runtime.x": {"profiler.latency"}, "profiler.y": {"runtime.x"}}) == [
+        ("runtime.x", "profiler.latency")]
 
 
 def test_type_checking_imports_are_not_dependencies():

@@ -10,7 +10,7 @@ import pytest
 from ppsd.cli import main
 from ppsd.exit_heads import SHARED
 from ppsd.profile import load_profile, save_profile
-from profiler.synthetic import synthetic_meta
+from ppsd.profile.synthetic import synthetic_meta
 from sim import intervals as iv
 from sim.api import resolve_plan, simulate, sweep
 from sim.plan import Plan

@@ -86,7 +86,7 @@ def test_worker_makes_its_gpu_current_before_loading(fake_cuda, monkeypatch):
         fake_cuda.append(("load_model", device))
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr("profiler.model.load_model", load)
+    monkeypatch.setattr("runtime.llm.load_model", load)
     results = queue.Queue()
     lat._worker(1, "tiny-llama", "cuda", "bfloat16", 1, 16, queue.Queue(), results)
     kind, rank, payload = results.get_nowait()
@@ -115,7 +115,7 @@ HOP = {"backend": "gloo", "median_ms": 0.05}
 
 @pytest.fixture
 def fake_pool(monkeypatch):
-    from profiler.model import load_model
+    from runtime.llm import load_model
 
     monkeypatch.setattr(lat, "WorkerPool", _Pool)
     monkeypatch.setattr(lat, "_measure_corun", lambda pool, cfg, tick: CORUN)

@@ -98,7 +98,7 @@ def test_ppsd_run_under_torchrun_loads_on_the_local_rank_gpu(calls, monkeypatch)
         calls.append(("load_model", device))
         raise _Stop
 
-    monkeypatch.setattr("profiler.model.load_model", load)
+    monkeypatch.setattr("runtime.llm.load_model", load)
     args = SimpleNamespace(max_new_tokens=4, repeats=1, warmup=0, force_trace=None, device="gpu", stage_bounds=None,
                            mode="ppsd", stages=2, oversubscribe=False, model="tiny-llama", dtype="bfloat16")
     with pytest.raises(_Stop):
@@ -116,7 +116,7 @@ def test_ppsd_run_on_cpu_touches_no_gpu(calls, monkeypatch):
         calls.append(("load_model", device))
         raise _Stop
 
-    monkeypatch.setattr("profiler.model.load_model", load)
+    monkeypatch.setattr("runtime.llm.load_model", load)
     args = SimpleNamespace(max_new_tokens=4, repeats=1, warmup=0, force_trace=None, device="cpu", stage_bounds=None,
                            mode="ppsd", stages=2, oversubscribe=False, model="tiny-llama", dtype="float32")
     with pytest.raises(_Stop):
@@ -151,7 +151,7 @@ def test_spawned_stages_load_their_own_model_and_stay_lossless():
     tiny-llama: each stage process starts fresh, loads the job's model itself (nothing inherited)
     and the pipeline's greedy tokens equal AR's. The launcher is handed a model with other weights:
     a stage that used it (as forked stages do) would decode other tokens."""
-    from profiler.model import load_model
+    from runtime.llm import load_model
     from runtime.acceptance import Sampler
     from runtime.decoding import generate_ar
     from runtime.measure import records_from_logs

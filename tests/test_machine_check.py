@@ -1,17 +1,12 @@
 """bench/machine_check.py: the measured prompt sets and the report (the chain itself is a bench)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("machine_check", ROOT / "bench" / "machine_check.py")
-mc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mc)
+from bench import machine_check as mc
 
 
 def _spec_bench_file(path, per_category: int = 4, categories: int = 9) -> Path:
@@ -23,7 +18,7 @@ def _spec_bench_file(path, per_category: int = 4, categories: int = 9) -> Path:
 
 
 def test_prompt_sets_are_unseen_and_disjoint(tmp_path):
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     source = _spec_bench_file(tmp_path / "prompts.jsonl")
     prof = write_synthetic_profile(tmp_path / "prof", alpha_by_exit=lambda e: 0.5, num_layers=4)

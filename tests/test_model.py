@@ -1,11 +1,11 @@
-"""The layerwise view of a model (profiler.model + the acceptance passes) against the model itself."""
+"""The layerwise view of a model (runtime.llm + the acceptance passes) against the model itself."""
 
 import pytest
 import torch
 
 from profiler.acceptance import exit_traces, generate_greedy, layer_states, profile_acceptance
-from profiler.model import load_model
-from profiler.prompts import Prompt
+from runtime.llm import load_model
+from ppsd.prompts import Prompt
 
 
 @pytest.fixture(scope="module")

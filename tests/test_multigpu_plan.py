@@ -11,7 +11,7 @@ import pytest
 
 from ppsd.cli import main
 from profiler.estimated_profile import write_analytic_profile
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 
 
 @pytest.fixture(scope="module")

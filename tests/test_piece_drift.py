@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench import piece_drift as pd_
 
-import piece_drift as pd_  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class _Profile:
@@ -36,7 +35,7 @@ class _Profile:
 
 @pytest.fixture(scope="module")
 def adapter():
-    from profiler.model import load_model
+    from runtime.llm import load_model
 
     return load_model("tiny-llama")
 
@@ -58,18 +57,18 @@ def test_pieces_that_drift_apart_are_flagged():
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "piece_drift.py"), "--profile", str(tmp_path / "none")],
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "bench.piece_drift", "--profile", str(tmp_path / "none")],
+                       cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "piece_drift.py"), "--profile", "x", "--repeats", "1"],
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "bench.piece_drift", "--profile", "x", "--repeats", "1"],
+                       cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "--repeats" in r.stderr and not r.stdout
 
 
 def test_json_is_alone_on_stdout():
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "piece_drift.py"), "--profile",
+    r = subprocess.run([sys.executable, "-m", "bench.piece_drift", "--profile",
                         str(ROOT / "examples" / "smollm2-135m-cpu"), "--repeats", "3", "--json"],
-                       capture_output=True, text=True, timeout=300)
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert set(out["pieces"]) == {"layers", "head", "embedding"} and out["pieces"]["head"]["now_ms"] > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ppsd.errors import UserError
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 from sim.schemes import SCHEMES
 

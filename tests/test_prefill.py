@@ -9,9 +9,9 @@ import pytest
 
 from ppsd.cli import main
 from ppsd.profile import load_profile, save_profile
-from profiler.synthetic import bernoulli_acceptance, synthetic_meta
+from ppsd.profile.synthetic import bernoulli_acceptance, synthetic_meta
 from sim import api
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 
 HOP = 0.5
@@ -64,7 +64,7 @@ def test_prompt_len_on_the_command_line(prof, capsys):
 
 def test_the_profiler_times_a_whole_prefill():
     from profiler.latency import LatencyConfig, measure_prefill
-    from profiler.model import load_model
+    from runtime.llm import load_model
 
     tiny = load_model("tiny-llama")
     got = measure_prefill(tiny, LatencyConfig(warmup=1, repeats=4, prefill_lengths=(8, 64, 10 ** 9)))

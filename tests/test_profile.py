@@ -11,7 +11,7 @@ import pytest
 from ppsd.errors import UserError
 from ppsd.paths import EXAMPLES_DIR
 from ppsd.profile import READABLE_VERSIONS, SAMPLED_FILE, SCHEMA_VERSION, load_profile
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 
 EXAMPLE = EXAMPLES_DIR / "smollm2-135m-cpu"
 
@@ -109,7 +109,7 @@ def test_a_profile_priced_for_another_profiles_prompts(tmp_path):
     for another model or a profile without traces; `write_acceptance_view` writes it as a folder."""
     from ppsd.errors import UserError
     from ppsd.profile import write_acceptance_view
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     timed = write_synthetic_profile(tmp_path / "timed", alpha_by_exit=lambda e: 0.2, num_layers=12, layer_ms=1.0)
     traffic = write_synthetic_profile(tmp_path / "traffic", alpha_by_exit=lambda e: 0.8, num_layers=12,

@@ -276,7 +276,7 @@ def test_smoke_embedded_model(tmp_path, monkeypatch):
     assert 0.5 < run["slowdown"] < 3.0 and run["slowdown_cv"] >= 0
     assert all(len(r["pass_ms"]) == 2 and min(r["alone_ms"]) > 0 for r in run["rounds"])
     assert prof.corun_slowdown(2) == pytest.approx(run["slowdown"])
-    assert prof.pipeline_slowdown_cv() == pytest.approx(run["slowdown_cv"])
+    assert prof.pipeline_slowdown_cv() == pytest.approx(run["slowdown_cv"])  # the same spread, read back
     df = prof.acceptance
     assert sorted(df["exit_layer"].unique()) == list(range(1, 30))
     assert prof.meta["acceptance"]["chat_template"]
@@ -310,7 +310,7 @@ def test_pipeline_summary_pairs_sends_and_receives():
 
 
 def test_profile_reads_the_pipeline_probe(tmp_path):
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     prof = write_synthetic_profile(tmp_path / "a", num_layers=6, hop_ms=0.05, corun_slowdown=1.2)
     assert prof.pipeline == {} and prof.hop_ms() == pytest.approx(0.05) and prof.pass_jitter_cv() == 0.0
@@ -326,7 +326,7 @@ def test_profile_reads_the_pipeline_probe(tmp_path):
 
 def test_a_cpu_profile_names_its_cores(tmp_path):
     """`cpu_cores`: hardware.cores of a CPU profile only (the planner's default stage count)."""
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     write_synthetic_profile(tmp_path / "a", num_layers=6, corun_slowdown=1.2)
     assert load_profile(tmp_path / "a").cpu_cores is None  # synthetic
@@ -383,7 +383,7 @@ def test_add_sampling_measures_into_an_existing_profile(tiny_profile, tmp_path, 
     assert "--force" in _error_line(capsys)
     assert main(["profile", "add-sampling", str(folder), "--force"]) == 0
     estimated = tmp_path / "est"
-    from profiler.synthetic import write_synthetic_profile
+    from ppsd.profile.synthetic import write_synthetic_profile
 
     write_synthetic_profile(estimated, num_layers=4, vocab_size=100)
     assert main(["profile", "add-sampling", str(estimated)]) == 2

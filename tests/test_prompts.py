@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ppsd.errors import UserError
-from profiler.prompts import SPEC_BENCH_CATEGORIES, Prompt, builtin_prompts, load_prompts
+from ppsd.prompts import SPEC_BENCH_CATEGORIES, Prompt, builtin_prompts, load_prompts
 
 
 def _write_jsonl(path, rows):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,10 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def pc():
-    spec = importlib.util.spec_from_file_location("published_check", ROOT / "bench" / "published_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from bench import published_check
+
+    return published_check
 
 
 def test_table_is_what_the_target_asks_for(pc):
@@ -75,8 +73,8 @@ def test_estimate_within_target(pc):
 
 
 def test_json_alone_on_stdout():
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "published_check.py"), "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "bench.published_check", "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert {"rows", "mape_pct", "eager_dispatch_us", "excluded"} <= set(data)

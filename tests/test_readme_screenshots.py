@@ -22,13 +22,13 @@ def _readme_pictures() -> set[str]:
 def test_readme_pictures_are_not_older_than_the_example_profile():
     pictures = _readme_pictures()
     assert pictures, "the README shows no dashboard pictures"
-    assert STAMP.exists(), "docs/screenshots.json is missing: run `.venv/bin/python bench/screenshots.py`"
+    assert STAMP.exists(), "docs/screenshots.json is missing: run `.venv/bin/python -m bench.screenshots`"
     stamp = json.loads(STAMP.read_text())
     measured = json.loads((EXAMPLE / "profile.json").read_text())["created"]
     assert stamp["profile"] == str(EXAMPLE.relative_to(PROJECT_ROOT)), stamp["profile"]
     assert stamp["profile_created"] == measured, (
         f"the README's screenshots show {stamp['profile']} as measured {stamp['profile_created']}, but the "
-        f"committed profile was measured {measured}: regenerate them with `.venv/bin/python bench/screenshots.py`")
+        f"committed profile was measured {measured}: regenerate them with `.venv/bin/python -m bench.screenshots`")
     taken = set(stamp["pages"].values())
     assert pictures <= taken, f"README pictures not taken by bench/screenshots.py: {sorted(pictures - taken)}"
     for name in pictures:

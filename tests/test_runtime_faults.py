@@ -15,7 +15,7 @@ import torch
 
 from ppsd.cli import main
 from ppsd.errors import UserError
-from profiler.model import load_model
+from runtime.llm import load_model
 from runtime.launch import run_local
 from runtime.pipeline import PipelineJob
 

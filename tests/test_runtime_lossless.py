@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from profiler.model import load_model
+from runtime.llm import load_model
 from runtime.acceptance import Sampler
 from runtime.decoding import generate_ar, generate_eesd
 from runtime.launch import run_local
@@ -73,7 +73,7 @@ def test_ppsd_stops_at_eos_like_ar(tiny):
 @pytest.mark.slow
 def test_embedded_model_lossless_on_spec_bench(spec_bench_path):
     """SmolLM2-135M, 8 Spec-Bench prompts × 32 tokens: EESD and PPSD == AR, token for token."""
-    from profiler.prompts import load_prompts
+    from ppsd.prompts import load_prompts
 
     model = load_model("smollm2-135m")
     prompts = [model.encode_prompt(p.text)[-160:] for p in load_prompts("spec-bench", limit=8)]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
-from profiler.model import load_model
+from runtime.llm import load_model
 from runtime.acceptance import ForcedTrace, Sampler, load_forced_trace
 from runtime.decoding import generate_ar, generate_eesd
 from runtime.launch import run_local

@@ -1,4 +1,4 @@
-"""runtime/validation: `ppsd validate` end to end on the tiny model: the folder it writes and what it says."""
+"""validation: `ppsd validate` end to end on the tiny model: the folder it writes and what it says."""
 
 import csv
 import json
@@ -240,8 +240,8 @@ def test_validate_checks_the_corun_slowdown_against_the_profiles(tiny_profile, t
 
 
 def test_corun_check_only_where_stages_co_run(tiny_profile, tmp_path):
-    from runtime.validation.machine import CorunCheck
-    from sim.modes import Mode
+    from validation.machine import CorunCheck
+    from ppsd.modes import Mode
     from sim.plan import Plan
 
     class Cpu:

@@ -1,4 +1,4 @@
-"""runtime/validation/sampled.py: `ppsd validate --temperature T` on the tiny model: sampled runs over
+"""validation/sampled.py: `ppsd validate --temperature T` on the tiny model: sampled runs over
 several seeds beside the prediction from beta at exactly T, and the refusals."""
 
 from __future__ import annotations

@@ -9,14 +9,14 @@ import os
 import pytest
 import torch
 
-from profiler.model import load_model
+from runtime.llm import load_model
 from runtime.acceptance import Sampler
 from runtime.decoding import generate_ar
 from runtime.launch import run_local
 from runtime.measure import Job, measure, records_from_logs
 from runtime.pipeline import PipelineJob
 from runtime.warmup import WARMUP_PROMPT_TOKENS, warmup_view
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -10,7 +10,7 @@ import pytest
 from ppsd.cli import main
 from runtime.same_budget import threads_for
 from sim.model.budget import THREADS, Budget, units_for
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 from sim import api
 from sim.schemes import eesd
 from sim.schemes.ppsd import closed_form as ppsd_cf

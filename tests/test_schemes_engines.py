@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from ppsd.profile import load_profile, save_profile
-from profiler.synthetic import synthetic_meta, write_synthetic_profile
+from ppsd.profile.synthetic import synthetic_meta, write_synthetic_profile
 from sim import api
 from sim.schemes import eesd
 from sim.schemes import scheme
@@ -402,7 +402,7 @@ def test_eesd_round_starts_equal_the_pointer_chase():
 
 
 def test_every_mode_has_one_scheme():
-    from sim.modes import Mode
+    from ppsd.modes import Mode
     from sim.schemes import SCHEMES
     from sim.schemes.base import Scheme
 
@@ -415,7 +415,7 @@ def test_every_mode_has_one_scheme():
 
 def test_plan_modes_parse_and_serialise():
     from ppsd.errors import UserError
-    from sim.modes import Mode
+    from ppsd.modes import Mode
 
     p = Plan("PPSD", exit_layer=4, stages=2)
     assert p.mode is Mode.PPSD and p.to_dict()["mode"] == "ppsd" and Plan.from_dict(p.to_dict()) == p

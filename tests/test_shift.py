@@ -8,7 +8,7 @@ import pytest
 
 from ppsd.exit_heads import SHARED
 from ppsd.profile import load_profile, save_profile
-from profiler.synthetic import synthetic_meta
+from ppsd.profile.synthetic import synthetic_meta
 from sim import intervals as iv
 from sim.api import resolve_plan
 from sim.intervals import shift as sh

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ppsd.cli import main
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 
 SYN = ["simulate", "--synthetic-layers", "12", "--layer-ms", "2", "--head-ms", "6", "--alpha", "0.6"]
 
@@ -87,8 +87,8 @@ def test_bad_profile_inputs(prof, bare, capsys):
 
 
 def test_sim_imports_no_torch():
-    code = ("import sys, sim.api, sim.cli, sim.schemes, sim.planner.resolve, sim.run, profiler.synthetic; "
-            "import tempfile; from profiler.synthetic import write_synthetic_profile; from sim.plan import Plan; "
+    code = ("import sys, sim.api, sim.cli, sim.schemes, sim.planner.resolve, sim.run, ppsd.profile.synthetic; "
+            "import tempfile; from ppsd.profile.synthetic import write_synthetic_profile; from sim.plan import Plan; "
             "p = write_synthetic_profile(tempfile.mkdtemp(), alpha_by_exit=lambda e: 0.5, num_layers=6); "
             "sim.api.sweep(p, tokens=50); sim.api.simulate(p, Plan('ppsd', exit_layer=2), timeline=True); sim.api.closed_form(p, sim.api.resolve_plan(Plan('eesd', exit_layer=2), p), 0.5); "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]; "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ppsd.errors import UserError
-from profiler.archs import resolve_arch
+from ppsd.archs import resolve_arch
 from profiler.estimated_profile import analytic_profile_meta, estimated_step_ms, write_analytic_profile
 from profiler.hardware import resolve_hardware
 from profiler.roofline import layer_bytes, layer_seconds, make_roofline

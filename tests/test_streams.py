@@ -12,7 +12,7 @@ from ppsd.cli import main
 from ppsd.errors import UserError
 from ppsd.paths import EXAMPLES_DIR
 from ppsd.profile import load_profile
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 from sim import api
 from sim.planner import closed_forms as planning
 from sim.plan import Plan

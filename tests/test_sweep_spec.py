@@ -9,7 +9,7 @@ import pytest
 
 from ppsd.cli import build_parser
 from ppsd.errors import UserError
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.planner.sweep_spec import DEFAULT_TOKENS, MAX_DRAFT_LEN, SweepSpec
 
 

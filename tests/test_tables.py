@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dashboard import tables
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 from sim import api
 from sim.planner.verdict import Outcome, decide
 

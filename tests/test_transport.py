@@ -19,7 +19,7 @@ import torch
 
 from ppsd.errors import UserError
 from ppsd.net import free_port
-from profiler.model import load_model
+from runtime.llm import load_model
 from runtime.acceptance import Sampler
 from runtime.decoding import generate_ar
 from runtime.launch import run_local

@@ -1,4 +1,4 @@
-"""runtime/validation/config.py: the flags become a typed config once, and the refusals the flags
+"""validation/config.py: the flags become a typed config once, and the refusals the flags
 alone decide come before anything loads."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import argparse
 import pytest
 
 from ppsd.errors import UserError
-from runtime.validation.config import DEFAULT_SEEDS, ValidateConfig
+from validation.config import DEFAULT_SEEDS, ValidateConfig
 
 
 def _parsed(*argv: str) -> argparse.Namespace:
-    from runtime.cli import register
+    from validation.cli import register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
@@ -40,6 +40,8 @@ def test_every_validate_flag_is_a_config_field():
     (["--profile", "a", "--turns", "-1"], "--turns -1"),
     (["--profile", "a", "--turns", "1", "--ar-once"], "--turns pairs greedy"),
     (["--profile", "a", "--turns", "1", "--temperature", "0.7", "--seeds", "2"], "--turns pairs greedy"),
+    (["--profile", "a", "--plans", "eesd:20:x"], "is not mode:exit"),  # before the model loads
+    (["--profile", "a", "--plans", "ppsd:15:2:alpha=2"], "not a probability"),
 ])
 def test_refusals_before_anything_loads(argv, words):
     with pytest.raises(UserError, match=words):

@@ -1,12 +1,12 @@
-"""runtime/validation/interleave.py: a job split into chunks of prompts, and the chunks' measurements
+"""validation/interleave.py: a job split into chunks of prompts, and the chunks' measurements
 summed back into the measurement of the whole prompt set."""
 
 import pytest
 
 from runtime.decoding import SeqRecord
 from runtime.measure import Job, summarize
-from runtime.validation.interleave import Turns, combine
-from sim.modes import Mode
+from validation.interleave import Turns, combine
+from ppsd.modes import Mode
 from sim.plan import Plan
 from sim.timeline import Event
 

@@ -1,4 +1,4 @@
-"""runtime/validation/machine.py: the checks a validation takes of the machine while it measures (the
+"""validation/machine.py: the checks a validation takes of the machine while it measures (the
 co-run check, `--retime`)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ def test_retimer_checks_the_corun_before_pipelined_plans_but_prices_pieces_only(
     diagnostic, `corun_drift`), but no plan is priced with it: its layers-only reading moves apart from
     what a pipeline's stages see, so a plan's co-run slowdown stays the profile's."""
     import profiler.piece_times as pt
-    from runtime.validation.machine import Retimer
+    from validation.machine import Retimer
 
     then = {"layers": 10.0, "head": 4.0, "embedding": 0.1}
     now = {"layers": 11.0, "head": 4.0, "embedding": 0.1}

@@ -1,8 +1,8 @@
-"""runtime/validation/prompts.py: which prompts are measured and which predict."""
+"""validation/prompts.py: which prompts are measured and which predict."""
 
 import json
 
-from runtime.validation.prompts import pick_round_robin
+from validation.prompts import pick_round_robin
 
 
 def test_round_robin_spans_the_categories():
@@ -14,8 +14,8 @@ def test_round_robin_spans_the_categories():
 def test_unseen_leaves_out_the_profiled_prompts_and_the_heads_training_prompts(tmp_path):
     import pandas as pd
 
-    from profiler.heads.store import FORMAT, FORMAT_VERSION, HEADS_FILE
-    from runtime.validation.prompts import unseen_exclusions
+    from runtime.heads.store import FORMAT, FORMAT_VERSION, HEADS_FILE
+    from validation.prompts import unseen_exclusions
 
     class Profiled:  # what unseen_exclusions reads of a profile
         has_acceptance = True

@@ -10,9 +10,9 @@ import math
 import pytest
 
 from ppsd.cli import main
-from profiler.synthetic import write_synthetic_profile
+from ppsd.profile.synthetic import write_synthetic_profile
 from sim import api
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan, Result, SimulatedDetails
 from sim.planner.heads import best_over_heads, decide_over_heads
 from sim.planner.verdict import (MIN_ALPHA, MIN_DRAFT_SHARE, NOISE_FLOOR, NoiseBand, Outcome, decide, degenerate_reason,

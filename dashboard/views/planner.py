@@ -14,7 +14,7 @@ import streamlit as st
 
 from dashboard import cached, charts, tables, theme, ui
 from sim.planner.heads import available_heads, head_label
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.planner.gpus import round_robin
 from sim.planner.sweep_spec import MAX_DEVICES
 from sim.schemes import scheme

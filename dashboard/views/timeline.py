@@ -11,7 +11,7 @@ import streamlit as st
 from dashboard import cached, charts, data, theme, ui
 from ppsd import validation_folder as vf
 from sim.planner.heads import available_heads, head_label
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 from sim.schemes import scheme
 from sim.timeline import Event, to_chrome_trace

@@ -64,7 +64,7 @@ if "outputs_match_ar" in rows.columns:
                      "neither is counted.")
 st.caption(f"Model {meta.get('model', '?')} · device {meta.get('device_name', '?')} · "
            f"created {str(meta.get('created', '?'))[:19]} · profile `{meta.get('profile', '?')}`")
-hf_view.render(st, Path(labels[choice]), meta)  # transformers' assisted generation (issue 29)
+hf_view.render(st, Path(labels[choice]), meta)  # transformers' assisted generation
 if meta.get("predicted_from") is not None:
     sample = ("**out of sample**: the predicting prompts and the measured ones are disjoint"
               if meta.get("out_of_sample") else

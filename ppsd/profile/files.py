@@ -29,7 +29,7 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
     corun: {processes: [1, 2, ...], slowdown: [1.0, ...], p10: [...], p90: [...]}
            per-layer time with p processes working at once / time alone
     whole_step: {context, median_ms, sum_of_parts_ms, ratio, note}
-               optional (profiles from 2026-12-04, `method: "paired"`): the whole step is timed right
+               optional (with `method: "paired"`): the whole step is timed right
                after the same step timed piece by piece, in every round of the interleaved grid;
                ratio = the median paired parts / whole, calibration = 1 / ratio, and every table
                (layers, embedding, head, at this and at each parallel thread count, each by its own

@@ -21,6 +21,7 @@ from ppsd.profile.files import (GENERATIONS_FILE, SAMPLED_FILE, SHARED_HEAD, TEM
 from ppsd.profile.parts import ControlPlane, DrawCosts, PassOverheads
 from ppsd.profile.tables import StatTable
 from ppsd.profile.tables import interp as _interp
+from ppsd.statistics import mad_log_sd
 
 
 @dataclass
@@ -154,11 +155,15 @@ class Profile:
             return now * table(processes)
         return now * float(piped) * table(processes) / table(2)
 
-    def pipeline_slowdown_cv(self) -> float:
+    def pipeline_slowdown_cv(self) -> float | None:
         """How much the co-run slowdown of a pipeline's stages moved over the profile's runtime-probe
-        rounds (robust log spread; `latency.pipeline.runtime.slowdown_cv`): what a PPSD plan's price
-        may be off by in another minute of the same sitting. 0 without the runtime probe."""
-        return float((self.pipeline.get("runtime") or {}).get("slowdown_cv") or 0.0)
+        rounds (their log spread by the median absolute deviation, `ppsd.statistics.mad_log_sd`): what
+        a PPSD plan's price may be off by in another minute of the same sitting. None without the
+        runtime probe."""
+        rounds = (self.pipeline.get("runtime") or {}).get("rounds")
+        if not rounds:
+            return None
+        return mad_log_sd([float(np.mean(r["slowdown_per_stage"])) for r in rounds])
 
     def corun_table(self) -> dict | None:
         """The co-run measurement's 2-process figure as the profiler took it, without the pipeline
@@ -278,8 +283,8 @@ class Profile:
     @property
     def piece_calibration(self) -> float:
         """The factor the main tables were scaled by so that their pieces sum to a whole step timed
-        beside them (`latency.whole_step.calibration`, profiles measured from 2026-12-04); 1.0 for
-        older and estimated profiles, whose tables are the pieces as timed."""
+        beside them (`latency.whole_step.calibration`); 1.0 for profiles without it (estimated ones
+        among them), whose tables are the pieces as timed."""
         return float((self.latency.get("whole_step") or {}).get("calibration") or 1.0)
 
     def calibration_doubt(self) -> float:
@@ -296,7 +301,7 @@ class Profile:
     def thread_speedup_cv(self, units: int) -> float:
         """How unsteady AR's speedup from `units` threads was over the profile's interleaved rounds
         (robust log spread of each round's whole step at the base over the one at `units`); 0 for
-        the base, for estimated tables and for profiles measured before 2026-12-04."""
+        the base and for tables without round-by-round speedups (`speedup_cv`)."""
         if int(units) == self.parallel_base:
             return 0.0
         tables = ((self.latency.get("parallel") or {}).get("tables") or {}).get(str(int(units))) or {}
@@ -309,21 +314,19 @@ class Profile:
         missing at either count (estimated tables are consistent by construction).
 
         Why: each piece is timed alone in a hot loop, and that distorts it differently at each
-        thread count — at 1 thread a layer repeated in place keeps more of its weights in cache
-        (the pieces sum to 0.87 of the whole step on the example profile), at 2 threads they sum to
-        0.97 of it. Summed pieces then put AR on 2 threads at 1.32x AR on 1 thread where
-        whole steps measure 1.47x (validation: 1.44x). The main tables keep their own pricing (the
-        pipeline probe's slowdown is measured against them), so only the ratio is carried over."""
+        thread count (a layer repeated in place keeps more of its weights in cache at 1 thread than
+        at 2), so summed pieces misprice AR's thread speedup that whole steps measure. The main tables
+        keep their own pricing (the pipeline's slowdown is measured against them), so only the ratio
+        is carried over."""
         par_tables = (self.latency.get("parallel") or {}).get("tables") or {}
         tables = par_tables.get(str(int(units)))
         whole_main = (self.latency.get("whole_step") or {}).get("median_ms")
         if units == self.parallel_base or tables is None or not tables.get("whole_step_ms") or not whole_main:
             return 1.0
         if tables.get("speedup_vs_base"):
-            # Paired rounds (profiles from 2026-12-04): AR at `units` threads costs the main tables' step
-            # over the round-by-round speedup, a ratio of neighbours in time. The ratio of the two series'
-            # medians carries the machine's drift between samples (AMD VM, 2026-12-04: 1.05x from the
-            # medians, 1.006x paired, 0.97x measured by the validation that followed).
+            # Paired rounds: AR at `units` threads costs the main tables' step over the round-by-round
+            # speedup, a ratio of neighbours in time (the ratio of the two series' medians would carry
+            # the machine's drift between samples).
             parts = self._parts_ms(tables["layers"], tables["embedding"], tables["head"])
             return float(self._parts_ms(self.layers, self.embedding, self.head)
                          / float(tables["speedup_vs_base"]) / parts) if parts > 0 else 1.0
@@ -411,7 +414,7 @@ class Profile:
 
     @property
     def acceptance_drawn(self) -> bool:
-        """True when the acceptance table was drawn from an α curve (a random-weight model, `bench/gpu_check.py`)
+        """True when the acceptance table was drawn from an α curve (a random-weight model, `python -m bench.gpu_check`)
         rather than traced from the model's own drafts: replaying it commits drafts the model would reject."""
         return bool((self.meta.get("acceptance") or {}).get("alpha_curve"))
 

@@ -70,8 +70,8 @@ def register(subparsers) -> None:
     ev.add_argument("--threads", type=int, default=1)
     ev.add_argument("--device", default="cpu", help="cpu (default), cuda (or its alias gpu) or cuda:N")
     ev.add_argument("--dtype", default="float32",
-                    help="model and heads dtype: float32 (default), bfloat16, float16 (what `ppsd run --dtype` and "
-                         "`ppsd profile --dtype` draft in; --latency-out is then timed in it)")
+                    help="model and heads dtype: float32 (default), bfloat16, float16 (as in `ppsd run`); "
+                         "--latency-out is timed in it")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=_eval)
 
@@ -93,9 +93,9 @@ def _train(args) -> int:
     import torch
 
     from ppsd.progress import SequentialProgress
-    from profiler.heads.store import default_heads_dir
+    from runtime.heads.store import default_heads_dir
     from profiler.heads.train import TrainConfig, parse_exits, train_heads
-    from profiler.model import load_model
+    from runtime.llm import load_model
 
     torch.set_num_threads(args.threads)
     adapter = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -124,9 +124,9 @@ def _eval(args) -> int:
     from ppsd.paths import atomic_write_json, atomic_write_text
     from ppsd.progress import SequentialProgress
     from profiler.heads.evaluate import comparison_table, evaluate_heads, heldout_prompts
-    from profiler.heads.store import load_heads, read_meta
+    from runtime.heads.store import load_heads, read_meta
     from profiler.heads.train import parse_exits
-    from profiler.model import load_model
+    from runtime.llm import load_model
 
     torch.set_num_threads(args.threads)
     meta = read_meta(args.heads)

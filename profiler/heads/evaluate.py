@@ -22,8 +22,9 @@ import torch
 from ppsd.exit_heads import SHARED, TRAINED, order_key, vocab_name, vocab_size
 from ppsd.paths import cache_dir
 from profiler.heads.collect import collect, collection_key
-from profiler.heads.store import ExitHeads
-from profiler.heads.vocab import VocabHead, draft_path_evictor, time_ms
+from runtime.heads.store import ExitHeads
+from profiler.heads.timing import draft_path_evictor, time_ms
+from runtime.heads.vocab import VocabHead
 
 
 @dataclass
@@ -132,7 +133,7 @@ def measure_latency(heads: ExitHeads, exit_layer: int, vocab_sizes: list[int], n
                     repeats: int = 30, evict=None) -> tuple[dict, dict]:
     """Drafting cost per head for n new tokens: (exit_heads dict for profile.json, the shared head's
     numbers for comparison). An adapter is not free: it belongs in stage 1's time. `evict`
-    (`profiler.heads.vocab.draft_path_evictor`) runs untimed before every timed call, so a head is
+    (`profiler.heads.timing.draft_path_evictor`) runs untimed before every timed call, so a head is
     priced with the caches a draft leaves it, as the shared head is in the latency grid; entries
     then say `"timing": "after_draft_layers"` (else `"hot_loop"`)."""
     torch.manual_seed(0)

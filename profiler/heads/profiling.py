@@ -23,7 +23,7 @@ from ppsd.exit_heads import SHARED, TRAINED, vocab_name
 
 def fingerprint(folder: str | Path) -> str:
     """A short hash of heads.json: a resumed profile must not reuse rows of other heads."""
-    from profiler.heads.store import HEADS_FILE
+    from runtime.heads.store import HEADS_FILE
 
     return hashlib.sha256((Path(folder).expanduser() / HEADS_FILE).read_bytes()).hexdigest()[:16]
 
@@ -32,7 +32,7 @@ def load_for_profile(folder: str | Path, adapter):
     """Every exit the folder has (UserError for another model / layer count / a missing weight file),
     computing in the model's dtype, as `ppsd run` drafts with them (runtime/heads.py): their latency
     and traces are then those of the runtime's drafts, at the shared head's precision."""
-    from profiler.heads.store import load_heads
+    from runtime.heads.store import load_heads
 
     return load_heads(folder, adapter, dtype=adapter.dtype)
 
@@ -55,7 +55,7 @@ def head_rows(adapter, heads, results, temperature: float, progress=None):
     import torch
 
     from profiler.acceptance import layer_states
-    from profiler.heads.vocab import VocabHead
+    from runtime.heads.vocab import VocabHead
     from profiler.schema import ACCEPTANCE_COLUMNS
 
     exits = [e for e in heads.exits if 1 <= e < adapter.num_layers]
@@ -99,9 +99,9 @@ def head_rows(adapter, heads, results, temperature: float, progress=None):
 def head_latency(heads, n_values, repeats: int = 10, adapter=None) -> dict:
     """`latency.exit_heads` entries {name: {kind, params, timing, n_values, median_ms, p10_ms, p90_ms}};
     given the model's `adapter`, each timed call follows a read of the draft's layers (the caches as a
-    decode leaves them: `profiler.heads.vocab.draft_path_evictor`)."""
+    decode leaves them: `profiler.heads.timing.draft_path_evictor`)."""
     from profiler.heads.evaluate import measure_latency
-    from profiler.heads.vocab import draft_path_evictor
+    from profiler.heads.timing import draft_path_evictor
 
     mid = heads.exits[len(heads.exits) // 2]
     evict = None if adapter is None else draft_path_evictor(adapter, mid)

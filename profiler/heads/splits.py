@@ -26,7 +26,7 @@ class Splits:
 
 def read_all(source: str | None):
     """Every prompt of a source in file order: "spec-bench", a JSONL path, or "builtin"."""
-    from profiler.prompts import load_prompts
+    from ppsd.prompts import load_prompts
 
     return load_prompts(None if source in (None, "builtin") else source)
 

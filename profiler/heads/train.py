@@ -30,9 +30,9 @@ from ppsd.errors import UserError
 from ppsd.paths import cache_dir
 from profiler.heads import splits as _splits
 from profiler.heads.collect import collect, collection_key, load_records
-from profiler.heads.store import (HeadsMeta, LinearAdapter, FrozenHead, check_compatible, params_info, read_meta,
+from runtime.heads.store import (HeadsMeta, LinearAdapter, FrozenHead, check_compatible, params_info, read_meta,
                                   save_adapter, save_vocab, write_meta, exit_file, HEADS_FILE)
-from profiler.heads.vocab import frequency_order
+from runtime.heads.vocab import frequency_order
 
 
 @dataclass

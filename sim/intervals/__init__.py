@@ -30,7 +30,7 @@ By part: `bands.py` (the Interval, its level, `apply`, `coverage`), `spread.py` 
 """
 
 from sim.intervals.bands import (DEFAULT_PROMPTS_N, LEVEL, REPLAY_DRAWS, SWEEP_DRAWS, Interval, apply, check_prompts_n,
-                                 coverage, widened)
+                                 coverage)
 from sim.intervals.predict import GRID, attach_sweep_intervals, replay_interval, simulate_interval
 from sim.intervals.spread import budget_cv, latency_cv, measurement_cv, step_cv
 from sim.intervals.traces import (MIN_STRATUM, PromptTraces, Targets, lengths_stream, overlay_stream, pooled_stream,
@@ -39,4 +39,4 @@ from sim.intervals.traces import (MIN_STRATUM, PromptTraces, Targets, lengths_st
 __all__ = ["DEFAULT_PROMPTS_N", "GRID", "LEVEL", "MIN_STRATUM", "REPLAY_DRAWS", "SWEEP_DRAWS", "Interval", "PromptTraces",
            "Targets", "apply", "attach_sweep_intervals", "budget_cv", "check_prompts_n", "coverage", "latency_cv",
            "lengths_stream", "measurement_cv", "overlay_stream", "pooled_stream", "prompt_traces", "replay_interval",
-           "simulate_interval", "step_cv", "strata", "widened"]
+           "simulate_interval", "step_cv", "strata"]

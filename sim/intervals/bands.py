@@ -1,4 +1,4 @@
-"""The interval itself: its level, how it is written onto a Result, widened, and how often intervals
+"""The interval itself: its level, how it is written onto a Result, and how often intervals
 held the measured values (`coverage`)."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppsd.errors import UserError
+from ppsd.statistics import widened
 from sim.intervals.shift import Shift
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Result, SimulatedDetails
 
 
@@ -24,9 +25,6 @@ REPLAY_DRAWS = 200
 
 
 SWEEP_DRAWS = 1000
-
-
-_Z90 = 1.2815515655446004  # the normal's 90th percentile: p10..p90 spans 2 · 1.2816 σ
 
 
 @dataclass(frozen=True)
@@ -59,24 +57,6 @@ class Interval:
         return {"lo": self.lo, "hi": self.hi, "level": self.level, "prompts_n": self.prompts_n, "draws": self.draws,
                 "method": self.method, "latency_cv": round(self.latency_cv, 5),
                 "shift": self.shift.to_dict() if self.shift is not None else None}
-
-
-def widened(lo_rel: float | None, hi_rel: float | None, point: float | None,
-            extra_cv: float = 0.0, level: float = LEVEL) -> tuple[float | None, float | None]:
-    """point × [lo_rel, hi_rel] with each side's log half-width combined in quadrature with a further
-    independent relative spread `extra_cv` at `level`."""
-    if point is None or lo_rel is None or hi_rel is None or lo_rel <= 0 or hi_rel <= 0:
-        return None, None
-    z = float(_ZQ(level)) * max(float(extra_cv), 0.0)
-    down = np.hypot(max(-np.log(lo_rel), 0.0), z)
-    up = np.hypot(max(np.log(hi_rel), 0.0), z)
-    return float(point * np.exp(-down)), float(point * np.exp(up))
-
-
-def _ZQ(level: float) -> float:
-    """The normal quantile a two-sided `level` interval reaches (1.645 at 90%)."""
-    from statistics import NormalDist
-    return NormalDist().inv_cdf(0.5 + level / 2)
 
 
 def check_prompts_n(n) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.intervals.bands import _Z90
+from ppsd.statistics import Z90, robust_sd
 from sim.plan import Plan
 
 
@@ -17,14 +17,14 @@ def step_cv(profile) -> float:
     ws = profile.latency.get("whole_step") or {}
     med, p10, p90 = ws.get("median_ms"), ws.get("p10_ms"), ws.get("p90_ms")
     if med and p10 is not None and p90 is not None:
-        return max(0.0, float(p90 - p10) / (2 * _Z90 * float(med)))
+        return max(0.0, float(p90 - p10) / (2 * Z90 * float(med)))
     lay = profile.layers
     n1 = int(np.argmin(np.abs(profile.n_values - 1)))
     med = lay.median_ms[:, n1, 0]
     ok = med > 0
     if not ok.any():
         return 0.0
-    return float(np.median((lay.p90_ms[ok, n1, 0] - lay.p10_ms[ok, n1, 0]) / (2 * _Z90 * med[ok])))
+    return float(np.median((lay.p90_ms[ok, n1, 0] - lay.p10_ms[ok, n1, 0]) / (2 * Z90 * med[ok])))
 
 
 def latency_cv(profile, plan: Plan) -> float:
@@ -54,6 +54,4 @@ def measurement_cv(ar_runs: Sequence[float]) -> float:
     a = np.asarray([x for x in ar_runs if x and x > 0], dtype=float)
     if len(a) < 3:
         return 0.0
-    d = np.diff(np.log(a))
-    sd = (np.percentile(d, 90) - np.percentile(d, 10)) / (2 * _Z90)
-    return float(np.sqrt(0.75) * sd)
+    return float(np.sqrt(0.75) * robust_sd(np.diff(np.log(a))))

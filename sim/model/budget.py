@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppsd.errors import UserError
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan
 
 THREADS, TENSOR_PARALLEL = "threads", "tensor_parallel"

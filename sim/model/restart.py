@@ -31,6 +31,23 @@ TIE_MS = 1e-7  # a flush this close after stage 1's last layer counts as arrivin
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
+def begun_by(commit):
+    """The latest start of a stage-1 pass that a commit at `commit` can find running: a pass that
+    would start after it never does (stage 1 reads the board first)."""
+    return commit - TIE_MS
+
+
+def window_opens(commit, sigma):
+    """Where the jitter window of a commit at `commit` opens: a stretch that ends before it adds
+    nothing to the wait (every engine skips it)."""
+    return commit - WINDOW_SIGMAS * sigma - TIE_MS
+
+
+def window_closes(commit, sigma):
+    """Where that window closes: a stretch that starts after it adds nothing either."""
+    return commit + WINDOW_SIGMAS * sigma + TIE_MS
+
+
 def jitter_sigma(cv: float, first_pass_ms, flush_ms):
     """σ of the flush time against stage 1's schedule (ms); 0 when the profile has no jitter."""
     if cv <= 0.0:

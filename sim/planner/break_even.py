@@ -111,7 +111,7 @@ class _Curves:
         return np.array([known[float(a)] for a in alphas])
 
     def ar_time(self, view) -> float:
-        from sim.modes import Mode
+        from ppsd.modes import Mode
         from sim.schemes import RUNTIME_SCHEMES, SCHEMES
 
         ar = RUNTIME_SCHEMES.get((getattr(self.plan, "runtime", "ppsd"), Mode.AR), SCHEMES[Mode.AR])
@@ -134,7 +134,7 @@ class _Curves:
 def _budget_views(profile, plan, details) -> tuple | None:
     """(the plan's tables within its budget, AR's), or None without same-budget figures."""
     from sim.model.budget import default_budget, units_for
-    from sim.modes import Mode
+    from ppsd.modes import Mode
     from sim.plan import Plan
 
     budget = default_budget(profile, _units(details))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ppsd.exit_heads import SHARED
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.plan import Plan, Result, SimulatedDetails
 from sim.planner.resolve import resolve_plan
 from sim.planner.sweep_spec import SweepSpec

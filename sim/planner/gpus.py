@@ -48,9 +48,8 @@ def default_devices(profile) -> int:
     CPU profile its cores (at least 2, at most 8), since a stage is a process that wants a core of
     its own; else 4. More stages than cores are priced as if each had one (`shared_cores_note`), not
     as time-sharing them: the engines charge a whole pass the co-run factor of the stages busy when it
-    starts, so c/b of a core over-charged a long pass that overlaps short ones only briefly (measured
-    2026-12-03, Intel, 2 cores: PPSD E = 24 at 4 stages ran 0.97x of 2 stages, priced 1.05x as a core
-    each and 0.79x time-shared)."""
+    starts, so c/b of a core over-charges a long pass that overlaps short ones only briefly
+    (docs/design-notes.md)."""
     n = gpu_count(profile)
     if n is not None:
         return n
@@ -66,8 +65,7 @@ def shared_cores_note(profile, devices: int) -> str | None:
     if cores is None or devices <= cores:
         return None
     return (f"note: PPSD plans of more than {cores} stages share this CPU's {cores} cores but are priced as if each "
-            "stage had a core of its own (optimistic: at E = 24 on 2 cores, 4 stages measured 0.97x of 2 stages "
-            "where this price says 1.05x); `ppsd run` needs --oversubscribe for them")
+            "stage had a core of its own (optimistic); `ppsd run` needs --oversubscribe for them")
 
 
 def devices_for(profile, devices: int | None) -> int:

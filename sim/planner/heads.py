@@ -11,7 +11,7 @@ from __future__ import annotations
 from ppsd import exit_heads
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
-from sim.modes import Mode
+from ppsd.modes import Mode
 
 _order = exit_heads.order_key
 

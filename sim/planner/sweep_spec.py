@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
-from sim.modes import Mode
+from ppsd.modes import Mode
 
 if TYPE_CHECKING:
     from sim.plan import Plan

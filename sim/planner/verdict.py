@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from ppsd.errors import UserError
-from sim.modes import Mode
+from ppsd.statistics import z_two_sided
+from ppsd.modes import Mode
 from sim.plan import Result, SimulatedDetails
 from sim.planner.break_even import BreakEven, break_even, mean_decode_context
 
@@ -34,8 +35,8 @@ from sim.planner.break_even import BreakEven, break_even, mean_decode_context
 # from p10 to p90, and the band is half that range relative to the median, ±(p90 − p10) / (2 ×
 # median): the machine's own step-to-step noise, drift during the profiling window included.
 # NOISE_FLOOR keeps the band honest where the profile has no whole step (synthetic and estimated
-# profiles) or measured an unusually quiet window: on the 2-core Intel VM the example comes from,
-# repeated validations of one plan moved by 2-3% from run to run (examples/*validation*, rounds).
+# profiles) or measured an unusually quiet window: repeated validations of one plan on a 2-core CPU
+# move by 2-3% from run to run (docs/design-notes.md).
 NOISE_FLOOR = 0.03
 
 # --- degenerate plans ---------------------------------------------------------------------
@@ -106,13 +107,12 @@ def noise_band(profile=None) -> NoiseBand:
         return NoiseBand(NOISE_FLOOR)
     if ws.get("method") == "paired":
         # A paired profile's whole steps are spread over the whole grid (minutes), so their range is
-        # the machine's drift, which a ratio measured in one sitting does not see (AMD VM, 2026-12-04:
-        # whole steps 56-85 ms, AR run to run 3.5%). What the profile cannot pin down about a
+        # the machine's drift, which a ratio measured in one sitting does not see. What the profile cannot pin down about a
         # predicted ratio is the calibration's doubt and the round-by-round thread speedup's
         # standard error (the same-budget baseline): their 90% band.
         rounds = max(int(ws.get("repeats") or 1), 1)
         se = max([profile.thread_speedup_cv(u) for u in profile.parallel_units()] + [0.0]) / rounds ** 0.5
-        doubt = 1.6448536 * (profile.calibration_doubt() ** 2 + se ** 2) ** 0.5
+        doubt = z_two_sided(0.9) * (profile.calibration_doubt() ** 2 + se ** 2) ** 0.5
         return NoiseBand(max(NOISE_FLOOR, doubt), measured=doubt, paired=True)
     half = (p90 - p10) / (2 * med)
     return NoiseBand(max(NOISE_FLOOR, half), measured=half)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.schemes.ar import AR
 from sim.schemes.base import RunStats, Scheme
 from sim.schemes.eesd import EESD

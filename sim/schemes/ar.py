@@ -13,7 +13,7 @@ import simpy
 from ppsd.exit_heads import SHARED
 from sim.model.cost_model import cost_model
 from sim.model.streams import Stream
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.schemes.base import PlanLike, RunStats, Scheme
 from sim.timeline import Event
 

@@ -33,7 +33,7 @@ import numpy as np
 from ppsd import exit_heads
 from ppsd.errors import UserError
 from sim.model.streams import Stream
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.timeline import Event
 
 

@@ -19,7 +19,7 @@ import simpy
 from ppsd.errors import UserError
 from sim.model.cost_model import CostModel, cost_model
 from sim.model.streams import Stream
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.schemes.base import PlanLike, PlanSize, RunStats, Scheme, seg_ends
 from sim.timeline import Event
 

@@ -24,7 +24,7 @@ import numpy as np
 from ppsd.errors import UserError
 from sim.model.cost_model import cost_model, corun_factors
 from sim.model.streams import Stream
-from sim.modes import Mode
+from ppsd.modes import Mode
 from sim.schemes.base import PlanLike, PlanSize, RunStats, Scheme, StagePart, exit_head_suffix
 from sim.schemes.ppsd import closed_form as _closed_form
 from sim.schemes.ppsd import event_model as _event_model
@@ -117,9 +117,13 @@ class PPSD(Scheme):
                 f"(layers {bounds}), {speed}")
 
     def latency_cv(self, profile, step_cv: float) -> float:
-        # at least the pipeline probe's pass spread, and how far the stages' co-run slowdown moved
-        # between the runtime probe's rounds (it prices every pass of the plan at once)
-        return float(np.hypot(max(step_cv, profile.pass_jitter_cv()), profile.pipeline_slowdown_cv()))
+        # with the runtime probe: the step's spread and how far the stages' co-run slowdown moved
+        # between its rounds, which prices every pass of the plan at once (a pass's own jitter averages
+        # out over a run's hundreds of passes); without it, at least the pipeline probe's pass spread
+        drift = profile.pipeline_slowdown_cv()
+        if drift is None:
+            return max(step_cv, profile.pass_jitter_cv())
+        return float(np.hypot(step_cv, drift))
 
     # --- its timing model ---------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.model.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
+from sim.model.restart import begun_by, board_wait, jitter_sigma, window_opens
+from sim.schemes.ppsd.stage_costs import corun_factor
 
 
 def ideal_speedup(alpha: float, exit_layer: int, num_layers: int) -> float:
@@ -52,7 +53,7 @@ def cycle_schedule(stage_ms: Sequence[float], hop_ms: float, count: int,
     fac = [1.0] * (devices + 1) if factors is None else list(factors)
 
     def f(i: int, m: int) -> float:
-        return fac[min(min(devices, m + 1 + i), len(fac) - 1)]
+        return corun_factor(fac, devices, i, m)
 
     prev = [0.0] * k  # departure of the previous token from each stage
     ends, out = [], []
@@ -179,7 +180,7 @@ def _board_waits(stage_ms, ends, exit_ms, commit, hop_ms, factors, num_devices, 
     devices = k if num_devices is None else num_devices
     fac = [1.0] * (devices + 1) if factors is None else list(factors)
     n = len(ends)
-    f = np.array([fac[min(min(devices, 1 + i), len(fac) - 1)] for i in range(n)])
+    f = np.array([corun_factor(fac, devices, i, 0) for i in range(n)])
     w0 = float(stage_ms[0])
     end = np.asarray(ends)
     start = end - w0 * f
@@ -191,15 +192,15 @@ def _board_waits(stage_ms, ends, exit_ms, commit, hop_ms, factors, num_devices, 
     seg_s, seg_e = b[:-1].T.reshape(-1), b[1:].T.reshape(-1)
     if jitter_cv <= 0.0:
         # the one stretch that can hold the commit: the last one begun before it
-        idx = np.searchsorted(seg_s, commit - TIE_MS, side="left") - 1
+        idx = np.searchsorted(seg_s, begun_by(commit), side="left") - 1
         ok = idx >= 0
         ii = np.maximum(idx, 0)
         return np.where(ok, board_wait(seg_s[ii], seg_e[ii], commit, hop_ms, 0.0), 0.0)
     sigma = np.asarray(jitter_sigma(jitter_cv, w0 * f[0], commit), dtype=float)
     # per cycle length a, the stretches [lo, hi) that can hold its commit: those of the passes begun
     # before it (pass-major order: S stretches a pass) that end after its jitter window opens
-    hi = np.searchsorted(start, commit - TIE_MS, side="left") * (len(off) - 1)
-    lo = np.minimum(np.searchsorted(seg_e, commit - WINDOW_SIGMAS * sigma, side="left"), hi)
+    hi = np.searchsorted(start, begun_by(commit), side="left") * (len(off) - 1)
+    lo = np.minimum(np.searchsorted(seg_e, window_opens(commit, sigma), side="left"), hi)
     width = int(np.max(hi - lo)) if len(commit) else 0
     if width == 0:
         return np.zeros(len(commit))

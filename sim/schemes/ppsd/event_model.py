@@ -33,7 +33,7 @@ import numpy as np
 import simpy
 
 from sim.timeline import Event
-from sim.model.restart import TIE_MS, board_wait, jitter_sigma
+from sim.model.restart import begun_by, board_wait, jitter_sigma
 from sim.schemes.base import RunStats
 from sim.schemes.ppsd.clock import decode_busy_scale, decode_time_ms
 from sim.schemes.ppsd.stage_costs import PPSDCosts
@@ -274,7 +274,7 @@ class _Pipeline:
     def _board_wait(self, commit: float) -> float:
         """Expected wait beyond commit + hop for stage 1 to leave the uncuttable stretch the commit
         finds it in (sim/model/restart.py: board_wait), over this cycle's stage-1 passes begun before it."""
-        begun = [p for p in self.s1 if p[0] < commit - TIE_MS]
+        begun = [p for p in self.s1 if p[0] < begun_by(commit)]
         if not begun:
             return 0.0
         sigma = jitter_sigma(self.costs.jitter_cv, self.cycle[1], commit - self.cycle[0])

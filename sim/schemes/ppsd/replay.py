@@ -14,12 +14,14 @@ Tested equal to the event model (tests/test_sim_schemes_ppsd.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from sim.model.restart import TIE_MS, WINDOW_SIGMAS, board_wait, jitter_sigma
+from sim.model.restart import begun_by, board_wait, jitter_sigma, window_closes, window_opens
 from sim.schemes.base import RunStats
 from sim.schemes.ppsd.clock import decode_busy_scale, decode_time_ms
-from sim.schemes.ppsd.stage_costs import PPSDCosts
+from sim.schemes.ppsd.stage_costs import corun_table, PPSDCosts
 from sim.model.streams import Stream
 
 
@@ -82,32 +84,49 @@ def _capped_departures(w, x, first, lens, h, k, cap):
     return dep
 
 
-def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
-    if costs.num_devices < costs.k:
-        raise ValueError("the fast replay needs one device per stage; use the event engine")
-    t, k, h = stream.tokens, costs.k, costs.hop_ms
-    cap, local = costs.cap, costs.launch == "local"
-    if not local and not cap:
-        raise ValueError("under torchrun stage 1 reads verdicts only at its in-flight cap: give one")
-    match, seg = stream.match, stream.seg_start
-    restart = seg.copy()
-    restart[1:] |= ~match[:-1]  # a mismatch at j restarts the pipeline at j+1
-    starts = np.flatnonzero(restart)
-    ends = np.append(starts[1:], t) - 1
-    a = ends - starts
-    nxt = np.minimum(ends + 1, t - 1)
-    rejected = (~match[ends]) & (ends + 1 < t) & ~seg[nxt]
-    ncyc = len(starts)
-    # factor table per stage over the index in cycle (constant from i = k on); PPSDCosts.factor, tabulated
-    busy_n = np.minimum(costs.num_devices, np.arange(k)[:, None] + 1 + np.arange(k + 1)[None, :])
-    ftab = np.asarray(costs.factors, dtype=float)[np.minimum(busy_n, len(costs.factors) - 1)]
+@dataclass
+class _Cycles:
+    """The stream cut into cycles (restart -> first rejection): where each starts, its accepted
+    drafts `a`, and whether it ended in a rejection."""
+
+    starts: np.ndarray
+    a: np.ndarray
+    rejected: np.ndarray
+
+    @classmethod
+    def of(cls, stream: Stream) -> _Cycles:
+        t, match, seg = stream.tokens, stream.match, stream.seg_start
+        restart = seg.copy()
+        restart[1:] |= ~match[:-1]  # a mismatch at j restarts the pipeline at j+1
+        starts = np.flatnonzero(restart)
+        ends = np.append(starts[1:], t) - 1
+        nxt = np.minimum(ends + 1, t - 1)
+        return cls(starts, ends - starts, (~match[ends]) & (ends + 1 < t) & ~seg[nxt])
+
+
+@dataclass
+class _Passes:
+    """Every pass replayed, cycle after cycle (each cycle's tokens and its stale tail): its index in
+    the cycle `i`, its token `j`, each stage's (slowed) pass `w` and exit head `x`, the departures."""
+
+    lens: np.ndarray
+    first: np.ndarray
+    i: np.ndarray
+    j: np.ndarray
+    ic: np.ndarray
+    w: list
+    x: np.ndarray
+    dep: list
+
+
+def _replayed_passes(stream: Stream, costs: PPSDCosts, cyc: _Cycles, ftab: np.ndarray) -> _Passes:
+    """Each cycle's passes with enough stale ones behind its last token. With the in-flight cap,
+    stage 1 starts at most cap − 1 passes after the rejected token before the verdict on it (all that
+    can have begun before the commit, and all that torchrun's stage 1 runs). Without a cap: enough to
+    cover the flush's trip, estimated from the costs and grown while short."""
+    t, k, h, cap = stream.tokens, costs.k, costs.hop_ms, costs.cap
     stage_cost = [np.asarray(c, dtype=float) for c in costs.stage_for(stream)]
     exit_cost = costs.exit_array()
-
-    # Stale tokens to replay per cycle: with the in-flight cap, stage 1 starts at most cap − 1
-    # passes after the rejected token before the verdict on it (all that can have begun before
-    # the commit, and all that torchrun's stage 1 runs). Without a cap: enough to cover the
-    # flush's trip, estimated from the costs and grown below when short.
     if cap:
         extra = max(cap - 1, 0)
     else:
@@ -115,15 +134,15 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
         trip = sum(float(c.max()) for c in stage_cost[1:]) * float(ftab.max()) + k * h
         extra = min(k + 2, int(np.ceil(trip / w0)) + 2) if w0 > 0 else k + 2
     while True:
-        lens = a + 1 + extra
-        cyc = np.repeat(np.arange(ncyc), lens)
+        lens = cyc.a + 1 + extra
+        cycle_of = np.repeat(np.arange(len(cyc.starts)), lens)
         first = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        i = np.arange(len(cyc)) - np.repeat(first, lens)
-        j = np.minimum(np.repeat(starts, lens) + i, t - 1)
+        i = np.arange(len(cycle_of)) - np.repeat(first, lens)
+        j = np.minimum(np.repeat(cyc.starts, lens) + i, t - 1)
         ic = np.minimum(i, k)
         w = [stage_cost[m][j] * ftab[m][ic] for m in range(k)]
         x = exit_cost[j] * ftab[0][ic]
-        dep = _scan_departures(w, x, first, lens, cyc, h, k)
+        dep = _scan_departures(w, x, first, lens, cycle_of, h, k)
         if cap:  # does the cap ever hold stage 1 back? then replay it token by token
             s1 = dep[0] - w[0]
             later = i >= cap
@@ -131,62 +150,88 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
                 dep = _capped_departures(w, x, first, lens, h, k, cap)
             break
         # (no cap) enough stale tokens replayed? the last one must leave stage 1 after the commit
-        if np.all(dep[0][first + lens - 1] >= dep[-1][first + a]) or extra > 4096:
+        if np.all(dep[0][first + lens - 1] >= dep[-1][first + cyc.a]) or extra > 4096:
             break
         extra *= 4
-    commit = dep[-1][first + a]  # each cycle's final commit, from its restart
-    s1 = dep[0] - w[0]  # stage 1's pass starts
-    if local:
-        # the board: stage 1 leaves the uncuttable stretch the commit finds it in, then the verdict
-        # (a hop after the commit) lets the corrected token in (sim/model/restart.py: board_wait)
-        c = np.repeat(commit, lens)
-        sigma = np.repeat(jitter_sigma(costs.jitter_cv, w[0][first], commit), lens)
-        # only passes begun before the commit (a later one never starts) and ending after the
-        # commit's jitter window opens can hold it: price their stretches, nobody else's
-        near = np.flatnonzero((s1 < c - TIE_MS) & (dep[0] > c - WINDOW_SIGMAS * sigma - TIE_MS))
-        wait = np.zeros(len(s1))
-        if near.size:
-            b = s1[near][None, :] + ftab[0][ic[near]][None, :] * costs.segments(j[near])
-            cn, sn = np.broadcast_to(c[near], b[1:].shape), np.broadcast_to(sigma[near], b[1:].shape)
-            # and of those stretches, the ones within the window around the commit
-            live = (b[1:] - h > cn - WINDOW_SIGMAS * sn - TIE_MS) & (b[:-1] < cn + WINDOW_SIGMAS * sn + TIE_MS)
-            per = np.zeros(b[1:].shape)
-            per[live] = board_wait(b[:-1][live], b[1:][live], cn[live], h, sn[live])
-            wait[near] = per.sum(axis=0)
-        restart_rel = commit + h + np.add.reduceat(wait, first)
-    else:  # torchrun: at the cap, stage 1 reads the verdict on the rejected token
-        restart_rel = np.maximum(commit + h, dep[0][first + a + cap - 1])
+    return _Passes(lens, first, i, j, ic, w, x, dep)
+
+
+def _restarts(costs: PPSDCosts, cyc: _Cycles, ps: _Passes, ftab: np.ndarray, commit: np.ndarray) -> np.ndarray:
+    """When each cycle's corrected token enters stage 1, from the cycle's start. Local: the board;
+    stage 1 leaves the uncuttable stretch the commit finds it in, then the verdict (a hop after the
+    commit) lets the corrected token in (sim/model/restart.py: board_wait). Torchrun: at the cap,
+    stage 1 reads the verdict on the rejected token."""
+    h = costs.hop_ms
+    if costs.launch != "local":
+        return np.maximum(commit + h, ps.dep[0][ps.first + cyc.a + costs.cap - 1])
+    s1 = ps.dep[0] - ps.w[0]  # stage 1's pass starts
+    c = np.repeat(commit, ps.lens)
+    sigma = np.repeat(jitter_sigma(costs.jitter_cv, ps.w[0][ps.first], commit), ps.lens)
+    # only passes begun before the commit (a later one never starts) and ending after the
+    # commit's jitter window opens can hold it: price their stretches, nobody else's
+    near = np.flatnonzero((s1 < begun_by(c)) & (ps.dep[0] > window_opens(c, sigma)))
+    wait = np.zeros(len(s1))
+    if near.size:
+        b = s1[near][None, :] + ftab[0][ps.ic[near]][None, :] * costs.segments(ps.j[near])
+        cn, sn = np.broadcast_to(c[near], b[1:].shape), np.broadcast_to(sigma[near], b[1:].shape)
+        # and of those stretches, the ones within the window around the commit
+        live = (b[1:] - h > window_opens(cn, sn)) & (b[:-1] < window_closes(cn, sn))
+        per = np.zeros(b[1:].shape)
+        per[live] = board_wait(b[:-1][live], b[1:][live], cn[live], h, sn[live])
+        wait[near] = per.sum(axis=0)
+    return commit + h + np.add.reduceat(wait, ps.first)
+
+
+def _busy(costs: PPSDCosts, cyc: _Cycles, ps: _Passes, commit, restart_rel, g_first, gen_lengths) -> list[float]:
+    """Each stage's busy time, on the decode clock. Stage 1: its passes up to where it drops them
+    (local: the commit; torchrun: they all run), plus a stretch it could not cut beyond the verdict's
+    arrival. A generation's first pass is its prefill: the runtime keeps it out of the stages' busy time."""
+    k, h, local = costs.k, costs.hop_ms, costs.launch == "local"
+    s1 = ps.dep[0] - ps.w[0]
+    useful = ps.i <= np.repeat(cyc.a, ps.lens)
+    cut = commit.copy() if local else restart_rel.copy()
+    cut[-1] = commit[-1]
+    cutr = np.repeat(cut, ps.lens)
+    s1_busy = np.where(s1 < cutr, np.minimum(ps.dep[0], cutr) - s1, 0.0)
+    prefill = np.zeros(len(s1), dtype=bool)
+    prefill[ps.first[g_first]] = True
+    s1_busy[prefill] = 0.0
+    stale1 = np.maximum(restart_rel - commit - h, 0.0) if local else np.zeros(len(cyc.starts))
+    stale1[-1] = 0.0
+    busy = [float(np.sum(s1_busy) + np.sum(stale1))]
+    for m in range(1, k):
+        f = np.repeat(commit if m == k - 1 else commit + h, ps.lens)
+        f[-ps.lens[-1]:] = commit[-1]
+        start = ps.dep[m] - ps.w[m]  # (the last stage never starts stale work: it drops it at the commit)
+        stale = np.clip(np.minimum(ps.dep[m], f) - start, 0.0, None) if m < k - 1 else 0.0
+        busy.append(float(np.sum(np.where(prefill, 0.0, np.where(useful, ps.w[m], stale)))))
+    return [b * decode_busy_scale(gen_lengths) for b in busy]
+
+
+def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
+    """The event model replayed exactly (see the module doc): cycles, their passes and departures,
+    each cycle's restart, the decode clock and the stages' busy time."""
+    if costs.num_devices < costs.k:
+        raise ValueError("the fast replay needs one device per stage; use the event engine")
+    if costs.launch != "local" and not costs.cap:
+        raise ValueError("under torchrun stage 1 reads verdicts only at its in-flight cap: give one")
+    t, seg = stream.tokens, stream.seg_start
+    cyc = _Cycles.of(stream)
+    ftab = corun_table(costs.factors, costs.num_devices, costs.k, costs.k + 1)  # constant from i = k on
+    ps = _replayed_passes(stream, costs, cyc, ftab)
+    commit = ps.dep[-1][ps.first + cyc.a]  # each cycle's final commit, from its restart
+    restart_rel = _restarts(costs, cyc, ps, ftab, commit)
     dur = restart_rel.copy()
     dur[-1] = commit[-1]  # the run ends at the last commit
     # the runtime's decode clock (clock.py): per generation, from its first commit to its last
     cs = np.concatenate([[0.0], np.cumsum(dur)[:-1]])  # each cycle's start, on one time axis
-    g_first = np.flatnonzero(seg[starts])  # the cycle each generation starts with
-    g_last = np.append(g_first[1:] - 1, ncyc - 1)
-    first_commit = dep[-1][first[g_first]]  # the generation's first token, from its cycle's start
-    total = decode_time_ms(cs[g_first] + first_commit, cs[g_last] + commit[g_last],
-                           np.diff(np.append(starts[g_first], t)), first_commit)
-    useful = i <= np.repeat(a, lens)
-    # stage 1: its passes up to where it drops them (local: the commit; torchrun: they all run),
-    # plus a stretch it could not cut beyond the verdict's arrival
-    cut = commit.copy() if local else restart_rel.copy()
-    cut[-1] = commit[-1]
-    cutr = np.repeat(cut, lens)
-    s1_busy = np.where(s1 < cutr, np.minimum(dep[0], cutr) - s1, 0.0)
-    # a generation's first pass is its prefill: the runtime keeps it out of the stages' busy time
-    prefill = np.zeros(len(s1), dtype=bool)
-    prefill[first[g_first]] = True
-    s1_busy[prefill] = 0.0
-    stale1 = np.maximum(restart_rel - commit - h, 0.0) if local else np.zeros(ncyc)
-    stale1[-1] = 0.0
-    busy = [float(np.sum(s1_busy) + np.sum(stale1))]
-    for m in range(1, k):
-        f = np.repeat(commit if m == k - 1 else commit + h, lens)
-        f[-lens[-1]:] = commit[-1]
-        start = dep[m] - w[m]  # (the last stage never starts stale work: it drops it at the commit)
-        stale = np.clip(np.minimum(dep[m], f) - start, 0.0, None) if m < k - 1 else 0.0
-        busy.append(float(np.sum(np.where(prefill, 0.0, np.where(useful, w[m], stale)))))
-    busy = [b * decode_busy_scale(np.diff(np.append(starts[g_first], t))) for b in busy]
+    g_first = np.flatnonzero(seg[cyc.starts])  # the cycle each generation starts with
+    g_last = np.append(g_first[1:] - 1, len(cyc.starts) - 1)
+    first_commit = ps.dep[-1][ps.first[g_first]]  # the generation's first token, from its cycle's start
+    gen_lengths = np.diff(np.append(cyc.starts[g_first], t))
+    total = decode_time_ms(cs[g_first] + first_commit, cs[g_last] + commit[g_last], gen_lengths, first_commit)
+    busy = _busy(costs, cyc, ps, commit, restart_rel, g_first, gen_lengths)
     dev: dict[int, float] = {}
     for m, d in enumerate(costs.placement):
         dev[d] = dev.get(d, 0.0) + busy[m]
-    return RunStats(total, t, a.tolist(), rejected.tolist(), busy, dev, span_ms=float(np.sum(dur)))
+    return RunStats(total, t, cyc.a.tolist(), cyc.rejected.tolist(), busy, dev, span_ms=float(np.sum(dur)))

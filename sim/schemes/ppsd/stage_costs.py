@@ -15,6 +15,21 @@ from sim.schemes.base import PlanLike, StagePart
 
 
 
+def corun_factor(factors: Sequence[float], devices: int, index_in_cycle: int, stage: int) -> float:
+    """Co-run slowdown of the pass of the i-th token of a cycle at stage m (0-based; factors[b]: the
+    slowdown with b devices busy). Stage 1 never idles (it drafts ahead), so when that token reaches
+    stage m, stages 1..m are busy with it and its successors, and min(i, k-m-1) later stages with its
+    predecessors: the pipeline is fully loaded from its k-th token on. Stages sharing a device count
+    once. The one rule every PPSD engine prices a pass's slowdown by."""
+    busy = min(devices, stage + 1 + index_in_cycle)
+    return float(factors[min(busy, len(factors) - 1)])
+
+
+def corun_table(factors: Sequence[float], devices: int, stages: int, cycle_len: int) -> np.ndarray:
+    """`corun_factor` for every stage (rows) and index in cycle below `cycle_len` (columns)."""
+    return np.array([[corun_factor(factors, devices, i, m) for i in range(cycle_len)] for m in range(stages)])
+
+
 def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: Sequence[float] | float = 0.0,
              sampled: bool = False) -> list[np.ndarray]:
     """Per-stage one-token times: stage 1 adds embed and the exit head (it drafts), the last stage
@@ -41,9 +56,8 @@ def stage_prefill_ms(cm: CostModel, prompt_len: float, bounds: tuple[int, ...], 
     position. The runtime hands the prompt on stage by stage (runtime/pipeline.py: PREFILL), and
     stage 1 drafts on from the end of its own part, up to its in-flight cap, while later stages
     are still in the prompt: so when the decode clock starts (the first token, clock.py) the
-    pipeline already holds up to k drafted tokens, which a one-token first pass never shows (found
-    on the emulated runtime, CPU profile, E = 8, k = 8, every draft accepted, 32-token generations:
-    speedup under-predicted by 17.7% with one-token first passes, over-predicted by 1.4% with this)."""
+    pipeline already holds up to k drafted tokens, which a one-token first pass never shows (a deep
+    pipeline's short generations are mispriced without it: docs/design-notes.md)."""
     return [float(t) for t in _stages(cm, bounds, lambda lo, hi: cm.prefill_layers(prompt_len, lo, hi), prompt_len,
                                       overhead_ms, sampled)]
 
@@ -197,12 +211,8 @@ class PPSDCosts:
         return len(set(self.placement))
 
     def factor(self, index_in_cycle: int, stage: int) -> float:
-        """Co-run slowdown of the pass of the i-th token of a cycle at stage m (0-based). Stage 1
-        never idles (it drafts ahead), so when that token reaches stage m, stages 1..m are busy
-        with it and its successors, and min(i, k-m-1) later stages with its predecessors: the
-        pipeline is fully loaded from its k-th token on. Stages sharing a device count once."""
-        busy = min(self.num_devices, stage + 1 + index_in_cycle)
-        return self.factors[min(busy, len(self.factors) - 1)]
+        """Co-run slowdown of the pass of the i-th token of a cycle at stage m (`corun_factor`)."""
+        return corun_factor(self.factors, self.num_devices, index_in_cycle, stage)
 
 
 def ppsd_costs(profile, plan: PlanLike, context: np.ndarray) -> PPSDCosts:

@@ -1,0 +1,20 @@
+"""validation/plan_spec.py: `ppsd validate --plans` items."""
+
+import pytest
+
+
+def test_plan_items_carry_a_head_and_a_forced_alpha():
+    from validation.plan_spec import parse_plan_items
+    from ppsd.modes import Mode
+
+    items = parse_plan_items("eesd:10:3; ppsd:24:2:head=vocab4096 ;ppsd:15:3:alpha=0.9:head=trained;ppsd:8", 30, [])
+    assert [(i.plan.mode, i.plan.exit_layer, i.head, i.forced_alpha) for i in items] == [
+        (Mode.EESD, 10, None, None), (Mode.PPSD, 24, "vocab4096", None), (Mode.PPSD, 15, "trained", 0.9),
+        (Mode.PPSD, 8, None, None)]
+    assert items[0].plan.draft_len == 3 and items[2].plan.stages == 3 and items[3].plan.stages == 2
+    from ppsd.errors import UserError
+
+    for bad, words in (("ppsd:15:2:alpha=1.5", "not a probability"), ("ppsd:15:2:speed=3", "unknown option"),
+                       ("ppsd:15:2:3", "is not mode:exit"), ("ppsd:x", "is not mode:exit")):
+        with pytest.raises(UserError, match=words):
+            parse_plan_items(bad, 30, [])
