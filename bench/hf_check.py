@@ -75,7 +75,7 @@ def load_inputs(args):
     schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
     profile = None
     if args.profile:
-        from profiler.schema import load_profile
+        from ppsd.profile import load_profile
 
         profile = load_profile(args.profile)
     model = load_model(args.model or (profile.model_id if profile else "smollm2-135m"))

@@ -98,7 +98,7 @@ def measured_prompt_file(profile_dir: Path, heads_dir: Path | None, prompt_set: 
     JSONL; round-robin over categories, the first prompt_set × limit skipped) as a Spec-Bench JSONL
     at `out`; returns their ids."""
     from ppsd.prompts import load_prompts
-    from profiler.schema import load_profile
+    from ppsd.profile import load_profile
     from validation.prompts import pick_round_robin, unseen_exclusions
 
     drop = set().union(*unseen_exclusions(load_profile(profile_dir), str(heads_dir) if heads_dir else None))

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 # `streamlit run dashboard/app.py` puts dashboard/ on sys.path, not the repository root; the
-# pages import `dashboard.*`, `profiler.schema` and `sim.*` from the root.
+# pages import `dashboard.*`, `ppsd.*` and `sim.*` from the root.
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

@@ -316,7 +316,7 @@ def run_hf_block(profile_dir, args, *, added_later: bool) -> int:
     if len(set(gammas)) < 2 or min(gammas) < 1:
         raise UserError(f"draft lengths {list(gammas)}: the overhead fit needs two different γ >= 1", "give e.g. 2,6")
     if added_later and not getattr(args, "force", False):
-        from profiler.schema import load_profile
+        from ppsd.profile import load_profile
 
         if (load_profile(profile_dir).latency or {}).get("hf"):
             raise UserError(f"profile {profile_dir} already has a latency.hf block", "pass --force to measure it again")

@@ -1,6 +1,6 @@
 """Latency profile: what each piece of a decode step costs on this device.
 
-Measured here, written into profile.json's `latency` block (see profiler/schema.py):
+Measured here, written into profile.json's `latency` block (see ppsd/profile/files.py):
   * every decoder layer for n new tokens at context c (the grid n_values x context_values),
     plus the embedding and the final norm + LM head for each n;
   * a whole decode step (n = 1, smallest context) timed as one piece right beside the same step
@@ -34,9 +34,9 @@ import torch
 from ppsd.net import free_port
 from ppsd.statistics import robust_cv, robust_log_sd
 from runtime.llm import KVCache, ModelAdapter, causal_mask
-from profiler.schema import MEASURED_N_VALUES
+from ppsd.profile import MEASURED_N_VALUES
 
-DEFAULT_N_VALUES = MEASURED_N_VALUES  # why every n up to 9: profiler/schema.py
+DEFAULT_N_VALUES = MEASURED_N_VALUES  # why every n up to 9: ppsd/profile/files.py
 
 
 @dataclass

@@ -16,7 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import data, jobs, tables
-from dashboard_fixtures import (EXAMPLE, make_estimate_pair, make_heldout, make_malformed, make_multihead,
+from dashboard_fixtures import (EXAMPLE, SYNTH_LAYERS, make_estimate_pair, make_heldout, make_malformed, make_multihead,
                                 make_synthetic, make_validation)
 from ppsd.errors import UserError
 from ppsd.paths import PROJECT_ROOT
@@ -599,3 +599,31 @@ def test_validation_page_shows_the_retimed_and_the_profile_priced_error(monkeypa
     assert "timed right before it ran" in text and "**12.5%**" in text
     table = at.dataframe[0].value
     assert "predicted_speedup_profile" in table.columns and "speedup_error_profile_pct" in table.columns
+
+
+def test_overview_shows_break_even_and_reprices_on_another_profiles_prompts(monkeypatch, tmp_path):
+    """The Overview names the best plan's break-even acceptance (the verdict's own figure), and the
+    sidebar's "Acceptance from" prices the selected profile for another profile's prompts of the same
+    model, as `ppsd plan --acceptance-from` does."""
+    from ppsd.profile.synthetic import write_synthetic_profile
+
+    root = tmp_path / "examples"
+    make_synthetic(root, "synth")
+    write_synthetic_profile(root / "traffic", alpha_by_exit=lambda e: 0.97, num_layers=SYNTH_LAYERS, layer_ms=9.0,
+                            head_ms=1.0, model_id="synthetic-12L", seed=5)
+    monkeypatch.setenv("PPSD_CACHE", str(tmp_path / "cache"))
+    at = _app(monkeypatch, [root])
+    labels = at.sidebar.selectbox(key="profile_path").options
+    at.sidebar.selectbox(key="profile_path").set_value(next(o for o in labels if "synth" in o and "traffic" not in o)).run()
+    assert not _problems(at)
+    metric = next(m for m in at.metric if m.label == "pays while acceptance ≥")
+    own = float(metric.value)
+    assert 0.0 < own < 1.0 and "profiled" in metric.delta
+    assert "acceptance ≥" in " ".join(s.value for s in [*at.success, *at.info, *at.warning])
+    source = at.sidebar.selectbox(key="acceptance_from")
+    assert "its own prompts" in source.options and any("traffic" in o for o in source.options)
+    source.set_value(next(o for o in source.options if "traffic" in o)).run()
+    assert not _problems(at)
+    assert any("Acceptance from" in c.value for c in at.caption)
+    metric = next(m for m in at.metric if m.label == "pays while acceptance ≥")
+    assert "profiled 0.9" in metric.delta  # the traffic's acceptance, the selected profile's latency

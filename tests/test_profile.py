@@ -1,4 +1,4 @@
-"""ppsd/profile/ (the profile contract, re-exported by profiler/schema.py): which temperatures a profile holds
+"""ppsd/profile/ (the profile contract): which temperatures a profile holds
 beta at (schema 2), old profiles still load, and the typed parts the simulator reads."""
 
 from __future__ import annotations
@@ -74,14 +74,6 @@ def test_unknown_versions_are_still_refused(tmp_path):
     (d / "profile.json").write_text(json.dumps(meta))
     with pytest.raises(UserError, match="schema_version 99, this ppsd reads 1 or 2"):
         load_profile(d)
-
-
-def test_profiler_schema_re_exports_the_contract():
-    import ppsd.profile
-    import profiler.schema
-
-    for name in ppsd.profile.__all__:
-        assert getattr(profiler.schema, name) is getattr(ppsd.profile, name)
 
 
 def test_a_profile_without_optional_blocks_has_empty_typed_parts(tmp_path):

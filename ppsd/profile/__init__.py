@@ -5,7 +5,7 @@ A profile folder (`files.py`: its files, columns and schema versions, documented
 blocks the simulator prices come as typed parts (`parts.py`: `ControlPlane`, `DrawCosts`,
 `PassOverheads`). `folder.py` reads and writes folders. It lives in `ppsd/` beside the other shared
 vocabularies (errors, exit heads, paths) so that `sim/`, `dashboard/`, `runtime/` and `profiler/`
-all depend on it and it on none of them; `profiler.schema` re-exports it.
+all depend on it and it on none of them.
 """
 
 from ppsd.profile.files import (ACCEPTANCE_COLUMNS, ACCEPTANCE_FILE, GENERATIONS_FILE, MEASURED_N_VALUES, PROFILE_FILE,

@@ -150,7 +150,7 @@ def _eval(args) -> int:
         atomic_write_text(args.out, res.summary.to_csv(index=False))
         print(f"wrote {args.out}")
     if args.acceptance_out:
-        from profiler.schema import ACCEPTANCE_COLUMNS
+        from ppsd.profile import ACCEPTANCE_COLUMNS
 
         data = res.acceptance[ACCEPTANCE_COLUMNS].to_csv(index=False, float_format="%.4g")
         if args.acceptance_out.endswith(".gz"):

@@ -8,13 +8,12 @@ layer and per head:
 Heads: "shared" (naive: the frozen final norm + LM head at layer E), "trained" (adapter before
 them) and "vocab<V>" (trained adapter + the V most frequent tokens' LM-head rows; a full-model token
 outside the subset is a rejection). Rows come out in the profile's acceptance long-table format
-(profiler.schema.ACCEPTANCE_COLUMNS), so they drop into a profile folder's acceptance table.
+(ppsd.profile.ACCEPTANCE_COLUMNS), so they drop into a profile folder's acceptance table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch

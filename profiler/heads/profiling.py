@@ -56,7 +56,7 @@ def head_rows(adapter, heads, results, temperature: float, progress=None):
 
     from profiler.acceptance import layer_states
     from runtime.heads.vocab import VocabHead
-    from profiler.schema import ACCEPTANCE_COLUMNS
+    from ppsd.profile import ACCEPTANCE_COLUMNS
 
     exits = [e for e in heads.exits if 1 <= e < adapter.num_layers]
     scorers = _scorers(heads, vocab_sizes_of(heads))

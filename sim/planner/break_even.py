@@ -6,9 +6,9 @@ Its break-even acceptance is the α at which it ties AR: on one thread / device 
 profiled α = 0.54 and reads "pays while acceptance ≥ 0.41" knows how much worse their own traffic may
 draft before the plan turns into a loss.
 
-How: the plan's closed form (`sim.schemes.speedup_curve`) on an α grid, scaled to the replayed point
+How: the plan's closed forms (its scheme's `closed_forms`) on an α grid, scaled to the replayed point
 (point × s(α) / s(α_replayed), as the sweep's intervals scale their draws), and the α where that
-crosses 1. The same-budget curve prices the plan and AR on their own thread tables. 0.0: the plan pays
+crosses 1. The same-budget curve prices the plan on its own thread tables. 0.0: the plan pays
 at any acceptance; None: it does not pay even with every draft accepted, or it has no closed form
 (stages sharing a device).
 """
@@ -81,11 +81,11 @@ def break_even(profile, result: Result, context: float, memo: dict | None = None
         return None
     curves = _Curves(plan, float(context), float(min(max(priced, 0.0), 1.0)), {} if memo is None else memo)
     try:
-        alpha = curves.crossing(profile, profile, result.speedup_vs_ar)
+        alpha = curves.crossing(profile, result.speedup_vs_ar)
         alpha_tp = None
-        views = _budget_views(profile, plan, d)
-        if result.speedup_vs_ar_tp and views is not None:
-            alpha_tp = curves.crossing(*views, result.speedup_vs_ar_tp)
+        view = _budget_view(profile, plan, d)
+        if result.speedup_vs_ar_tp and view is not None:
+            alpha_tp = curves.crossing(view, result.speedup_vs_ar_tp)
     except (ValueError, ZeroDivisionError):
         return BreakEven(None, None, priced, NO_CLOSED_FORM)
     return BreakEven(alpha, alpha_tp, priced)
@@ -110,15 +110,9 @@ class _Curves:
             known.update(zip(missing, scheme_for(self.plan).closed_forms(view, self.plan, missing, self.context)))
         return np.array([known[float(a)] for a in alphas])
 
-    def ar_time(self, view) -> float:
-        from ppsd.modes import Mode
-        from sim.schemes import RUNTIME_SCHEMES, SCHEMES
-
-        ar = RUNTIME_SCHEMES.get((getattr(self.plan, "runtime", "ppsd"), Mode.AR), SCHEMES[Mode.AR])
-        return ar.closed_form(view, self.plan, 0.0, self.context)
-
-    def crossing(self, view, ar_view, point: float) -> float | None:
-        """Where point × s(α) / s(at) reaches 1 (see the module doc): the grid up to LOW_TOP first, then
+    def crossing(self, view, point: float) -> float | None:
+        """Where point × s(α) / s(at) reaches 1 (see the module doc; AR's time cancels out of the ratio,
+        so the plan's own times on `view` price it): the grid up to LOW_TOP first, then
         α = 1, and between them only when the plan first pays there (a PPSD closed form costs most
         near α = 1, where it sums thousands of cycles)."""
         low = np.unique(np.append(GRID[GRID <= LOW_TOP], self.at))
@@ -131,18 +125,14 @@ class _Curves:
         return crossing(top, scale / self.times(view, top))
 
 
-def _budget_views(profile, plan, details) -> tuple | None:
-    """(the plan's tables within its budget, AR's), or None without same-budget figures."""
+def _budget_view(profile, plan, details):
+    """The plan's tables within its budget (`sim.model.budget`), or None without same-budget figures."""
     from sim.model.budget import default_budget, units_for
-    from ppsd.modes import Mode
-    from sim.plan import Plan
 
     budget = default_budget(profile, _units(details))
     if budget is None:
         return None
-    units = profile.parallel_units()
-    return (profile.at_parallel(units_for(plan, budget, units)),
-            profile.at_parallel(units_for(Plan(Mode.AR), budget, units)))
+    return profile.at_parallel(units_for(plan, budget, profile.parallel_units()))
 
 
 def _units(details) -> int | None:

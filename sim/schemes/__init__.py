@@ -46,14 +46,13 @@ def scheme_for(plan) -> Scheme:
     return SCHEMES[plan.mode] if runtime == "ppsd" else RUNTIME_SCHEMES[(runtime, plan.mode)]
 
 
-def speedup_curve(profile, plan, alphas, context: float, ar_profile=None) -> np.ndarray:
+def speedup_curve(profile, plan, alphas, context: float) -> np.ndarray:
     """The plan's speedup over AR at each acceptance in `alphas`, by the closed forms (i.i.d.
-    acceptance, every cost at one context): AR's time per token over the plan's. `ar_profile` prices
-    AR (default `profile`): a same-budget curve prices each on its own thread tables. ValueError where
-    the plan has no closed form (stages sharing a device)."""
+    acceptance, every cost at one context): AR's time per token over the plan's. ValueError where the
+    plan has no closed form (stages sharing a device)."""
     runtime = getattr(plan, "runtime", "ppsd")
     ar = RUNTIME_SCHEMES.get((runtime, Mode.AR), SCHEMES[Mode.AR])
-    t_ar = ar.closed_form(ar_profile if ar_profile is not None else profile, plan, 0.0, context)
+    t_ar = ar.closed_form(profile, plan, 0.0, context)
     return t_ar / np.asarray(scheme_for(plan).closed_forms(profile, plan, alphas, context), dtype=float)
 
 
