@@ -39,6 +39,14 @@ def _control(at: AppTest, label: str):
     return next(w for w in [*at.slider, *at.select_slider] if w.label == label)
 
 
+def _reachable(control, value):
+    """`value`, or the nearest of a select slider's options (an exit head traced at a few exits only)."""
+    options = getattr(control, "options", None)
+    if not options or str(value) in options or not all(str(o).isdigit() for o in options):
+        return value
+    return min((int(o) for o in options), key=lambda o: abs(o - float(value)))
+
+
 def _moves(profile_dir: Path) -> list[tuple[str, object]]:
     meta = json.loads((profile_dir / "profile.json").read_text())
     t_rec = float((meta.get("acceptance") or {}).get("temperature") or 0.0)
@@ -95,10 +103,13 @@ def run(profile_dir: Path, mode: str) -> list[tuple[str, float]]:
     t = time.perf_counter()
     at.switch_page("views/planner.py").run()
     out = [("open planner", time.perf_counter() - t)]
+    for box in (b for b in at.selectbox if b.label == "exit head"):
+        box.set_value("shared").run()  # the head every move below exists for (sampled β, every exit)
     for label, value in _moves(profile_dir):
         _wait_warm()
         t = time.perf_counter()
-        _control(at, label).set_value(value).run()
+        control = _control(at, label)
+        control.set_value(_reachable(control, value)).run()
         if mode == "refined" and any("Preview:" in c.value for c in at.caption):
             # the page's refresh fragment polls every 0.25 s and reruns once this setting is swept
             deadline = time.time() + 60

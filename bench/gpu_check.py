@@ -65,11 +65,12 @@ SIZES = {
     "gpu": dict(model="random:llama-2-7b", device="cuda", dtype="bfloat16", n_values="1,2,4,8",
                 context_values="64,256,1024", repeats=10, warmup=3, prompts=4, tokens=64, run_repeats=3,
                 run_warmup=1, budget_s=380.0, heads_model="random:llama-2-7b?layers=4", heads_exits="2,3",
-                heads_vocab="4096", heads_tokens=16, heads_dtype="bfloat16", heads_s=60.0),
+                heads_vocab="4096", heads_tokens=16, heads_dtype="bfloat16", heads_s=60.0,
+                batch_sizes="1,2,4,8,16,32"),
     "cpu": dict(model="random:smollm2-135m?layers=4", device="cpu", dtype="float32", n_values="1,2",
                 context_values="32,64", repeats=3, warmup=1, prompts=2, tokens=10, run_repeats=1, run_warmup=0,
                 budget_s=150.0, heads_model="tiny-llama", heads_exits="2,4", heads_vocab="64", heads_tokens=8,
-                heads_dtype="bfloat16", heads_s=20.0),  # the GPU's head dtype: the dry run goes its way
+                heads_dtype="bfloat16", heads_s=20.0, batch_sizes="1,2"),  # the GPU's head dtype: the dry run goes its way
 }
 
 
@@ -553,7 +554,8 @@ def _profile_phase(s: CheckSettings, summary: dict, ph: Phases, state: RunState)
     size = s.size
     argv = ["profile", "--model", size["model"], "--device", size["device"], "--dtype", size["dtype"],
             "--skip-acceptance", "--n-values", size["n_values"], "--context-values", size["context_values"],
-            "--repeats", size["repeats"], "--warmup", size["warmup"], "--corun-max", 1, "--out", s.prof_dir]
+            "--repeats", size["repeats"], "--warmup", size["warmup"], "--corun-max", 1,
+            "--batch-sizes", size["batch_sizes"], "--out", s.prof_dir]
     ok, _ = ph.run("1 profile", lambda: ppsd(*argv), _exit_code("profile"))
     if ok:
         from ppsd.profile import load_profile

@@ -119,6 +119,9 @@ def _add_latency_options(p) -> None:
     p.add_argument("--thread-counts", type=_int_list, default=None, metavar="1,2",
                    help="also time the tables at these thread counts, for same-budget baselines (default on a CPU: "
                         "1..cores; 1 = off)")
+    p.add_argument("--batch-sizes", type=_int_list, default=[1, 2, 4, 8], metavar="1,2,4,8",
+                   help="also time passes of B sequences at once, what `ppsd plan --batch` prices (default 1,2,4,8; "
+                        "1 = off)")
     p.add_argument("--no-hop", action="store_true",
                    help="do not measure the inter-process hop (nor the pipeline probes)")
     p.add_argument("--control-plane-stages", type=_int_list, default=None, metavar="2,4,8",
@@ -127,7 +130,7 @@ def _add_latency_options(p) -> None:
 
 
 def _register_subcommands(p) -> None:
-    sub = p.add_subparsers(dest="profile_command", metavar="show|add-sampling|add-hf")
+    sub = p.add_subparsers(dest="profile_command", metavar="show|add-sampling|add-hf|add-batch")
     show = sub.add_parser("show", help="print the summary of a profile folder")
     show.add_argument("dir", help="profile folder")
     show.set_defaults(func=run_show)
@@ -142,6 +145,9 @@ def _register_subcommands(p) -> None:
     from profiler.hf_overhead import register_add_hf  # torch-free at import
 
     register_add_hf(sub, p)
+    from profiler.batch_cli import register_add_batch  # torch-free at import
+
+    register_add_batch(sub)
 
 
 # --- checks that need no model ----------------------------------------------------------------------
@@ -165,6 +171,8 @@ def _check_args(args) -> None:
     for t in args.thread_counts or []:
         positive("thread-counts", t)
     positive("batch-size", args.batch_size)
+    for b in args.batch_sizes:
+        positive("batch-sizes", b)
     if args.corun_max is not None:
         positive("corun-max", args.corun_max)
     if not (args.temperature >= 0):
@@ -345,6 +353,8 @@ def _profile(args, prompts, corun_max: int, work: Path) -> tuple[dict, list | No
     head_rows = head_info = None
     with PhaseBars(enabled=True) as bar:
         latency, warnings = _latency(args, adapter, cfg, work, bar, phases, warnings)
+        if not args.skip_latency and max(args.batch_sizes) > 1:
+            latency["batch"] = _batch_tables(args, adapter, cfg, bar, phases)
         results = _acceptance(args, adapter, prompts, encoded, work, bar, phases)
         sampled = _sampled_acceptance(args, adapter, prompts, encoded, work, bar, phases)
         if heads is not None:
@@ -465,6 +475,22 @@ def _latency(args, adapter, cfg, work: Path, bar, phases: dict[str, float],
     if latency.get("whole_step") and latency["whole_step"].get("flagged"):
         warnings.append("whole step: " + latency["whole_step"]["note"])
     return latency, warnings
+
+
+def _batch_tables(args, adapter, cfg, bar, phases: dict[str, float]) -> dict:
+    """`latency.batch`: passes of B sequences against one (profiler/batch_latency.py), at the grid's two
+    smallest contexts."""
+    from profiler.batch_latency import DEFAULT_N, measure_batch_block
+
+    t0 = time.perf_counter()
+    contexts = list(cfg.context_values)[:2]
+    repeats = max(2, min(int(cfg.repeats), 5))
+    bar.phase("batch passes", len(set(args.batch_sizes) | {1}) * len(DEFAULT_N) * len(contexts) * repeats)
+    block = measure_batch_block(adapter, args.batch_sizes, context_values=contexts, repeats=repeats, seed=cfg.seed,
+                                tick=lambda: bar.advance("batch passes"))
+    block["threads"] = int(cfg.threads)
+    phases["batch"] = time.perf_counter() - t0
+    return block
 
 
 def _runtime_probe(adapter, cfg):
@@ -798,8 +824,7 @@ def run_add_sampling(args) -> int:
     `added_later`: a later sitting than the other tables)."""
     import sys
 
-    from ppsd.paths import atomic_write_json
-    from ppsd.profile import load_profile
+    from ppsd.profile import add_latency_block, load_profile
 
     profile = load_profile(args.dir)
     if profile.meta.get("kind") != "measured":
@@ -826,11 +851,7 @@ def run_add_sampling(args) -> int:
 
     torch.set_num_threads(threads)
     table = sampling.stamp_added_later(sampling.measure(sizes, device=device, threads=threads))
-    path = Path(args.dir) / "profile.json"
-    meta = json.loads(path.read_text())
-    meta["latency"]["sampling"] = table
-    atomic_write_json(path, meta)
-    load_profile(args.dir)  # read back: the folder still loads
+    path = add_latency_block(args.dir, "sampling", table)
     parts = ", ".join(f"V={v}: {m:.3f} ms" for v, m in zip(table["vocab"], table["median_ms"]))
     print(f"one draw at T > 0 ({threads} thread{'s' if threads != 1 else ''}, {device}): {parts} -> {path}",
           file=sys.stderr)

@@ -27,6 +27,8 @@ def register(sub) -> None:
                    "example of this model, else by layers)")
     p.add_argument("--prompts", default=None, help="JSONL in Spec-Bench format, or spec-bench (default: built-in)")
     p.add_argument("--limit", type=int, default=4, help="number of prompts (default 4)")
+    p.add_argument("--batch", type=int, default=1, metavar="B", help="decode B sequences at once (AR, EESD), against "
+                   "AR at batch B; --limit rounds up to a multiple of B (default 1)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=0)
@@ -63,6 +65,10 @@ def register(sub) -> None:
 def cmd_run(args) -> int:
     from runtime.runner import run_command
 
+    if args.batch != 1:  # before the runtime choice: the batched runtime refuses what it does not run
+        from runtime.batch_run import run_batched
+
+        return run_batched(args)
     if getattr(args, "runtime", "ppsd") == "hf":
         from runtime.hf_assisted import run_command as run_hf_command
 

@@ -158,15 +158,17 @@ class ModelAdapter:
     @torch.inference_mode()
     def forward_layers(self, hidden: torch.Tensor, start: int, end: int, cache: KVCache | None,
                        start_pos: int, attention_mask: torch.Tensor | None = None,
-                       should_stop=None) -> torch.Tensor | None:
+                       should_stop=None, positions: torch.Tensor | None = None) -> torch.Tensor | None:
         """Run decoder layers [start, end) on `hidden` ([batch, n, hidden]) whose first token sits at
         absolute position `start_pos`; the cache holds exactly `start_pos` earlier tokens for
-        these layers (or is None for a cache-free pass).
+        these layers (or is None for a cache-free pass). A batch whose sequences sit at different
+        positions passes `positions` ([batch, n]) and its own `attention_mask` (runtime/batched.py).
 
         `should_stop()`, when given, is asked before each layer; a True answer abandons the pass and
         returns None (a speculative pass whose token was just rejected; the caller crops the cache)."""
         n = hidden.shape[1]
-        positions = torch.arange(start_pos, start_pos + n, device=hidden.device).unsqueeze(0)
+        if positions is None:
+            positions = torch.arange(start_pos, start_pos + n, device=hidden.device).unsqueeze(0)
         cos_sin = self.rotary(hidden, position_ids=positions)
         mask = attention_mask if attention_mask is not None else causal_mask(n, start_pos, hidden.device)
         for layer in self.layers[start:end]:

@@ -101,6 +101,8 @@ def _register_plan(subparsers) -> None:
     q.add_argument("--max-draft-len", type=int, default=MAX_DRAFT_LEN, metavar="G",
                    help=f"EESD γ from 1 to G (default {MAX_DRAFT_LEN})")
     q.add_argument("--top", type=int, default=15, metavar="N", help="rows to print (default 15)")
+    q.add_argument("--batch", type=int, default=None, metavar="B",
+                   help="rank EESD plans at B sequences a batch against AR at B (the profile's latency.batch)")
     q.add_argument("--exit-head", action="append", metavar="NAME",
                    help="only plans drafting with this exit head (repeatable; default: every head the profile has)")
     _add_acceptance_options(q, plan=True)
@@ -349,6 +351,10 @@ def plan_cmd(args) -> int:
     if not 1 <= args.max_draft_len <= 64:
         raise UserError(f"--max-draft-len {args.max_draft_len} is out of range", "give between 1 and 64")
     profile = _load(args.profile, args.acceptance_from)
+    if args.batch not in (None, 1):
+        from sim.batch.cli import plan_batch
+
+        return plan_batch(args, profile)
     if args.runtime == "hf":
         return plan_hf(args, profile)
     args.devices = gpus.devices_for(profile, args.devices)

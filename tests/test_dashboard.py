@@ -627,3 +627,37 @@ def test_overview_shows_break_even_and_reprices_on_another_profiles_prompts(monk
     assert any("Acceptance from" in c.value for c in at.caption)
     metric = next(m for m in at.metric if m.label == "pays while acceptance ≥")
     assert "profiled 0.9" in metric.delta  # the traffic's acceptance, the selected profile's latency
+
+
+def test_overview_and_whatif_say_up_to_which_batch_size_speculation_pays(monkeypatch, tmp_path):
+    """A profile with batch tables: the Overview names the batch size up to which the best EESD plan pays
+    (`ppsd plan --batch`'s figure) and the What-if page ranks plans at a chosen batch size; a profile without
+    them names the command that adds them."""
+    from ppsd.profile.synthetic import write_synthetic_profile
+    from sim.batch.sweep import curve, pays_up_to
+
+    root = tmp_path / "examples"
+    make_synthetic(root, "plain")
+    batched = write_synthetic_profile(root / "batched", alpha_by_exit=lambda e: min(0.95, 0.2 + 0.1 * e),
+                                      num_layers=SYNTH_LAYERS, layer_ms=1.0, head_ms=0.5, model_id="synthetic-12L",
+                                      batch_free_tokens=4)
+    monkeypatch.setenv("PPSD_CACHE", str(tmp_path / "cache"))
+    at = _app(monkeypatch, [root])
+    box = at.sidebar.selectbox(key="profile_path")
+    box.set_value(next(o for o in box.options if "plain" in o)).run()
+    assert not _problems(at)
+    assert any("ppsd profile add-batch" in c.value for c in at.caption)
+    box = at.sidebar.selectbox(key="profile_path")
+    box.set_value(next(o for o in box.options if "batched" in o)).run()
+    assert not _problems(at)
+    upto = pays_up_to(curve(batched))
+    said = " ".join(m.value for m in at.markdown)
+    assert (f"EESD pays up to batch **{upto}**" if upto else "does not pay even for one sequence") in said
+    at.switch_page("views/planner.py").run()
+    assert not _problems(at)
+    slider = next(s for s in at.select_slider if s.key.startswith("pl_batch_"))
+    assert list(slider.options) == ["1", "2", "4", "8"]
+    slider.set_value(8).run()
+    assert not _problems(at)
+    table = next(d.value for d in at.dataframe if "speedup vs AR at this batch" in d.value.columns)
+    assert len(table) and table["speedup vs AR at this batch"].is_monotonic_decreasing

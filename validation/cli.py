@@ -65,6 +65,8 @@ def register(sub) -> None:
                         "(default 0 = greedy)")
     v.add_argument("--seeds", type=int, default=None, metavar="S",
                    help="with --temperature: sampled runs per plan, seeds 0..S-1 (default 3)")
+    v.add_argument("--batch-sizes", metavar="1,2,4,8", help="AR and EESD plans (eesd:E:γ) decoding B sequences at "
+                   "once, against AR at each B, on prompts the profile never traced (needs latency.batch)")
     add_runtime_options(v, both=True)
     v.add_argument("--json", action="store_true", help="print validation.json alone on stdout (progress on stderr)")
     v.set_defaults(func=cmd_validate)
@@ -72,5 +74,13 @@ def register(sub) -> None:
 
 def cmd_validate(args) -> int:
     from validation.command import validate_command
+
+    if args.batch_sizes:
+        from profiler.batch_cli import parse_batch_sizes
+        from validation.batch import run_batch_validation
+
+        from validation.config import ValidateConfig
+
+        return run_batch_validation(ValidateConfig.from_args(args), parse_batch_sizes(args.batch_sizes))
 
     return validate_command(args)

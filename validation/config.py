@@ -47,6 +47,7 @@ class ValidateConfig:
     json: bool = False
     runtime: str = "ppsd"        # "hf": transformers' generate measures every plan (runtime/hf_assisted.py)
     schedule: str = "constant"   # hf EESD plans: "constant", "heuristic" or "both"
+    batch_sizes: str | None = None  # "1,2,4,8": AR and EESD plans decoding that many sequences at once (validation/batch.py)
 
     @classmethod
     def from_args(cls, args) -> ValidateConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import cached, charts, data, tables, theme, ui
+from dashboard import batch, cached, charts, data, tables, theme, ui
 from sim.planner.heads import available_heads, head_label
 from sim.planner.closed_forms import acceptance_by_exit
 from sim.planner.draft_cost import draft_cost
@@ -78,6 +78,10 @@ if len(HEADS) > 1:
                  column_config=ui.heads_table_columns())
     st.caption(f"The chart below is the {head_label(chart_head)} head's (the verdict's best speculative plan "
                "drafts with it). Pick another head on the What-if planner.")
+
+st.subheader("Under load: up to which batch size?")
+with ui.guard("batch sizes"):
+    batch.overview_section(profile, path, cached.mtime(path))
 
 st.subheader("Speedup at every exit layer" + (f" ({head_label(chart_head)} head)" if len(HEADS) > 1 else ""),
              help=theme.GLOSSARY["speedup"])

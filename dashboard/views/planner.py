@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import streamlit as st
 
-from dashboard import cached, charts, tables, theme, ui
+from dashboard import batch, cached, charts, tables, theme, ui
+from sim.planner.closed_forms import acceptance_by_exit
 from sim.planner.heads import available_heads, head_label
 from ppsd.modes import Mode
 from sim.planner.gpus import round_robin
@@ -70,7 +71,14 @@ with left:
                             help=theme.GLOSSARY["exit_head"])
     st.markdown("**Plan**")
     e0 = int(start.plan.exit_layer) if start is not None else N // 2
-    exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
+    traced = sorted(acceptance_by_exit(profile, head=head)) if profile.has_acceptance else []
+    if traced and len(traced) < N - 1:  # a head traced at a few exits: offer those, never an untraced one
+        e0 = e0 if e0 in traced else min(traced, key=lambda e: abs(e - e0))
+        exit_layer = st.select_slider("exit layer E", traced, e0, key=f"pl_exit_{pk}_{head}",
+                                      help=theme.GLOSSARY["exit_layer"] + f" The {head_label(head)} head is traced at "
+                                      f"exits {', '.join(map(str, traced))}.")
+    else:
+        exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
     gamma = st.slider("draft length γ (EESD)", 1, max(cached.DEFAULT_GAMMAS), 4, key=f"pl_gamma_{pk}",
                       help=theme.GLOSSARY["draft_len"])
     k_max = max(2, min(MAX_DEVICES, N - exit_layer + 1))
@@ -182,18 +190,25 @@ st.dataframe(
 )
 
 waiting = [head] if preview else []
-if len(HEADS) > 1:
+# at T > 0 only the heads whose β the profile holds at T compare (`ppsd profile --temperatures` traces the shared one)
+SAMPLED_HEADS = profile.sampled_meta.get("heads") if temp else None
+COMPARED = [h for h in HEADS if SAMPLED_HEADS is None or h in SAMPLED_HEADS]
+if len(COMPARED) > 1:
     st.subheader("Exit heads side by side", help="The best plan drafting with each exit head at these settings "
                  "(`ppsd plan` prints the same comparison).")
-    comp = cached.head_comparison(path, HEADS, devices, hop_key, scale, temp, exact=False)
+    comp = cached.head_comparison(path, COMPARED, devices, hop_key, scale, temp, exact=False)
     waiting += [h for h, src in zip(comp["head"], comp["source"]) if src != "simulated" and h != head]
     st.plotly_chart(charts.heads_bars(comp), key="chart_heads")
     st.dataframe(comp.drop(columns=["head"]), hide_index=True, width="stretch", key="table_heads",
                  column_config=ui.heads_table_columns())
 
+st.subheader("Under load: plans at a batch size")
+with ui.guard("batch sizes"):
+    batch.whatif_section(profile, path, stamp, f"pl_batch_{pk}")
+
 # after the page is drawn: sweep this setting (when only previewed) and the settings one control
 # step away in the background
-cached.warm(path, HOP_OPTIONS, SCALE_OPTIONS, TEMP_OPTIONS, hop, scale, temp, devices, measured_hop, head, HEADS)
+cached.warm(path, HOP_OPTIONS, SCALE_OPTIONS, TEMP_OPTIONS, hop, scale, temp, devices, measured_hop, head, COMPARED)
 if waiting:
     def _refresh():
         # rerun the page once the exact sweeps it previewed have landed in the cache

@@ -2,7 +2,7 @@
 
 A profile folder (`files.py`: its files, columns and schema versions, documented there) loads into a
 `Profile` (`profile.py`: the latency tables, machine facts, acceptance tables) whose optional
-blocks the simulator prices come as typed parts (`parts.py`: `ControlPlane`, `DrawCosts`,
+blocks the simulator prices come as typed parts (`parts.py`: `BatchTables`, `ControlPlane`, `DrawCosts`,
 `PassOverheads`). `folder.py` reads and writes folders. It lives in `ppsd/` beside the other shared
 vocabularies (errors, exit heads, paths) so that `sim/`, `dashboard/`, `runtime/` and `profiler/`
 all depend on it and it on none of them.
@@ -12,13 +12,13 @@ from ppsd.profile.files import (ACCEPTANCE_COLUMNS, ACCEPTANCE_FILE, GENERATIONS
                                 READABLE_VERSIONS, SAMPLED_BETA_DECIMALS, SAMPLED_COLUMNS, SAMPLED_FILE,
                                 SAMPLED_OPTIONAL, SCHEMA_VERSION, SHARED_HEAD, TEMPERATURE_TOL, malformed,
                                 read_acceptance, read_sampled)
-from ppsd.profile.folder import load_profile, save_profile, write_acceptance_view
-from ppsd.profile.parts import ControlPlane, DrawCosts, PassOverheads
+from ppsd.profile.folder import add_latency_block, load_profile, save_profile, write_acceptance_view
+from ppsd.profile.parts import BatchTables, ControlPlane, DrawCosts, PassOverheads
 from ppsd.profile.profile import Profile
 from ppsd.profile.tables import StatTable, interp
 
-__all__ = ["ACCEPTANCE_COLUMNS", "ACCEPTANCE_FILE", "GENERATIONS_FILE", "MEASURED_N_VALUES", "PROFILE_FILE",
+__all__ = ["add_latency_block", "ACCEPTANCE_COLUMNS", "ACCEPTANCE_FILE", "GENERATIONS_FILE", "MEASURED_N_VALUES", "PROFILE_FILE",
            "READABLE_VERSIONS", "SAMPLED_BETA_DECIMALS", "SAMPLED_COLUMNS", "SAMPLED_FILE", "SAMPLED_OPTIONAL",
-           "SCHEMA_VERSION", "SHARED_HEAD", "TEMPERATURE_TOL", "ControlPlane", "DrawCosts", "PassOverheads", "Profile",
+           "SCHEMA_VERSION", "SHARED_HEAD", "TEMPERATURE_TOL", "BatchTables", "ControlPlane", "DrawCosts", "PassOverheads", "Profile",
            "StatTable", "interp", "load_profile", "malformed", "read_acceptance", "read_sampled", "save_profile",
            "write_acceptance_view"]

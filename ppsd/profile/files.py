@@ -65,6 +65,14 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
               in V. Sampled plans pay it per drawn token (sim/model/cost_model.py `CostModel.sample`);
               `ppsd profile add-sampling DIR` measures it into an existing profile (then
               `added_later` holds when)
+    batch: optional (absent: the profile answers for one sequence at a time) {format, batch_sizes:
+              [1, 2, 4, 8], n_values, context_values, repeats, layers_ms, layers_ratio:
+              [len(batch_sizes)][len(n_values)][len(context_values)], embedding_ms, head_ms:
+              [len(batch_sizes)][len(n_values)], measured}: a pass of B sequences of n tokens each
+              after c cached ones, as the batched runtime runs it (profiler/batch_latency.py), timed
+              with batch 1 in the same interleaved rounds; layers_ratio = the whole layer stack's time
+              at B over batch 1's, paired round by round. `ppsd profile add-batch DIR` measures it
+              into an existing profile
     prefill: optional {lengths: [32, 128, 512], median_ms, p10_ms, p90_ms, method}: a whole prefill
              (embed + every layer over the prompt + the head on its last position) per prompt length;
              absent: time to first token is estimated from the tables (n extrapolated)

@@ -185,3 +185,15 @@ def _jsonable(obj):
     if isinstance(obj, np.integer):
         return int(obj)
     return obj
+
+
+def add_latency_block(folder: str | Path, name: str, block: dict) -> Path:
+    """Write `block` into a measured profile as `latency.<name>` (profile.json rewritten atomically) and
+    read the folder back, so a block added later (`ppsd profile add-sampling`, `add-batch`) never leaves a
+    folder that does not load. Returns profile.json's path."""
+    path = Path(folder) / PROFILE_FILE
+    meta = json.loads(path.read_text())
+    meta["latency"][name] = block
+    atomic_write_json(path, meta)
+    load_profile(folder)
+    return path

@@ -104,3 +104,59 @@ class DrawCosts:
         if v > sizes[-1]:
             return float(ms[-1] * v / sizes[-1])
         return float(np.interp(v, sizes, ms))
+
+
+@dataclass(frozen=True)
+class BatchTables:
+    """`latency.batch`: passes of B sequences against passes of one, at the batch sizes the profile
+    measured. Empty: the profile answers for batch 1 only (`sizes == (1,)`)."""
+
+    sizes: tuple[int, ...] = (1,)
+    n_values: tuple[float, ...] = (1.0,)
+    context_values: tuple[float, ...] = (0.0,)
+    ratio: np.ndarray = field(default_factory=lambda: np.ones((1, 1, 1)))  # [B][n][c]
+    head: np.ndarray = field(default_factory=lambda: np.zeros((1, 1)))  # [B][n] ms
+    embedding: np.ndarray = field(default_factory=lambda: np.zeros((1, 1)))  # [B][n] ms
+
+    @classmethod
+    def from_block(cls, block: dict | None) -> BatchTables:
+        if not block or not block.get("batch_sizes"):
+            return cls()
+        return cls(tuple(int(b) for b in block["batch_sizes"]), tuple(float(n) for n in block["n_values"]),
+                   tuple(float(c) for c in block["context_values"]), np.asarray(block["layers_ratio"], dtype=float),
+                   np.asarray(block["head_ms"], dtype=float), np.asarray(block["embedding_ms"], dtype=float))
+
+    @property
+    def measured(self) -> bool:
+        return len(self.sizes) > 1
+
+    def holds(self, batch: float) -> bool:
+        """Whether `batch` lies within the measured batch sizes (between two of them is interpolated)."""
+        return self.sizes[0] <= batch <= self.sizes[-1]
+
+    def _at_batch(self, table: np.ndarray, batch: float) -> np.ndarray:
+        """`table` at `batch` sequences, linear between the measured sizes (never beyond them)."""
+        if not self.holds(batch):
+            raise ValueError(f"batch {batch} outside the measured sizes {self.sizes}")
+        sizes = np.asarray(self.sizes, dtype=float)
+        i = int(np.clip(np.searchsorted(sizes, batch) - 1, 0, max(len(sizes) - 2, 0)))
+        if len(sizes) == 1 or batch == sizes[i]:
+            return table[i]
+        w = (batch - sizes[i]) / (sizes[i + 1] - sizes[i])
+        return table[i] * (1 - w) + table[i + 1] * w
+
+    def layers_ratio(self, batch: float, n: float, context: float) -> float:
+        """A layer range's time at `batch` sequences over its time at one, n tokens each at `context`
+        (linear in n and in context between the measured values, held beyond them)."""
+        if batch == 1:
+            return 1.0
+        at = self._at_batch(self.ratio, batch)  # [n][c]
+        by_c = [float(np.interp(n, self.n_values, at[:, j])) for j in range(at.shape[1])]
+        return float(np.interp(context, self.context_values, by_c))
+
+    def head_ms(self, batch: float, n: float) -> float:
+        """The LM head on `batch` sequences' n positions each (ms)."""
+        return float(np.interp(n, self.n_values, self._at_batch(self.head, batch)))
+
+    def embedding_ms(self, batch: float, n: float) -> float:
+        return float(np.interp(n, self.n_values, self._at_batch(self.embedding, batch)))

@@ -18,7 +18,7 @@ from ppsd import exit_heads
 from ppsd.errors import UserError
 from ppsd.profile.files import (GENERATIONS_FILE, SAMPLED_FILE, SHARED_HEAD, TEMPERATURE_TOL, read_acceptance,
                                 read_sampled)
-from ppsd.profile.parts import ControlPlane, DrawCosts, PassOverheads
+from ppsd.profile.parts import BatchTables, ControlPlane, DrawCosts, PassOverheads
 from ppsd.profile.tables import StatTable
 from ppsd.profile.tables import interp as _interp
 from ppsd.statistics import mad_log_sd
@@ -103,6 +103,11 @@ class Profile:
     def draws(self) -> DrawCosts:
         """The cost of a draw at T > 0 (`latency.sampling`), typed; empty when not measured."""
         return DrawCosts.from_block(self.sampling)
+
+    @cached_property
+    def batch(self) -> BatchTables:
+        """Passes of B sequences against passes of one (`latency.batch`); batch 1 only when not measured."""
+        return BatchTables.from_block(self.latency.get("batch"))
 
     def sample_ms(self, vocab: int | None) -> float | None:
         """One token drawn from `vocab` logits at T > 0 (softmax + seeded multinomial, ms), linear in

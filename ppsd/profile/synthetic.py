@@ -31,6 +31,8 @@ def synthetic_meta(
     thread_speedup: dict[int, float] | None = None,
     vocab_size: int = 0,
     sample_ms: dict[int, float] | None = None,
+    batch_free_tokens: float | None = None,
+    batch_sizes=(1, 2, 4, 8),
 ) -> dict:
     """profile.json content for uniform (or given per-layer) costs.
 
@@ -38,7 +40,9 @@ def synthetic_meta(
     time (0 = verifying γ+1 tokens costs the same as one, the memory-bound ideal).
     `thread_speedup` {T: s}: the tables at T threads, every time divided by s (`latency.parallel`,
     what the same-budget baselines read). `sample_ms` {V: ms}: one draw at T > 0 over V logits
-    (`latency.sampling`); `vocab_size` the model's vocabulary."""
+    (`latency.sampling`); `vocab_size` the model's vocabulary. `batch_free_tokens` F: a
+    `latency.batch` block at `batch_sizes` where a pass costs as one until it holds F tokens over all
+    its sequences and grows in proportion beyond (memory-bound, then compute-bound)."""
     layer = np.broadcast_to(np.asarray(layer_ms, dtype=float), (num_layers,))
     n = np.asarray(n_values, dtype=float)
     scale = 1.0 + per_token_fraction * (n - 1)
@@ -74,12 +78,27 @@ def synthetic_meta(
         ms = [float(sample_ms[v]) for v in sizes]
         meta["latency"]["sampling"] = {"vocab": sizes, "median_ms": ms, "p10_ms": ms, "p90_ms": ms,
                                        "temperature": 1.0, "threads": 0, "method": "synthetic"}
+    if batch_free_tokens:
+        meta["latency"]["batch"] = synthetic_batch_block(batch_free_tokens, batch_sizes, n_values, context_values,
+                                                         head_ms, embed_ms)
     if thread_speedup:
         meta["latency"]["parallel"] = {
             "kind": "threads", "base": 1,
             "tables": {str(t): {"layers": stat(layers / f), "embedding": stat(emb / f), "head": stat(head / f)}
                        for t, f in thread_speedup.items()}}
     return meta
+
+
+def synthetic_batch_block(free_tokens: float, sizes, n_values, context_values, head_ms: float, embed_ms: float) -> dict:
+    """`latency.batch` for a pass that costs as one until it holds `free_tokens` tokens, then in proportion."""
+    def load(b, n):
+        return max(1.0, b * n / free_tokens)
+
+    ratio = [[[load(b, n) / load(1, n)] * len(context_values) for n in n_values] for b in sizes]
+    return {"format": "synthetic", "batch_sizes": list(sizes), "n_values": list(n_values),
+            "context_values": list(context_values), "repeats": 0, "layers_ms": ratio, "layers_ratio": ratio,
+            "head_ms": [[head_ms * load(b, n) for n in n_values] for b in sizes],
+            "embedding_ms": [[embed_ms * b * n for n in n_values] for b in sizes]}
 
 
 def bernoulli_acceptance(num_layers: int, alpha_by_exit, prompts: int = 4, tokens: int = 64, seed: int = 0,

@@ -54,7 +54,10 @@ class Drafter:
 
     def choose(self, sampler, h: torch.Tensor):
         """h [1, 1, H] -> (token, q) with the sampler's rule (greedy argmax or a seeded draw)."""
-        logits = self.logits(h)[0, -1]
+        return self.choose_logits(sampler, self.logits(h)[0, -1])
+
+    def choose_logits(self, sampler, logits: torch.Tensor):
+        """One position's logits from `logits()` -> (token id in the full vocabulary, q or None)."""
         if self.vocab is None:
             return sampler.choose(logits)
         subset = self.vocab.subset

@@ -205,15 +205,21 @@ class CostModel:
 _MODELS: dict = {}
 
 
+def per_profile(store: dict, make, profile, exit_head: str, limit: int = 32):
+    """`make(profile, exit_head)`, kept in `store` per (profile object, exit head) while that object lives
+    (a cleared store past `limit` entries): pricers that cache what they computed are made once a sweep."""
+    key = (id(profile), exit_head)
+    got = store.get(key)
+    if got is None or got.profile is not profile:
+        if len(store) > limit:
+            store.clear()
+        got = store[key] = make(profile, exit_head)
+    return got
+
+
 def cost_model(profile, exit_head: str = SHARED) -> CostModel:
     """One CostModel per (profile object, exit head), so sweeps reuse the summed tables."""
-    key = (id(profile), exit_head)
-    cm = _MODELS.get(key)
-    if cm is None or cm.profile is not profile:
-        if len(_MODELS) > 32:
-            _MODELS.clear()
-        cm = _MODELS[key] = CostModel(profile, exit_head)
-    return cm
+    return per_profile(_MODELS, CostModel, profile, exit_head)
 
 
 def corun_factors(profile, devices: int) -> list[float]:

@@ -1,0 +1,222 @@
+"""`ppsd run --batch B`: AR and the plan decoding B sequences at once, in turns, on the same prompts.
+
+The prompts are decoded in batches of B (`--limit` rounded up to a multiple of B). Each repetition runs
+AR's batches and the plan's batches back to back, the order alternating between repetitions, so both
+see the same machine. A batch's speed is its decode tokens over all its sequences (after each one's
+first token) over its decode time; the run reports the median over repetitions of the total, the
+per-sequence time per output token, the speedup against AR at the same batch size, and, greedy, whether
+every sequence's output equals AR's at the same batch size and at batch 1 (the positions that differ).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+
+from ppsd.errors import UserError
+from ppsd.modes import Mode
+
+BATCH_MODES = (Mode.AR, Mode.EESD)
+
+
+@dataclass
+class BatchResult:
+    """What `ppsd run --batch B` measured (speeds in tokens/s over all sequences of a batch)."""
+
+    plan: str
+    batch_size: int
+    sequences: int
+    tokens_per_s: float
+    ar_tokens_per_s: float
+    speedup_vs_ar: float  # against AR at the same batch size, same prompts, same session
+    ms_per_token: float  # per sequence: its decode time until it left the batch over its tokens (median)
+    ar_ms_per_token: float
+    repeats: int
+    acceptance_rate: float | None = None
+    mean_accepted: float | None = None
+    outputs_match_ar: bool | None = None  # greedy: identical to AR at the same batch size
+    outputs_match_ar_batch1: bool | None = None  # greedy: identical to AR one sequence at a time
+    differ_from_ar_batch1: list[dict] = field(default_factory=list)  # {"sequence", "position"} where they part
+    cache_slots: int = 0  # KV-cache slots a sequence held at the end of the first batch (holes included)
+
+    def to_json_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_batch_request(args) -> None:
+    """Refuse, before a model loads, what the batched runtime does not run."""
+    batch = int(args.batch)
+    if batch < 1:
+        raise UserError(f"--batch {batch} must be at least 1", "use e.g. --batch 4")
+    mode = Mode.parse(args.mode)
+    if mode not in BATCH_MODES:
+        raise UserError(f"--mode {mode.value} does not run batched yet (AR and EESD do)",
+                        "use --mode eesd or ar with --batch, or --batch 1 for PPSD")
+    for flag, given in (("--emulate", getattr(args, "emulate", None)), ("--force-trace", args.force_trace),
+                        ("--timeline", args.timeline), ("--runtime hf", getattr(args, "runtime", "ppsd") == "hf"),
+                        ("--cores", getattr(args, "cores", None))):
+        if given:
+            raise UserError(f"{flag} does not apply with --batch", f"drop {flag.split()[0]}, or drop --batch")
+
+
+def kv_bytes(model, batch: int, slots: int) -> int:
+    """The KV cache of `batch` sequences of `slots` positions each, every layer (bytes)."""
+    cfg = model.config
+    heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or model.hidden_size // cfg.num_attention_heads)
+    itemsize = 2 if "16" in str(model.dtype) else 4
+    return 2 * model.num_layers * batch * heads * head_dim * slots * itemsize
+
+
+def check_fits(model, batch: int, prompts: list[list[int]], max_new: int, gamma: int) -> None:
+    """Refuse a batch whose KV cache (every slot a round may leave as a hole) would not fit in half the
+    memory this machine has free."""
+    slots = max(len(p) for p in prompts) + max_new * (gamma + 1)
+    need = kv_bytes(model, batch, slots)
+    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if model.device.type == "cpu" else None
+    if free is not None and need > free // 2:
+        raise UserError(f"--batch {batch} needs up to {need / 2**30:.1f} GiB of KV cache; "
+                        f"{free / 2**30:.1f} GiB of memory is free", "use a smaller --batch or --max-new-tokens")
+
+
+def _batches(items: list, batch: int) -> list[list]:
+    return [items[i:i + batch] for i in range(0, len(items), batch)]
+
+
+def _decode(model, plan, prompts, max_new, batch, temperature, seed, eos, drafter):
+    """Every batch of the prompts once -> (records, decode tokens, decode seconds)."""
+    from runtime.acceptance import Sampler
+    from runtime.batched import generate_ar_batch, generate_eesd_batch
+
+    records = []
+    for b, group in enumerate(_batches(prompts, batch)):
+        samplers = [Sampler.make(temperature, seed * 1_000_003 + (b * batch + i) * 2 + 1, model.device)
+                    for i in range(len(group))]
+        budget = [max_new] * len(group)
+        if plan.mode is Mode.AR:
+            records.append(generate_ar_batch(model, group, budget, samplers, eos))
+        else:
+            records.append(generate_eesd_batch(model, group, budget, samplers, plan.exit_layer, plan.draft_len, eos,
+                                               drafter))
+    return records, sum(r.decode_tokens for r in records), sum(r.decode_s for r in records)
+
+
+def _per_token_ms(records) -> float:
+    values = [1000 * s / (len(t) - 1) for r in records for t, s in zip(r.tokens, r.finish_s) if len(t) > 1]
+    return statistics.median(values) if values else math.nan
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first index where two token lists part (the shorter one's length if one is a prefix)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _batch1_ar(model, prompts, max_new, eos) -> list[list[int]]:
+    from runtime.acceptance import Sampler
+    from runtime.decoding import generate_ar
+
+    return [generate_ar(model, p, max_new, Sampler.make(0.0, 0), eos).tokens for p in prompts]
+
+
+def measure_batched(model, plan, prompts: list[list[int]], max_new: int, batch: int, *, temperature: float = 0.0,
+                    seed: int = 0, eos=None, drafter=None, warmup: int = 1, repeats: int = 3) -> BatchResult:
+    """AR and `plan` at batch size `batch` in turns (see the module doc)."""
+    from ppsd.progress import PhaseBars
+    from runtime.request import make_plan
+
+    ar_plan = make_plan(Mode.AR, model.num_layers)
+    speeds = {"ar": [], "plan": []}
+    firsts = {}
+    with PhaseBars() as bar:
+        bar.phase("batched runs", warmup + repeats)
+        for rep in range(-warmup, repeats):
+            order = ("ar", "plan") if rep % 2 == 0 else ("plan", "ar")
+            for who in order:
+                p = ar_plan if who == "ar" else plan
+                records, tokens, seconds = _decode(model, p, prompts, max_new, batch, temperature, seed, eos, drafter)
+                if rep >= 0:
+                    speeds[who].append(tokens / seconds)
+                    firsts.setdefault(who, records)
+            bar.advance("batched runs")
+    out = BatchResult(plan.label(), batch, len(prompts), statistics.median(speeds["plan"]),
+                      statistics.median(speeds["ar"]), statistics.median(speeds["plan"]) / statistics.median(speeds["ar"]),
+                      _per_token_ms(firsts["plan"]), _per_token_ms(firsts["ar"]), repeats,
+                      cache_slots=firsts["plan"][0].slots)
+    rounds = [a for r in firsts["plan"] for seq in r.rounds for a in seq]
+    if rounds and plan.mode is Mode.EESD:
+        out.mean_accepted = statistics.fmean(rounds) + 1
+        out.acceptance_rate = sum(rounds) / (len(rounds) * plan.draft_len)
+    if temperature == 0:
+        _fill_identity(out, model, prompts, max_new, eos, firsts)
+    return out
+
+
+def _fill_identity(out: BatchResult, model, prompts, max_new, eos, firsts) -> None:
+    """Greedy: the plan's outputs against AR's at the same batch size and, sequence by sequence, at batch 1."""
+    mine = [t for r in firsts["plan"] for t in r.tokens]
+    ar = [t for r in firsts["ar"] for t in r.tokens]
+    out.outputs_match_ar = mine == ar
+    single = _batch1_ar(model, prompts, max_new, eos)
+    out.differ_from_ar_batch1 = [{"sequence": i, "position": d} for i, (a, b) in enumerate(zip(mine, single))
+                                 if (d := first_difference(a, b)) is not None]
+    out.outputs_match_ar_batch1 = not out.differ_from_ar_batch1
+
+
+def format_batch_result(res: BatchResult) -> str:
+    lines = [f"{res.plan} at batch {res.batch_size} ({res.sequences} sequences): {res.tokens_per_s:.2f} tokens/s "
+             f"over the batch (median of {res.repeats}); {res.ms_per_token:.1f} ms a token per sequence",
+             f"  vs AR at batch {res.batch_size}: {res.ar_tokens_per_s:.2f} tokens/s, {res.ar_ms_per_token:.1f} ms a "
+             f"token per sequence: speedup {res.speedup_vs_ar:.3f}×"]
+    if res.acceptance_rate is not None:
+        lines.append(f"  acceptance {res.acceptance_rate:.3f}; mean tokens per round {res.mean_accepted:.2f}; "
+                     f"{res.cache_slots} cache slots a sequence at the end (holes of rejected drafts included)")
+    if res.outputs_match_ar is not None and res.plan != "AR":
+        lines.append(f"  outputs match AR at batch {res.batch_size}: {res.outputs_match_ar}")
+    if res.outputs_match_ar_batch1 is not None:
+        where = ", ".join(f"sequence {d['sequence']} from token {d['position']}" for d in res.differ_from_ar_batch1)
+        lines.append(f"  outputs match AR at batch 1: {res.outputs_match_ar_batch1}"
+                     + (f" (batched arithmetic parts a near-tie: {where})" if where else ""))
+    return "\n".join(lines)
+
+
+def run_batched(args) -> int:
+    """`ppsd run --batch B` (see the module doc)."""
+    import torch
+
+    from ppsd.output import print_json
+    from ppsd.prompts import load_prompts
+    from runtime.heads import make_drafter
+    from runtime.llm import load_model
+    from runtime.request import make_plan, with_exit_head
+
+    check_batch_request(args)
+    batch = int(args.batch)
+    count = batch * math.ceil(max(args.limit, 1) / batch)
+    texts = load_prompts(args.prompts, limit=count)
+    if len(texts) < count:
+        raise UserError(f"--batch {batch} needs {count} prompts and the prompt file has {len(texts)}",
+                        "use a smaller --batch or --limit, or a longer --prompts file")
+    torch.set_num_threads(1)
+    model = load_model(args.model, args.device, args.dtype)
+    plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, None, None)
+    plan = with_exit_head(model, plan, getattr(args, "heads", None), getattr(args, "exit_head", None))
+    prompts = [model.encode_prompt(t.text) for t in texts]
+    check_fits(model, batch, prompts, args.max_new_tokens, plan.draft_len if plan.mode is Mode.EESD else 0)
+    drafter = make_drafter(model, plan.exit_layer, getattr(args, "heads", None), plan.exit_head) \
+        if plan.mode is Mode.EESD else None
+    eos = None if args.ignore_eos else model.eos_token_ids
+    res = measure_batched(model, plan, prompts, args.max_new_tokens, batch, temperature=args.temperature,
+                          seed=args.seed, eos=eos, drafter=drafter, warmup=args.warmup, repeats=args.repeats)
+    if args.json:
+        print_json(res.to_json_dict())
+    else:
+        print(format_batch_result(res))
+    if res.outputs_match_ar is False:
+        print("ppsd run: warning: the plan's greedy outputs differ from AR's at the same batch size", file=sys.stderr)
+    return 0
