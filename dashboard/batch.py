@@ -23,7 +23,8 @@ def ranked(path: str, stamp: float, batch: int, top: int = 10) -> pd.DataFrame:
 
     rows = rank(sweep_cache.profile(path, stamp), batch)[:top]
     return pd.DataFrame([{"plan": p.plan, "speedup vs AR at this batch": round(p.speedup_vs_ar, 3),
-                          "tokens/s (batch)": round(p.tokens_per_s, 1), "AR tokens/s (batch)": round(p.ar_tokens_per_s, 1),
+                          "tokens/s (batch)": round(p.tokens_per_s, 1),
+                          "AR tokens/s (batch)": round(p.ar_tokens_per_s, 1),
                           "ms a token (each sequence)": round(p.ms_per_token, 1)} for p in rows])
 
 

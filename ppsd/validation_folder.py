@@ -171,6 +171,10 @@ class ValidationRow:
     # the same-budget twins of the two above (with --retime and a budget of several cores)
     predicted_speedup_vs_ar_tp_profile: float | None = None
     speedup_vs_ar_tp_error_profile_pct: float | None = None
+    # a host stall in the measured run (`host_stall`): the seconds its passes took beyond STALL_FACTOR
+    # times their kind's median, and the longest pass; absent when none stalled
+    host_stall_s: float | None = None
+    longest_pass_s: float | None = None
 
     @classmethod
     def from_results(cls, plan, predicted, measured, ar_tokens_per_s: float,
@@ -323,8 +327,33 @@ EXTRA_COLUMNS: list[str] = ["forced_alpha", "predicted_speedup_in_sample", "spee
                              "predicted_acceptance_rate_in_sample", "predicted_speedup_profile",
                              "speedup_error_profile_pct", "predicted_speedup_vs_ar_tp_profile",
                              "speedup_vs_ar_tp_error_profile_pct"]  # in the CSV when a row has them
+STALL_FIELDS: list[str] = ["host_stall_s", "longest_pass_s"]  # validation.json only, when a pass stalled
 OPTIONAL_FIELDS: list[str] = [*SAME_BUDGET_COLUMNS, *INTERVAL_COLUMNS, *SAMPLED_FIELDS,
-                              *EXTRA_COLUMNS, *ROUND_FIELDS]  # written only when set
+                              *EXTRA_COLUMNS, *ROUND_FIELDS, *STALL_FIELDS]  # written only when set
+STALL_FACTOR = 10.0  # a pass this many times its kind's median is a host stall, not the plan's work
+STALL_MIN_S = 0.2  # ... and at least this long
+
+
+def host_stall(events) -> tuple[float, float] | None:
+    """(seconds beyond STALL_FACTOR × median, the longest stalled pass) over a measured timeline's passes,
+    each kind on each row against its own median (prefills excluded: a long prompt is no stall); None
+    when no pass stalled. A stall is the host's (a PPSD stage, an AR step held seconds), which the AR
+    turns beside the plan need not share."""
+    groups: dict = {}
+    for e in events:
+        if e.name != "prefill":
+            groups.setdefault((e.row, e.name), []).append(float(e.dur_s))
+    excess, longest = 0.0, 0.0
+    for durations in groups.values():
+        if len(durations) < 5:
+            continue
+        median = statistics.median(durations)
+        limit = max(STALL_FACTOR * median, STALL_MIN_S)
+        for d in durations:
+            if d > limit:
+                excess += d - median
+                longest = max(longest, d)
+    return (round(excess, 3), round(longest, 3)) if longest else None
 PAYING_SPEEDUP = 1.05  # a plan "pays" when measured at least this much faster than AR
 
 

@@ -86,7 +86,7 @@ def _batches(items: list, batch: int) -> list[list]:
     return [items[i:i + batch] for i in range(0, len(items), batch)]
 
 
-def _decode(model, plan, prompts, max_new, batch, temperature, seed, eos, drafter):
+def decode_batches(model, plan, prompts, max_new, batch, temperature, seed, eos, drafter):
     """Every batch of the prompts once -> (records, decode tokens, decode seconds)."""
     from runtime.acceptance import Sampler
     from runtime.batched import generate_ar_batch, generate_eesd_batch
@@ -117,7 +117,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _batch1_ar(model, prompts, max_new, eos) -> list[list[int]]:
+def ar_one_at_a_time(model, prompts, max_new, eos) -> list[list[int]]:
     from runtime.acceptance import Sampler
     from runtime.decoding import generate_ar
 
@@ -139,15 +139,15 @@ def measure_batched(model, plan, prompts: list[list[int]], max_new: int, batch: 
             order = ("ar", "plan") if rep % 2 == 0 else ("plan", "ar")
             for who in order:
                 p = ar_plan if who == "ar" else plan
-                records, tokens, seconds = _decode(model, p, prompts, max_new, batch, temperature, seed, eos, drafter)
+                records, tokens, seconds = decode_batches(model, p, prompts, max_new, batch, temperature, seed, eos,
+                                                          drafter)
                 if rep >= 0:
                     speeds[who].append(tokens / seconds)
                     firsts.setdefault(who, records)
             bar.advance("batched runs")
-    out = BatchResult(plan.label(), batch, len(prompts), statistics.median(speeds["plan"]),
-                      statistics.median(speeds["ar"]), statistics.median(speeds["plan"]) / statistics.median(speeds["ar"]),
-                      _per_token_ms(firsts["plan"]), _per_token_ms(firsts["ar"]), repeats,
-                      cache_slots=firsts["plan"][0].slots)
+    mine, ar = statistics.median(speeds["plan"]), statistics.median(speeds["ar"])
+    out = BatchResult(plan.label(), batch, len(prompts), mine, ar, mine / ar, _per_token_ms(firsts["plan"]),
+                      _per_token_ms(firsts["ar"]), repeats, cache_slots=firsts["plan"][0].slots)
     rounds = [a for r in firsts["plan"] for seq in r.rounds for a in seq]
     if rounds and plan.mode is Mode.EESD:
         out.mean_accepted = statistics.fmean(rounds) + 1
@@ -162,7 +162,7 @@ def _fill_identity(out: BatchResult, model, prompts, max_new, eos, firsts) -> No
     mine = [t for r in firsts["plan"] for t in r.tokens]
     ar = [t for r in firsts["ar"] for t in r.tokens]
     out.outputs_match_ar = mine == ar
-    single = _batch1_ar(model, prompts, max_new, eos)
+    single = ar_one_at_a_time(model, prompts, max_new, eos)
     out.differ_from_ar_batch1 = [{"sequence": i, "position": d} for i, (a, b) in enumerate(zip(mine, single))
                                  if (d := first_difference(a, b)) is not None]
     out.outputs_match_ar_batch1 = not out.differ_from_ar_batch1

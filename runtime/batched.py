@@ -177,7 +177,8 @@ def draft_round(model, state: BatchState, exit_layer: int, gamma: int, samplers,
             break
         logits = drafter.logits(h)[:, -1] if drafter is not None else model.head(h)[:, -1]
         for b, r in enumerate(state.rows):
-            d, q = drafter.choose_logits(samplers[r], logits[b]) if drafter is not None else samplers[r].choose(logits[b])
+            d, q = (drafter.choose_logits(samplers[r], logits[b]) if drafter is not None
+                    else samplers[r].choose(logits[b]))
             drafts[b].append(d)
             qs[b].append(q)
         current = [d[-1] for d in drafts]

@@ -55,3 +55,18 @@ def test_summary_counts_coverage_and_width():
     s = summary(rows)
     assert s["coverage"] == 0.5 and s["interval_half_width_median_pct"] == pytest.approx(12.5)
     assert s["lossless_batch1"] is False and s["mape_pct"] == pytest.approx(54.545, rel=1e-3)
+
+
+def test_batched_intervals_carry_the_latency_spread_of_batch_one_intervals(tiny_profile, monkeypatch):
+    import sim.intervals.spread as spread
+    from sim.batch.sweep import predict
+    from validation.batch import interval
+
+    profile = load_profile(tiny_profile)
+    point = predict(profile, 3, 2, 2).speedup_vs_ar
+    monkeypatch.setattr(spread, "latency_cv", lambda profile, plan: 0.0)
+    lo0, hi0 = interval(profile, 3, 2, 2, prompts=4, draws=60, seed=0)
+    monkeypatch.setattr(spread, "latency_cv", lambda profile, plan: 0.1)
+    lo1, hi1 = interval(profile, 3, 2, 2, prompts=4, draws=60, seed=0)
+    assert hi1 - lo1 > hi0 - lo0
+    assert lo1 <= point <= hi1

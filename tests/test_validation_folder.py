@@ -251,3 +251,18 @@ def test_simulated_timeline_is_clipped_to_the_measured_span():
     kept = clip_to_span(simulated, measured)
     assert [e.start_s for e in kept] == [0.0, 0.25, 0.5, 0.75]
     assert clip_to_span(simulated, []) == simulated and clip_to_span([], measured) == []
+
+
+def test_a_host_stall_is_found_in_a_measured_timeline_and_warned_of():
+    from sim.timeline import Event
+    from validation.report import drift_warnings
+
+    # stage 1 drafts at ~50 ms and stage 2 verifies at ~25 ms, one draft held 2.7 s; long prefills are no stall
+    events = [Event("draft", "stage 1", i * 0.06, 0.05 + 0.001 * (i % 3)) for i in range(40)]
+    events += [Event("verify", "stage 2", i * 0.06, 0.025) for i in range(40)]
+    events += [Event("draft", "stage 1", 3.0, 2.7), Event("prefill", "stage 1", 0.0, 3.4)]
+    excess, longest = vf.host_stall(events)
+    assert longest == pytest.approx(2.7) and excess == pytest.approx(2.7 - 0.051, abs=0.002)
+    assert vf.host_stall([*events[:-2], events[-1]]) is None  # a steady run, its long prefill included, has none
+    doc = {"rows": [{"plan": "PPSD E=24 k=2", "host_stall_s": excess, "longest_pass_s": longest}, {"plan": "AR"}]}
+    assert any("PPSD E=24 k=2 caught a host stall: one pass took 2.70 s" in w for w in drift_warnings(doc))

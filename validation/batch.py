@@ -5,8 +5,9 @@ At each batch size AR and every plan take turns over the measured prompts (the o
 repetition), so their speeds compare the same minutes of the machine. Each plan's measured speedup is its
 median throughput over AR's at the same batch size; the prediction replays the predicting profile's traces
 B at a time (as many generations as prompts are measured) and its 90% interval resamples those
-generations (`draws` times). Greedy outputs are checked against AR at the same batch size and at batch 1.
-The folder gets `batch_validation.json` and `.csv`.
+generations (`draws` times) and carries the latency spread of the same plan's batch-1 interval. Greedy
+outputs are checked against AR at the same batch size and at batch 1. The folder gets
+`batch_validation.json` and `.csv`.
 """
 
 from __future__ import annotations
@@ -78,27 +79,33 @@ def parse_eesd_plans(spec: str | None, profile) -> list[tuple[int, int]]:
 
 
 def interval(profile, exit_layer: int, gamma: int, batch: int, prompts: int, draws: int, seed: int) -> tuple:
-    """The 90% interval of the predicted speedup over `draws` resamples of `prompts` generations."""
+    """The 90% interval of the predicted speedup: `draws` resamples of `prompts` generations, each also moved
+    by the latency spread batch-1 intervals carry for the same plan (a decode step's spread and the
+    calibration's doubt, `sim.intervals.spread.latency_cv`)."""
     from sim.batch.costs import batch_costs
     from sim.batch.replay import replay_batches
+    from sim.intervals.spread import latency_cv
     from sim.model.streams import trace_stream
+    from sim.plan import Plan
 
     ids = sorted({str(g["prompt_id"]) for g in profile.generations()})
     rng = np.random.default_rng([seed, exit_layer, gamma, batch])
     costs = batch_costs(profile)
+    cv = latency_cv(profile, Plan(Mode.EESD, exit_layer=exit_layer, draft_len=gamma))
     got = []
     for _ in range(draws):
         pick = list(rng.choice(ids, size=prompts, replace=True))
         stream = trace_stream(profile, exit_layer, prompt_ids=pick)
         ar = replay_batches(costs, stream, batch, None)
-        got.append(replay_batches(costs, stream, batch, exit_layer, gamma).tokens_per_s / ar.tokens_per_s)
+        speedup = replay_batches(costs, stream, batch, exit_layer, gamma).tokens_per_s / ar.tokens_per_s
+        got.append(speedup * float(np.exp(cv * rng.standard_normal())))
     return float(np.quantile(got, 0.05)), float(np.quantile(got, 0.95))
 
 
 def measure_in_turns(model, plans, prompts, max_new: int, batch: int, warmup: int, repeats: int, eos, drafters):
     """AR and every plan over all the prompts, `batch` at a time, taking turns -> ({name: [tokens/s]},
     {name: first timed records})."""
-    from runtime.batch_run import _decode
+    from runtime.batch_run import decode_batches
 
     names = ["AR", *plans]
     speeds = {n: [] for n in names}
@@ -106,7 +113,7 @@ def measure_in_turns(model, plans, prompts, max_new: int, batch: int, warmup: in
     for rep in range(-warmup, repeats):
         for name in (names if rep % 2 == 0 else names[::-1]):
             plan = plans.get(name)
-            records, tokens, seconds = _decode(model, plan or _ar(model), prompts, max_new, batch, 0.0, 0, eos,
+            records, tokens, seconds = decode_batches(model, plan or _ar(model), prompts, max_new, batch, 0.0, 0, eos,
                                                drafters.get(name))
             if rep >= 0:
                 speeds[name].append(tokens / seconds)
@@ -151,8 +158,8 @@ def print_table(doc: dict, rows: list[BatchRow]) -> None:
               f"{r.low:>8.3f}-{r.high:<7.3f}{acc:>14}{str(r.lossless_same_batch):>10}")
     s = doc["summary"]
     print(f"speedup MAPE {s['mape_pct']:.1f}% over {s['pairs']} (plan, batch) pairs; 90% intervals cover "
-          f"{s['coverage']:.0%} at a median ±{s['interval_half_width_median_pct']:.1f}%; greedy identical to AR at the "
-          f"same batch: {s['lossless_same_batch']}, to AR at batch 1: {s['lossless_batch1']}")
+          f"{s['coverage']:.0%} at a median ±{s['interval_half_width_median_pct']:.1f}%; greedy identical to AR "
+          f"at the same batch: {s['lossless_same_batch']}, to AR at batch 1: {s['lossless_batch1']}")
     for b, (meas, pred) in doc["pays_up_to"].items():
         print(f"{b}: EESD pays up to batch {meas} measured, {pred} predicted")
 
@@ -168,7 +175,8 @@ def _row(name, batch, exit_layer, gamma, predict, speeds, firsts, single, draws,
     mine = [t for r in firsts[name] for t in r.tokens]
     ar = [t for r in firsts["AR"] for t in r.tokens]
     return BatchRow(name, batch, point.speedup_vs_ar, measured, percent_error(point.speedup_vs_ar, measured),
-                    low, high, low <= measured <= high, statistics.median(speeds[name]), statistics.median(speeds["AR"]),
+                    low, high, low <= measured <= high, statistics.median(speeds[name]),
+                    statistics.median(speeds["AR"]),
                     point.acceptance_rate, sum(rounds) / (len(rounds) * gamma) if rounds else None, mine == ar,
                     all(first_difference(a, b) is None for a, b in zip(mine, single)))
 
@@ -177,7 +185,7 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     """The whole run (see the module doc); `config` is the validate command's parsed arguments."""
     from ppsd.profile import load_profile
     from ppsd.prompts import load_prompts
-    from runtime.batch_run import _batch1_ar
+    from runtime.batch_run import ar_one_at_a_time
     from runtime.heads import make_drafter
     from runtime.llm import load_model
     from sim.batch.costs import check_batch
@@ -206,7 +214,7 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     runs = {name: _plan(model, e, g) for name, (e, g) in named.items()}
     drafters = {name: make_drafter(model, e) for name, (e, _) in named.items()}
     eos = model.eos_token_ids
-    single = _batch1_ar(model, prompts, max_new, eos)
+    single = ar_one_at_a_time(model, prompts, max_new, eos)
     rows = []
     for b in sizes:
         print(f"batch {b}: AR and {len(runs)} plans in turns over {len(prompts)} prompts", file=sys.stderr)

@@ -120,6 +120,9 @@ class GreedyValidation:
         if kept.scale is not None:  # beside it, what the profile's own prices said
             row = row.with_profile_priced(self.predictor.result(plan, alpha, engine="fast").speedup_vs_ar,
                                           kept.scale.drift_pct())
+        stall = vf.host_stall(kept.measurement.result.timeline or [])
+        if stall is not None:
+            row = replace(row, host_stall_s=stall[0], longest_pass_s=stall[1])
         vf.write_plan_timelines(self.out, plan, pred, kept.measurement.result, write_chrome_trace, forced_alpha=alpha)
         return row
 

@@ -63,9 +63,16 @@ def _retime_and_noise_lines(doc: dict) -> list[str]:
 
 
 def drift_warnings(doc: dict) -> list[str]:
-    """The machine's and the co-run's drift from the profile, when flagged (printed on stderr)."""
-    return [f"warning: {doc[key]['note']}" for key in ("machine_drift", "corun_drift")
-            if (doc.get(key) or {}).get("flagged")]
+    """The machine's and the co-run's drift from the profile, when flagged, and each plan whose measured
+    run caught a host stall (printed on stderr)."""
+    out = [f"warning: {doc[key]['note']}" for key in ("machine_drift", "corun_drift")
+           if (doc.get(key) or {}).get("flagged")]
+    for r in doc.get("rows", []):
+        if r.get("host_stall_s"):
+            out.append(f"warning: {r['plan']} caught a host stall: one pass took {r['longest_pass_s']:.2f} s, "
+                       f"{r['host_stall_s']:.2f} s beyond {vf.STALL_FACTOR:g}× its kind's median in all; its "
+                       "measured speedup is low by it (measure it again, or read it with --rounds 3)")
+    return out
 
 
 def breakdown_lines(doc: dict) -> list[str]:

@@ -2,8 +2,9 @@
 
 Every EESD plan (exit layer × γ, the shared or trained head) is screened by its closed form at batch B,
 and the best ones are replayed over the profile's traces against AR replayed over the same generations at
-the same B (`replay.py`); the speedup is in throughput, tokens a second over all sequences. The curve takes the best EESD plan at each batch size
-the profile measured; a scheme pays up to the largest size from which on every smaller one pays.
+the same B (`replay.py`); the speedup is in throughput, tokens a second over all sequences. The curve
+takes the best EESD plan at each batch size the profile measured; a scheme pays up to the largest size
+from which on every smaller one pays.
 """
 
 from __future__ import annotations
