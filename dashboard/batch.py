@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import sweep_cache
+from sim.batch.sweep import paying_batch
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -28,15 +29,6 @@ def ranked(path: str, stamp: float, batch: int, top: int = 10) -> pd.DataFrame:
                           "ms a token (each sequence)": round(p.ms_per_token, 1)} for p in rows])
 
 
-def pays_up_to(points: list[dict]) -> int | None:
-    last = None
-    for p in sorted(points, key=lambda p: p["batch"]):
-        if p["speedup_vs_ar"] <= 1.0:
-            break
-        last = p["batch"]
-    return last
-
-
 def not_measured(profile) -> bool:
     """A caption naming the command, when the profile answers for one sequence at a time."""
     if profile.batch.measured:
@@ -51,7 +43,7 @@ def overview_section(profile, path: str, stamp: float) -> None:
     if not_measured(profile):
         return
     points = curve(path, stamp)
-    upto = pays_up_to(points)
+    upto = paying_batch({p["batch"]: p["speedup_vs_ar"] for p in points})
     table = pd.DataFrame([{"batch size": p["batch"], "best EESD plan": p["plan"],
                            "speedup vs AR at that batch": round(p["speedup_vs_ar"], 3)} for p in points])
     st.write("EESD does not pay even for one sequence here." if upto is None else

@@ -124,48 +124,58 @@ def ar_one_at_a_time(model, prompts, max_new, eos) -> list[list[int]]:
     return [generate_ar(model, p, max_new, Sampler.make(0.0, 0), eos).tokens for p in prompts]
 
 
-def measure_batched(model, plan, prompts: list[list[int]], max_new: int, batch: int, *, temperature: float = 0.0,
-                    seed: int = 0, eos=None, drafter=None, warmup: int = 1, repeats: int = 3) -> BatchResult:
-    """AR and `plan` at batch size `batch` in turns (see the module doc)."""
+def measure_in_turns(model, plans: dict, prompts: list[list[int]], max_new: int, batch: int, *, warmup: int = 1,
+                     repeats: int = 3, temperature: float = 0.0, seed: int = 0, eos=None, drafters=None):
+    """AR and every plan of `plans` ({name: plan}) over all the prompts, `batch` at a time, taking turns (the
+    order reversed every repetition) -> ({"AR" or name: [tokens/s per timed repetition]}, {same: first timed
+    records})."""
     from ppsd.progress import PhaseBars
     from runtime.request import make_plan
 
-    ar_plan = make_plan(Mode.AR, model.num_layers)
-    speeds = {"ar": [], "plan": []}
-    firsts = {}
+    runs = {"AR": make_plan(Mode.AR, model.num_layers), **plans}
+    names, drafters = list(runs), drafters or {}
+    speeds, firsts = {n: [] for n in names}, {}
     with PhaseBars() as bar:
-        bar.phase("batched runs", warmup + repeats)
+        bar.phase(f"batch {batch} in turns", warmup + repeats)
         for rep in range(-warmup, repeats):
-            order = ("ar", "plan") if rep % 2 == 0 else ("plan", "ar")
-            for who in order:
-                p = ar_plan if who == "ar" else plan
-                records, tokens, seconds = decode_batches(model, p, prompts, max_new, batch, temperature, seed, eos,
-                                                          drafter)
+            for name in (names if rep % 2 == 0 else names[::-1]):
+                records, tokens, seconds = decode_batches(model, runs[name], prompts, max_new, batch, temperature,
+                                                          seed, eos, drafters.get(name))
                 if rep >= 0:
-                    speeds[who].append(tokens / seconds)
-                    firsts.setdefault(who, records)
-            bar.advance("batched runs")
-    mine, ar = statistics.median(speeds["plan"]), statistics.median(speeds["ar"])
+                    speeds[name].append(tokens / seconds)
+                    firsts.setdefault(name, records)
+            bar.advance(f"batch {batch} in turns")
+    return speeds, firsts
+
+
+def outputs(records) -> list[list[int]]:
+    """Every sequence's tokens, batch after batch, in the order the prompts were given."""
+    return [t for r in records for t in r.tokens]
+
+
+def differences(mine: list[list[int]], single: list[list[int]]) -> list[dict]:
+    """{"sequence", "position"} for each sequence whose tokens part from its batch-1 twin."""
+    return [{"sequence": i, "position": d} for i, (a, b) in enumerate(zip(mine, single))
+            if (d := first_difference(a, b)) is not None]
+
+
+def measure_batched(model, plan, prompts: list[list[int]], max_new: int, batch: int, *, temperature: float = 0.0,
+                    seed: int = 0, eos=None, drafter=None, warmup: int = 1, repeats: int = 3) -> BatchResult:
+    """AR and `plan` at batch size `batch` in turns (see the module doc)."""
+    speeds, firsts = measure_in_turns(model, {"plan": plan}, prompts, max_new, batch, warmup=warmup, repeats=repeats,
+                                      temperature=temperature, seed=seed, eos=eos, drafters={"plan": drafter})
+    mine, ar = statistics.median(speeds["plan"]), statistics.median(speeds["AR"])
     out = BatchResult(plan.label(), batch, len(prompts), mine, ar, mine / ar, _per_token_ms(firsts["plan"]),
-                      _per_token_ms(firsts["ar"]), repeats, cache_slots=firsts["plan"][0].slots)
+                      _per_token_ms(firsts["AR"]), repeats, cache_slots=firsts["plan"][0].slots)
     rounds = [a for r in firsts["plan"] for seq in r.rounds for a in seq]
     if rounds and plan.mode is Mode.EESD:
         out.mean_accepted = statistics.fmean(rounds) + 1
         out.acceptance_rate = sum(rounds) / (len(rounds) * plan.draft_len)
-    if temperature == 0:
-        _fill_identity(out, model, prompts, max_new, eos, firsts)
+    if temperature == 0:  # greedy: against AR at the same batch size and, sequence by sequence, at batch 1
+        out.outputs_match_ar = outputs(firsts["plan"]) == outputs(firsts["AR"])
+        out.differ_from_ar_batch1 = differences(outputs(firsts["plan"]), ar_one_at_a_time(model, prompts, max_new, eos))
+        out.outputs_match_ar_batch1 = not out.differ_from_ar_batch1
     return out
-
-
-def _fill_identity(out: BatchResult, model, prompts, max_new, eos, firsts) -> None:
-    """Greedy: the plan's outputs against AR's at the same batch size and, sequence by sequence, at batch 1."""
-    mine = [t for r in firsts["plan"] for t in r.tokens]
-    ar = [t for r in firsts["ar"] for t in r.tokens]
-    out.outputs_match_ar = mine == ar
-    single = ar_one_at_a_time(model, prompts, max_new, eos)
-    out.differ_from_ar_batch1 = [{"sequence": i, "position": d} for i, (a, b) in enumerate(zip(mine, single))
-                                 if (d := first_difference(a, b)) is not None]
-    out.outputs_match_ar_batch1 = not out.differ_from_ar_batch1
 
 
 def format_batch_result(res: BatchResult) -> str:

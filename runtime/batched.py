@@ -133,7 +133,7 @@ def _leave(state: BatchState, max_new: list[int], eos, done: dict, finish: list[
     state.keep(stay)
 
 
-def _ids(state: BatchState, column: list[int]) -> torch.Tensor:
+def _ids(column: list[int]) -> torch.Tensor:
     return torch.tensor(column, dtype=torch.long).unsqueeze(1)
 
 
@@ -147,7 +147,7 @@ def generate_ar_batch(model, prompts: list[list[int]], max_new: list[int], sampl
     passes = slots = 0
     _leave(state, max_new, eos, done, finish, t1)
     while state.rows:
-        ids = _ids(state, [t[-1] for t in state.tokens])
+        ids = _ids([t[-1] for t in state.tokens])
         mask = pass_mask(state.valid, 0, 1)
         h = model.forward_layers(model.embed(ids), 0, model.num_layers, state.cache, 0, attention_mask=mask,
                                  positions=_positions(state.pos, 1))
@@ -170,7 +170,7 @@ def draft_round(model, state: BatchState, exit_layer: int, gamma: int, samplers,
     current = [t[-1] for t in state.tokens]
     for i in range(gamma + 1):
         mask = pass_mask(state.valid, i, 1)
-        h = model.forward_layers(model.embed(_ids(state, current)), 0, exit_layer, state.cache, 0,
+        h = model.forward_layers(model.embed(_ids(current)), 0, exit_layer, state.cache, 0,
                                  attention_mask=mask, positions=_positions(state.pos + i, 1))
         states.append(h)
         if i == gamma:

@@ -102,31 +102,6 @@ def interval(profile, exit_layer: int, gamma: int, batch: int, prompts: int, dra
     return float(np.quantile(got, 0.05)), float(np.quantile(got, 0.95))
 
 
-def measure_in_turns(model, plans, prompts, max_new: int, batch: int, warmup: int, repeats: int, eos, drafters):
-    """AR and every plan over all the prompts, `batch` at a time, taking turns -> ({name: [tokens/s]},
-    {name: first timed records})."""
-    from runtime.batch_run import decode_batches
-
-    names = ["AR", *plans]
-    speeds = {n: [] for n in names}
-    firsts = {}
-    for rep in range(-warmup, repeats):
-        for name in (names if rep % 2 == 0 else names[::-1]):
-            plan = plans.get(name)
-            records, tokens, seconds = decode_batches(model, plan or _ar(model), prompts, max_new, batch, 0.0, 0, eos,
-                                               drafters.get(name))
-            if rep >= 0:
-                speeds[name].append(tokens / seconds)
-                firsts.setdefault(name, records)
-    return speeds, firsts
-
-
-def _ar(model):
-    from runtime.request import make_plan
-
-    return make_plan(Mode.AR, model.num_layers)
-
-
 def summary(rows: list[BatchRow]) -> dict:
     widths = [100 * (r.high - r.low) / 2 / r.predicted for r in rows if r.predicted > 0]
     return {"pairs": len(rows), "mape_pct": mape(r.error_pct for r in rows),
@@ -165,27 +140,26 @@ def print_table(doc: dict, rows: list[BatchRow]) -> None:
 
 
 def _row(name, batch, exit_layer, gamma, predict, speeds, firsts, single, draws, seed, prompts) -> BatchRow:
-    from runtime.batch_run import first_difference
+    from runtime.batch_run import differences, outputs
     from sim.batch.sweep import predict as sim_predict
 
     point = sim_predict(predict, exit_layer, gamma, batch)
     low, high = interval(predict, exit_layer, gamma, batch, len(prompts), draws, seed)
     measured = statistics.median(speeds[name]) / statistics.median(speeds["AR"])
     rounds = [a for r in firsts[name] for seq in r.rounds for a in seq]
-    mine = [t for r in firsts[name] for t in r.tokens]
-    ar = [t for r in firsts["AR"] for t in r.tokens]
+    mine = outputs(firsts[name])
     return BatchRow(name, batch, point.speedup_vs_ar, measured, percent_error(point.speedup_vs_ar, measured),
                     low, high, low <= measured <= high, statistics.median(speeds[name]),
                     statistics.median(speeds["AR"]),
-                    point.acceptance_rate, sum(rounds) / (len(rounds) * gamma) if rounds else None, mine == ar,
-                    all(first_difference(a, b) is None for a, b in zip(mine, single)))
+                    point.acceptance_rate, sum(rounds) / (len(rounds) * gamma) if rounds else None,
+                    mine == outputs(firsts["AR"]), not differences(mine, single))
 
 
 def run_batch_validation(config, sizes: list[int]) -> int:
     """The whole run (see the module doc); `config` is the validate command's parsed arguments."""
     from ppsd.profile import load_profile
     from ppsd.prompts import load_prompts
-    from runtime.batch_run import ar_one_at_a_time
+    from runtime.batch_run import ar_one_at_a_time, measure_in_turns
     from runtime.heads import make_drafter
     from runtime.llm import load_model
     from sim.batch.costs import check_batch
@@ -218,8 +192,8 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     rows = []
     for b in sizes:
         print(f"batch {b}: AR and {len(runs)} plans in turns over {len(prompts)} prompts", file=sys.stderr)
-        speeds, firsts = measure_in_turns(model, runs, prompts, max_new, b, config.warmup, config.repeats, eos,
-                                          drafters)
+        speeds, firsts = measure_in_turns(model, runs, prompts, max_new, b, warmup=config.warmup,
+                                          repeats=config.repeats, eos=eos, drafters=drafters)
         rows += [_row(name, b, e, g, predict, speeds, firsts, single, config.draws, config.seed, prompts)
                  for name, (e, g) in named.items()]
     doc = {"profile": str(config.profile), "predicted_from": str(config.predict_from or config.profile),
@@ -245,12 +219,9 @@ def _plan(model, exit_layer: int, gamma: int):
 
 def _pays(rows: list[BatchRow]) -> dict:
     """The largest batch size up to which the best plan pays, measured and predicted."""
-    def upto(key) -> int | None:
-        last = None
-        for b in sorted({r.batch for r in rows}):
-            if max(getattr(r, key) for r in rows if r.batch == b) <= 1.0:
-                break
-            last = b
-        return last
+    from sim.batch.sweep import paying_batch
 
-    return {"best EESD plan": (upto("measured"), upto("predicted"))}
+    def best(key) -> dict[int, float]:
+        return {b: max(getattr(r, key) for r in rows if r.batch == b) for b in {r.batch for r in rows}}
+
+    return {"best EESD plan": (paying_batch(best("measured")), paying_batch(best("predicted")))}

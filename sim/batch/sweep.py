@@ -90,11 +90,16 @@ def curve(profile, heads=(SHARED,), gammas=range(1, MAX_GAMMA + 1), exits=None) 
     return [rank(profile, b, heads, gammas, exits)[0] for b in profile.batch.sizes]
 
 
-def pays_up_to(points: list[BatchPoint]) -> int | None:
-    """The largest batch size up to which the best plan beats AR at every measured size (None: not even at 1)."""
+def paying_batch(speedup_by_batch: dict[int, float]) -> int | None:
+    """The largest batch size up to which the speedup beats AR at every smaller size (None: not even at the first)."""
     last = None
-    for p in sorted(points, key=lambda p: p.batch):
-        if p.speedup_vs_ar <= 1.0:
+    for batch in sorted(speedup_by_batch):
+        if speedup_by_batch[batch] <= 1.0:
             break
-        last = p.batch
+        last = batch
     return last
+
+
+def pays_up_to(points: list[BatchPoint]) -> int | None:
+    """`paying_batch` of the best plan at each batch size."""
+    return paying_batch({p.batch: p.speedup_vs_ar for p in points})
