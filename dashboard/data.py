@@ -73,6 +73,11 @@ def find_validations(roots: list[Path] | None = None) -> list[Path]:
     return _find(data_roots() if roots is None else roots, vf.JSON_FILE)
 
 
+def find_batch_validations(roots: list[Path] | None = None) -> list[Path]:
+    """Folders written by `ppsd validate --batch-sizes` (batch_validation.json)."""
+    return _find(data_roots() if roots is None else roots, vf.BATCH_JSON_FILE)
+
+
 def display_name(path: Path, roots: list[Path] | None = None) -> str:
     """`examples/smollm2-135m-cpu` style label: the path relative to its root's parent."""
     for root in data_roots() if roots is None else roots:

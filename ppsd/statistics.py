@@ -81,3 +81,14 @@ def widened(lo_rel: float | None, hi_rel: float | None, point: float | None,
     down = math.hypot(max(-math.log(lo_rel), 0.0), z)
     up = math.hypot(max(math.log(hi_rel), 0.0), z)
     return float(point * math.exp(-down)), float(point * math.exp(up))
+
+
+def expected_max(a: float, b: float, cv: float) -> float:
+    """E[max(X, Y)] for independent normal X, Y with means a, b and relative spread `cv` each (Clark's
+    formula): what waiting for the slower of two jittery tasks costs; max(a, b) when cv is 0."""
+    theta = math.hypot(cv * a, cv * b)
+    if theta <= 0.0:
+        return max(a, b)
+    z = (a - b) / theta
+    unit = NormalDist()
+    return a * unit.cdf(z) + b * unit.cdf(-z) + theta * unit.pdf(z)

@@ -41,6 +41,7 @@ from ppsd.statistics import percent_error, widened
 
 SCHEMA_VERSION = 1
 JSON_FILE = "validation.json"
+BATCH_JSON_FILE = "batch_validation.json"  # `ppsd validate --batch-sizes` (validation/batch.py; docs/contracts.md)
 CSV_FILE = "validation.csv"
 TIMELINES_DIR = "timelines"
 MEASURED, SIMULATED = "measured", "simulated"
@@ -382,7 +383,7 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
              created: str | None = None, budget: str | None = None, emulated: bool = False,
              sources: dict | None = None, interval: dict | None = None, rounds: int = 1,
              corun: dict | None = None, retime: dict | None = None,
-             budget_reference: dict | None = None) -> dict:
+             budget_reference: dict | None = None, chunks_measured_again: list[dict] | None = None) -> dict:
     """validation.json's content, keys in their written order (rows as dicts). `emulated`: the
     devices were emulated from the profile (`ppsd validate --emulate`): adds "emulated": true.
     `sources` (`prompt_sources`): which profile predicted and which prompts each side used, and
@@ -394,7 +395,9 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
     MAPE of the predictions priced from the profile alone (`mape_speedup_profile_pct`).
     `budget_reference` (in turns, within a budget: {method, ar_thread_gain, ar_thread_gain_priced,
     ar_thread_ratios, plans: [{plan, thread_gain, measured_speedup_vs_ar_tp_beside}]}): how the measured
-    same-budget speedups were priced, with the MAPE the pairing beside them would have given."""
+    same-budget speedups were priced, with the MAPE the pairing beside them would have given.
+    `chunks_measured_again` (in turns: [{chunk, prompts, stalled}]): the chunks whose runs showed a host
+    stall and were measured once more; written when there were any."""
     mape_s, mape_t = mape(rows)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return {"schema_version": SCHEMA_VERSION, "created": created, "profile": profile, "model": model,
@@ -411,6 +414,7 @@ def make_doc(rows: list[ValidationRow], *, profile: str, model: str, device_name
             **_rounds_summary(rows, rounds),
             **_breakdown(rows),
             **_retime_summary(rows, retime),
+            **({"chunks_measured_again": chunks_measured_again} if chunks_measured_again else {}),
             "rows": [r.to_dict() for r in rows]}
 
 

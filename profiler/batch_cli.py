@@ -58,9 +58,9 @@ def run_add_batch(args) -> int:
     adapter = load_model(str(model.get("spec") or model.get("id")), device=str(hardware.get("device") or "cpu"),
                          dtype=str(model.get("dtype") or "float32"))
     contexts = [int(c) for c in profile.context_values if int(c) + 8 <= adapter.max_context][:2]
-    from profiler.batch_latency import DEFAULT_N
+    from profiler.batch_latency import cell_count
 
-    cells = len(set(sizes) | {1}) * len(DEFAULT_N) * len(contexts)
+    cells = cell_count(adapter, sizes, context_values=contexts)
     with PhaseBars() as bar:
         bar.phase("batch passes", cells * args.repeats)
         block = measure_batch_block(adapter, sizes, context_values=contexts, repeats=args.repeats,

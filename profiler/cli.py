@@ -480,12 +480,12 @@ def _latency(args, adapter, cfg, work: Path, bar, phases: dict[str, float],
 def _batch_tables(args, adapter, cfg, bar, phases: dict[str, float]) -> dict:
     """`latency.batch`: passes of B sequences against one (profiler/batch_latency.py), at the grid's two
     smallest contexts."""
-    from profiler.batch_latency import DEFAULT_N, measure_batch_block
+    from profiler.batch_latency import cell_count, measure_batch_block
 
     t0 = time.perf_counter()
     contexts = list(cfg.context_values)[:2]
     repeats = max(2, min(int(cfg.repeats), 5))
-    bar.phase("batch passes", len(set(args.batch_sizes) | {1}) * len(DEFAULT_N) * len(contexts) * repeats)
+    bar.phase("batch passes", cell_count(adapter, args.batch_sizes, context_values=contexts) * repeats)
     block = measure_batch_block(adapter, args.batch_sizes, context_values=contexts, repeats=repeats, seed=cfg.seed,
                                 tick=lambda: bar.advance("batch passes"))
     block["threads"] = int(cfg.threads)

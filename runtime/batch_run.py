@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, field
 from ppsd.errors import UserError
 from ppsd.modes import Mode
 
-BATCH_MODES = (Mode.AR, Mode.EESD)
+BATCH_MODES = (Mode.AR, Mode.EESD, Mode.PPSD)
+AR_BOTH_CORES = "AR on both cores"  # the same-budget baseline a batched PPSD plan (two processes) is held against
 
 
 @dataclass
@@ -37,6 +38,8 @@ class BatchResult:
     repeats: int
     acceptance_rate: float | None = None
     mean_accepted: float | None = None
+    ar_both_cores_tokens_per_s: float | None = None  # PPSD: AR at the same batch size on both cores
+    speedup_vs_ar_tp: float | None = None  # PPSD: against the faster AR on the cores its two stages use
     outputs_match_ar: bool | None = None  # greedy: identical to AR at the same batch size
     outputs_match_ar_batch1: bool | None = None  # greedy: identical to AR one sequence at a time
     differ_from_ar_batch1: list[dict] = field(default_factory=list)  # {"sequence", "position"} where they part
@@ -53,8 +56,13 @@ def check_batch_request(args) -> None:
         raise UserError(f"--batch {batch} must be at least 1", "use e.g. --batch 4")
     mode = Mode.parse(args.mode)
     if mode not in BATCH_MODES:
-        raise UserError(f"--mode {mode.value} does not run batched yet (AR and EESD do)",
-                        "use --mode eesd or ar with --batch, or --batch 1 for PPSD")
+        raise UserError(f"--mode {mode.value} does not run batched (AR, EESD and PPSD do)",
+                        "use --mode ar, eesd or ppsd with --batch")
+    if mode is Mode.PPSD and (int(getattr(args, "stages", 2) or 2) != 2 or float(args.temperature or 0) > 0):
+        raise UserError("batched PPSD runs greedy with two stages", "use --stages 2 --temperature 0 with --batch, "
+                        "or --batch 1 for other PPSD plans")
+    if mode is Mode.PPSD and str(getattr(args, "device", "cpu") or "cpu") != "cpu":
+        raise UserError("batched PPSD runs on a CPU (two processes)", "use --device cpu with --batch")
     for flag, given in (("--emulate", getattr(args, "emulate", None)), ("--force-trace", args.force_trace),
                         ("--timeline", args.timeline), ("--runtime hf", getattr(args, "runtime", "ppsd") == "hf"),
                         ("--cores", getattr(args, "cores", None))):
@@ -73,7 +81,7 @@ def kv_bytes(model, batch: int, slots: int) -> int:
 
 def check_fits(model, batch: int, prompts: list[list[int]], max_new: int, gamma: int) -> None:
     """Refuse a batch whose KV cache (every slot a round may leave as a hole) would not fit in half the
-    memory this machine has free."""
+    memory this machine has free. Batched PPSD: `gamma` 1 (a rejection leaves one hole a token)."""
     slots = max(len(p) for p in prompts) + max_new * (gamma + 1)
     need = kv_bytes(model, batch, slots)
     free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if model.device.type == "cpu" else None
@@ -86,10 +94,12 @@ def _batches(items: list, batch: int) -> list[list]:
     return [items[i:i + batch] for i in range(0, len(items), batch)]
 
 
-def decode_batches(model, plan, prompts, max_new, batch, temperature, seed, eos, drafter):
-    """Every batch of the prompts once -> (records, decode tokens, decode seconds)."""
+def decode_batches(model, plan, prompts, max_new, batch, temperature, seed, eos, drafter, stage_one=None):
+    """Every batch of the prompts once -> (records, decode tokens, decode seconds). PPSD needs `stage_one`
+    (runtime/batched_pipeline.StageOneProcess for the plan's exit layer)."""
     from runtime.acceptance import Sampler
     from runtime.batched import generate_ar_batch, generate_eesd_batch
+    from runtime.batched_pipeline import generate_ppsd_batch
 
     records = []
     for b, group in enumerate(_batches(prompts, batch)):
@@ -98,6 +108,8 @@ def decode_batches(model, plan, prompts, max_new, batch, temperature, seed, eos,
         budget = [max_new] * len(group)
         if plan.mode is Mode.AR:
             records.append(generate_ar_batch(model, group, budget, samplers, eos))
+        elif plan.mode is Mode.PPSD:
+            records.append(generate_ppsd_batch(model, stage_one, group, budget, plan.exit_layer, eos))
         else:
             records.append(generate_eesd_batch(model, group, budget, samplers, plan.exit_layer, plan.draft_len, eos,
                                                drafter))
@@ -128,24 +140,51 @@ def measure_in_turns(model, plans: dict, prompts: list[list[int]], max_new: int,
                      repeats: int = 3, temperature: float = 0.0, seed: int = 0, eos=None, drafters=None):
     """AR and every plan of `plans` ({name: plan}) over all the prompts, `batch` at a time, taking turns (the
     order reversed every repetition) -> ({"AR" or name: [tokens/s per timed repetition]}, {same: first timed
-    records})."""
+    records}). With a PPSD plan among them, AR on both cores (`AR_BOTH_CORES`) takes its turns too: the
+    same-budget baseline of a plan whose two stages use both."""
+    from contextlib import ExitStack
+
+    import torch
+
     from ppsd.progress import PhaseBars
+    from runtime.batched_pipeline import StageOneProcess
     from runtime.request import make_plan
 
-    runs = {"AR": make_plan(Mode.AR, model.num_layers), **plans}
+    ar = make_plan(Mode.AR, model.num_layers)
+    runs = {"AR": ar, **plans}
+    if any(p.mode is Mode.PPSD for p in plans.values()):
+        runs[AR_BOTH_CORES] = ar
     names, drafters = list(runs), drafters or {}
     speeds, firsts = {n: [] for n in names}, {}
-    with PhaseBars() as bar:
+    with ExitStack() as stack:
+        # stage processes fork before the progress bar's thread starts (a fork copies no other thread)
+        stage_ones = {n: stack.enter_context(StageOneProcess(model, p.exit_layer, drafters.get(n)))
+                      for n, p in plans.items() if p.mode is Mode.PPSD}
+        bar = stack.enter_context(PhaseBars())
         bar.phase(f"batch {batch} in turns", warmup + repeats)
         for rep in range(-warmup, repeats):
             for name in (names if rep % 2 == 0 else names[::-1]):
+                torch.set_num_threads(2 if name == AR_BOTH_CORES else 1)
                 records, tokens, seconds = decode_batches(model, runs[name], prompts, max_new, batch, temperature,
-                                                          seed, eos, drafters.get(name))
+                                                          seed, eos, drafters.get(name), stage_ones.get(name))
                 if rep >= 0:
                     speeds[name].append(tokens / seconds)
                     firsts.setdefault(name, records)
             bar.advance(f"batch {batch} in turns")
+        torch.set_num_threads(1)
     return speeds, firsts
+
+
+def acceptance_of(plan, records) -> tuple[float | None, float | None]:
+    """(acceptance rate, mean tokens a round) of a plan's batches; PPSD: the share of drafts accepted, one
+    draft a tick."""
+    rounds = [a for r in records for seq in r.rounds for a in seq]
+    if not rounds or plan.mode is Mode.AR:
+        return None, None
+    if plan.mode is Mode.PPSD:
+        rate = statistics.fmean(rounds)
+        return rate, 1.0 / (2.0 - rate)
+    return sum(rounds) / (len(rounds) * plan.draft_len), statistics.fmean(rounds) + 1
 
 
 def outputs(records) -> list[list[int]]:
@@ -167,10 +206,10 @@ def measure_batched(model, plan, prompts: list[list[int]], max_new: int, batch: 
     mine, ar = statistics.median(speeds["plan"]), statistics.median(speeds["AR"])
     out = BatchResult(plan.label(), batch, len(prompts), mine, ar, mine / ar, _per_token_ms(firsts["plan"]),
                       _per_token_ms(firsts["AR"]), repeats, cache_slots=firsts["plan"][0].slots)
-    rounds = [a for r in firsts["plan"] for seq in r.rounds for a in seq]
-    if rounds and plan.mode is Mode.EESD:
-        out.mean_accepted = statistics.fmean(rounds) + 1
-        out.acceptance_rate = sum(rounds) / (len(rounds) * plan.draft_len)
+    out.acceptance_rate, out.mean_accepted = acceptance_of(plan, firsts["plan"])
+    if AR_BOTH_CORES in speeds:
+        out.ar_both_cores_tokens_per_s = statistics.median(speeds[AR_BOTH_CORES])
+        out.speedup_vs_ar_tp = mine / max(ar, out.ar_both_cores_tokens_per_s)
     if temperature == 0:  # greedy: against AR at the same batch size and, sequence by sequence, at batch 1
         out.outputs_match_ar = outputs(firsts["plan"]) == outputs(firsts["AR"])
         out.differ_from_ar_batch1 = differences(outputs(firsts["plan"]), ar_one_at_a_time(model, prompts, max_new, eos))
@@ -183,9 +222,14 @@ def format_batch_result(res: BatchResult) -> str:
              f"over the batch (median of {res.repeats}); {res.ms_per_token:.1f} ms a token per sequence",
              f"  vs AR at batch {res.batch_size}: {res.ar_tokens_per_s:.2f} tokens/s, {res.ar_ms_per_token:.1f} ms a "
              f"token per sequence: speedup {res.speedup_vs_ar:.3f}×"]
+    if res.speedup_vs_ar_tp is not None:
+        lines.append(f"  vs AR at batch {res.batch_size} on both cores (the cores its two stages use): "
+                     f"{res.ar_both_cores_tokens_per_s:.2f} tokens/s: same-budget speedup {res.speedup_vs_ar_tp:.3f}×")
     if res.acceptance_rate is not None:
-        lines.append(f"  acceptance {res.acceptance_rate:.3f}; mean tokens per round {res.mean_accepted:.2f}; "
-                     f"{res.cache_slots} cache slots a sequence at the end (holes of rejected drafts included)")
+        per = "tick" if res.plan.startswith("PPSD") else "round"
+        lines.append(f"  acceptance {res.acceptance_rate:.3f}; mean tokens per {per} {res.mean_accepted:.2f}"
+                     + (f"; {res.cache_slots} cache slots a sequence at the end (holes of rejected drafts included)"
+                        if res.cache_slots else ""))
     if res.outputs_match_ar is not None and res.plan != "AR":
         lines.append(f"  outputs match AR at batch {res.batch_size}: {res.outputs_match_ar}")
     if res.outputs_match_ar_batch1 is not None:
@@ -217,9 +261,9 @@ def run_batched(args) -> int:
     plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, None, None)
     plan = with_exit_head(model, plan, getattr(args, "heads", None), getattr(args, "exit_head", None))
     prompts = [model.encode_prompt(t.text) for t in texts]
-    check_fits(model, batch, prompts, args.max_new_tokens, plan.draft_len if plan.mode is Mode.EESD else 0)
+    check_fits(model, batch, prompts, args.max_new_tokens, {Mode.EESD: plan.draft_len, Mode.PPSD: 1}.get(plan.mode, 0))
     drafter = make_drafter(model, plan.exit_layer, getattr(args, "heads", None), plan.exit_head) \
-        if plan.mode is Mode.EESD else None
+        if plan.mode.speculative else None
     eos = None if args.ignore_eos else model.eos_token_ids
     res = measure_batched(model, plan, prompts, args.max_new_tokens, batch, temperature=args.temperature,
                           seed=args.seed, eos=eos, drafter=drafter, warmup=args.warmup, repeats=args.repeats)

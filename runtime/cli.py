@@ -27,8 +27,8 @@ def register(sub) -> None:
                    "example of this model, else by layers)")
     p.add_argument("--prompts", default=None, help="JSONL in Spec-Bench format, or spec-bench (default: built-in)")
     p.add_argument("--limit", type=int, default=4, help="number of prompts (default 4)")
-    p.add_argument("--batch", type=int, default=1, metavar="B", help="decode B sequences at once (AR, EESD), against "
-                   "AR at batch B; --limit rounds up to a multiple of B (default 1)")
+    p.add_argument("--batch", type=int, default=1, metavar="B", help="decode B sequences at once (AR, EESD, PPSD), "
+                   "against AR at batch B; --limit rounds up to a multiple of B (default 1)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=0)

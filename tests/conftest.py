@@ -47,3 +47,25 @@ def make_tiny_profile(tmp_path_factory, folder: str, argv: list[str]):
     finally:
         mp.undo()
     return out
+
+
+BATCH_TEXTS = ["Hello world, this is a test prompt.", "Another one: 1 2 3", "x",
+               "a somewhat longer prompt, of several words"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny random Llama the batched runtime tests decode with (one thread)."""
+    import torch
+
+    from runtime.llm import load_model
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(1)
+    return load_model("tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny):
+    """`BATCH_TEXTS` encoded: four prompts of different lengths."""
+    return [tiny.encode_prompt(t) for t in BATCH_TEXTS]

@@ -5,9 +5,11 @@ runtime runs them, with batch 1 in the same rounds, written into a measured prof
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import make_tiny_profile
 from ppsd.cli import main
@@ -25,19 +27,34 @@ def tiny_profile(tmp_path_factory):
 
 
 def test_ratios_pair_each_cell_with_batch_one_round_by_round():
-    # cell (batch index, n index, context index) -> laps [embedding, layers, head] per round
-    laps = {(0, 0, 0): [[0.1, 10.0, 1.0], [0.1, 20.0, 1.0]], (1, 0, 0): [[0.2, 15.0, 2.0], [0.2, 30.0, 2.0]]}
+    # cell (batch index, n index, context index, threads) -> laps [embedding, layers, head] per round
+    laps = {(0, 0, 0, 1): [[0.1, 10.0, 1.0], [0.1, 20.0, 1.0]], (1, 0, 0, 1): [[0.2, 15.0, 2.0], [0.2, 30.0, 2.0]]}
     block = batch_block(laps, [1, 2], [1], [64], repeats=2)
     assert block["layers_ratio"] == [[[1.0]], [[1.5]]]
     assert block["head_ms"] == [[1.0], [2.0]]
+    assert "two_threads_ratio" not in block  # no two-thread cell timed
+
+
+def test_two_thread_passes_are_paired_with_the_same_cell_on_one_thread():
+    laps = {(0, 0, 0, 1): [[0.1, 10.0, 1.0], [0.1, 20.0, 1.0]], (1, 0, 0, 1): [[0.2, 15.0, 2.0], [0.2, 30.0, 2.0]],
+            (0, 0, 0, 2): [[0.1, 9.0, 0.9], [0.1, 18.0, 0.9]], (1, 0, 0, 2): [[0.2, 9.0, 1.0], [0.2, 18.0, 1.0]]}
+    block = batch_block(laps, [1, 2], [1], [64], repeats=2)
+    # batch 1: (10.0 / 11.1 + 19.0 / 21.1) / 2; batch 2: whole passes 10.2 / 17.2 and 19.2 / 32.2
+    assert block["budget_threads"] == 2
+    assert block["two_threads_ratio"][0][0] == pytest.approx(np.median([10.0 / 11.1, 19.0 / 21.1]), abs=1e-4)
+    assert block["two_threads_ratio"][1][0] == pytest.approx(np.median([10.2 / 17.2, 19.2 / 32.2]), abs=1e-4)
 
 
 def test_a_measured_block_has_every_cell():
     tiny = load_model("tiny-llama")
+    torch.set_num_threads(1)
     block = measure_batch_block(tiny, (1, 3), n_values=(1, 2), context_values=(8,), warmup=0, repeats=2)
     assert block["batch_sizes"] == [1, 3]
     ratio = np.asarray(block["layers_ratio"])
     assert ratio.shape == (2, 2, 1) and np.all(ratio[0] == 1.0) and np.all(ratio > 0)
+    if len(os.sched_getaffinity(0)) >= 2:  # AR's same-budget pass on two threads, every batch size and context
+        assert np.asarray(block["two_threads_ratio"]).shape == (2, 1) and block["budget_threads"] == 2
+    assert torch.get_num_threads() == 1  # handed back
 
 
 def test_add_batch_writes_a_block_that_ppsd_plan_prices(tiny_profile, capsys):

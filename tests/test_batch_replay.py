@@ -59,11 +59,46 @@ def test_each_sequence_commits_its_own_prefix(batched):
 
 @pytest.mark.parametrize("batch", [1, 2, 4, 8])
 @pytest.mark.parametrize("alpha", [0.3, 0.7])
-def test_the_replay_agrees_with_the_closed_form(batched, batch, alpha):
-    rng = np.random.default_rng(0)
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_the_replay_agrees_with_the_closed_form(batched, batch, alpha, pipelined):
+    """EESD E=2 γ=3, or batched PPSD at E=5, replayed over i.i.d. traces against its closed form."""
+    from sim.batch.replay import closed_form_ppsd_speedup
+
+    rng = np.random.default_rng(int(pipelined))
     stream = _stream([list(rng.random(4000) < alpha) for _ in range(batch)])
     costs = BatchCosts(batched)
     ar = replay_batches(costs, stream, batch, None)
-    eesd = replay_batches(costs, stream, batch, 2, 3)
-    replayed = eesd.tokens_per_s / ar.tokens_per_s
-    assert replayed == pytest.approx(closed_form_speedup(costs, batch, 64.0, 2, 3, alpha), rel=0.03)
+    if pipelined:
+        run = replay_batches(costs, stream, batch, 5, pipelined=True)
+        closed = closed_form_ppsd_speedup(costs, batch, 64.0, 5, alpha)
+        assert np.mean(run.accepted) == pytest.approx(alpha, abs=0.02)
+    else:
+        run = replay_batches(costs, stream, batch, 2, 3)
+        closed = closed_form_speedup(costs, batch, 64.0, 2, 3, alpha)
+    assert run.tokens_per_s / ar.tokens_per_s == pytest.approx(closed, rel=0.03)
+
+
+def test_a_ppsd_tick_is_its_slower_stage_slowed_by_the_other(batched):
+    costs = BatchCosts(batched)
+    first, second = costs.ppsd_stages(4, 64.0, 2)
+    assert first < second  # 2 of 8 layers plus the exit head against 6 layers plus the LM head
+    from ppsd.statistics import expected_max
+
+    assert costs.ppsd_tick(4, 64.0, 2) == pytest.approx(expected_max(first * costs.corun, second * costs.corun,
+                                                                      costs.pass_cv))
+    assert costs.ppsd_tick(4, 64.0, 2) >= second * costs.corun
+    assert costs.ppsd_tick(4, 64.0, 2, both=False) == pytest.approx(first)
+    assert costs.corun >= 1.0
+
+
+def test_a_rejected_draft_costs_its_sequence_one_tick(batched):
+    costs = BatchCosts(batched)
+    from sim.batch.replay import replay_ppsd_group
+
+    out = BatchRun()
+    # the first tick feeds the first token; then a tick a token, one more after each miss but the last
+    replay_ppsd_group(costs, [(np.array([True, False, True, False, False]), 64.0)], 4, out)
+    assert out.rounds == 5 + 2 and out.accepted == [1, 0, 1, 0, 0]
+    both = BatchRun()
+    replay_ppsd_group(costs, [(np.array([True, False, True, False, False]), 64.0), (np.ones(3, bool), 64.0)], 4, both)
+    assert both.rounds == 7 and both.sequence_tokens == [3, 5] and both.tokens == 8

@@ -50,17 +50,33 @@ def test_a_batched_eesd_run_is_measured_against_batched_ar(tiny):
     assert res.ms_per_token > 0 and res.cache_slots > 0
 
 
-def test_ppsd_run_batch_prints_json_alone(capsys):
-    code = main(["run", "--model", "tiny-llama", "--mode", "eesd", "--exit", "3", "--draft-len", "2", "--batch", "2",
+@pytest.mark.parametrize("mode, label", [("eesd", "EESD E=3 γ=2"), ("ppsd", "PPSD E=3 k=2 [0,3,6]")])
+def test_ppsd_run_batch_prints_json_alone(mode, label, capsys):
+    code = main(["run", "--model", "tiny-llama", "--mode", mode, "--exit", "3", "--draft-len", "2", "--batch", "2",
                  "--limit", "3", "--max-new-tokens", "6", "--warmup", "0", "--repeats", "1", "--json"])
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["batch_size"] == 2 and doc["sequences"] == 4  # --limit 3 rounds up to two batches of 2
-    assert doc["plan"] == "EESD E=3 γ=2" and doc["outputs_match_ar"] is True
+    assert doc["plan"] == label and doc["outputs_match_ar"] is True
+    assert (doc["speedup_vs_ar_tp"] is None) == (mode == "eesd")
+
+
+def test_a_batched_ppsd_run_is_measured_against_batched_ar_on_one_and_both_cores(tiny):
+    prompts = [tiny.encode_prompt(t) for t in ("one prompt", "a second, longer prompt", "3", "four")]
+    plan = make_plan(Mode.PPSD, tiny.num_layers, 3, stages=2)
+    res = measure_batched(tiny, plan, prompts, 10, 2, drafter=make_drafter(tiny, 3), warmup=0, repeats=2)
+    assert res.plan.startswith("PPSD E=3 k=2") and res.outputs_match_ar is True
+    assert res.ar_both_cores_tokens_per_s > 0
+    assert res.speedup_vs_ar_tp == pytest.approx(res.tokens_per_s / max(res.ar_tokens_per_s,
+                                                                         res.ar_both_cores_tokens_per_s))
+    assert 0.0 <= res.acceptance_rate <= 1.0
+    assert res.mean_accepted == pytest.approx(1 / (2 - res.acceptance_rate))
+    assert torch.get_num_threads() == 1  # the both-cores turns hand the threads back
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--mode", "ppsd", "--exit", "3", "--batch", "2"], "does not run batched"),
+    (["--mode", "ppsd", "--exit", "3", "--batch", "2", "--stages", "3"], "two stages"),
+    (["--mode", "ppsd", "--exit", "3", "--batch", "2", "--temperature", "0.7"], "greedy"),
     (["--mode", "eesd", "--exit", "3", "--batch", "0"], "at least 1"),
     (["--mode", "eesd", "--exit", "3", "--batch", "2", "--force-trace", "accept-all"], "--force-trace"),
     (["--mode", "eesd", "--exit", "3", "--batch", "2", "--runtime", "hf"], "--runtime hf"),

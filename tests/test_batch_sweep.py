@@ -1,5 +1,5 @@
-"""sim/batch/sweep.py and `ppsd plan --batch B`: EESD plans ranked at a batch size against AR at it, the
-best plan by batch size and the batch size up to which speculation pays."""
+"""sim/batch/sweep.py and `ppsd plan --batch B`: EESD and two-stage PPSD plans ranked at a batch size against
+AR at it, each scheme's best plan by batch size and the batch size up to which each pays."""
 
 from __future__ import annotations
 
@@ -44,6 +44,19 @@ def test_the_curve_has_one_point_per_measured_batch_size(batched):
     assert points[0].speedup_vs_ar > points[-1].speedup_vs_ar
 
 
+def test_ppsd_plans_rank_beside_eesd_and_have_their_own_curve(batched):
+    from ppsd.modes import Mode
+
+    ranked = rank(batched, 2, gammas=range(1, 3))
+    assert {p.scheme for p in ranked} == {"eesd", "ppsd"}
+    ppsd = [p for p in ranked if p.scheme == "ppsd"]
+    assert all(p.plan.startswith("PPSD E=") and p.plan.endswith("k=2") and p.draft_len is None for p in ppsd)
+    points = curve(batched, gammas=range(1, 3), scheme=Mode.PPSD)
+    assert [p.batch for p in points] == [1, 2, 4, 8] and all(p.scheme == "ppsd" for p in points)
+    one = predict(batched, 5, None, 1, scheme=Mode.PPSD)
+    assert 0.0 < one.acceptance_rate < 1.0 and one.plan == "PPSD E=5 k=2"
+
+
 def test_predict_names_its_plan_and_acceptance(batched):
     p = predict(batched, 7, 2, 4)
     assert p.plan == "EESD E=7 γ=2" and p.batch == 4
@@ -53,18 +66,48 @@ def test_predict_names_its_plan_and_acceptance(batched):
 def test_plan_batch_prints_json_alone(batched, capsys):
     assert main(["plan", "--profile", str(batched.path), "--batch", "4", "--max-draft-len", "3", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["batch"] == 4 and [p["batch"] for p in doc["curve"]] == [1, 2, 4, 8]
+    assert doc["batch"] == 4 and [p["batch"] for p in doc["curve"]["eesd"]] == [1, 2, 4, 8]
+    assert [p["batch"] for p in doc["curve"]["ppsd"]] == [1, 2, 4, 8]
     assert doc["plans"][0]["speedup_vs_ar"] >= doc["plans"][-1]["speedup_vs_ar"]
-    assert doc["eesd_pays_up_to_batch"] in (None, 1, 2, 4, 8)
+    assert {p["scheme"] for p in doc["plans"]} == {"eesd", "ppsd"}
+    assert doc["eesd_pays_up_to_batch"] in (None, 1, 2, 4, 8) and doc["ppsd_pays_up_to_batch"] in (None, 1, 2, 4, 8)
 
 
 def test_plan_batch_says_up_to_which_batch_eesd_pays(batched, capsys):
     assert main(["plan", "--profile", str(batched.path), "--batch", "2", "--max-draft-len", "3"]) == 0
     out = capsys.readouterr().out
     assert "EESD pays up to batch" in out and "best EESD plan at each batch size" in out
+    assert "best PPSD plan at each batch size" in out and "PPSD E=" in out
 
 
 def test_plan_batch_refuses_a_size_the_profile_does_not_hold(batched, capsys):
     assert main(["plan", "--profile", str(batched.path), "--batch", "16"]) == 2
     err = capsys.readouterr().err
     assert "ppsd profile add-batch" in err and "Traceback" not in err
+
+
+def test_ppsd_points_are_also_held_against_ar_on_the_two_cores_they_use(batched, tmp_path):
+    """With AR's two-thread pass timed (`two_threads_ratio`), a PPSD point carries its same-budget speedup
+    against the faster AR on two cores; without it, none; EESD (one core) never."""
+    import shutil
+
+    from ppsd.modes import Mode
+    from ppsd.profile import load_profile
+
+    assert predict(batched, 5, None, 2, scheme=Mode.PPSD).speedup_vs_ar_tp is None
+    folder = tmp_path / "two"
+    shutil.copytree(batched.path, folder)
+    doc = json.loads((folder / "profile.json").read_text())
+    block = doc["latency"]["batch"]
+    block["two_threads_ratio"] = [[0.6] * len(block["context_values"]) for _ in block["batch_sizes"]]
+    (folder / "profile.json").write_text(json.dumps(doc))
+    two = load_profile(folder)
+    p = predict(two, 5, None, 2, scheme=Mode.PPSD)
+    assert p.ar_both_cores_tokens_per_s == pytest.approx(p.ar_tokens_per_s / 0.6, rel=1e-6)
+    assert p.speedup_vs_ar_tp == pytest.approx(p.speedup_vs_ar * 0.6, rel=1e-6)
+    assert predict(two, 5, 2, 2).speedup_vs_ar_tp is None
+    # two threads slower than one: the faster AR, the one thread, is the baseline
+    block["two_threads_ratio"] = [[1.3] * len(block["context_values"]) for _ in block["batch_sizes"]]
+    (folder / "profile.json").write_text(json.dumps(doc))
+    slow = predict(load_profile(folder), 5, None, 2, scheme=Mode.PPSD)
+    assert slow.speedup_vs_ar_tp == pytest.approx(slow.speedup_vs_ar, rel=1e-6)

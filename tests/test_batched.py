@@ -13,23 +13,10 @@ from runtime.acceptance import Sampler
 from runtime.batched import BatchState, generate_ar_batch, generate_eesd_batch, pass_mask
 from runtime.decoding import generate_ar, generate_eesd
 from runtime.heads import make_drafter
-from runtime.llm import KVCache, load_model
+from runtime.llm import KVCache
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(1)
-
-TEXTS = ["Hello world, this is a test prompt.", "Another one: 1 2 3", "x", "a somewhat longer prompt, of several words"]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny-llama")
-
-
-@pytest.fixture(scope="module")
-def prompts(tiny):
-    return [tiny.encode_prompt(t) for t in TEXTS]
-
 
 def _greedy(n: int) -> list[Sampler]:
     return [Sampler.make(0, 0) for _ in range(n)]

@@ -634,6 +634,7 @@ def test_overview_and_whatif_say_up_to_which_batch_size_speculation_pays(monkeyp
     (`ppsd plan --batch`'s figure) and the What-if page ranks plans at a chosen batch size; a profile without
     them names the command that adds them."""
     from ppsd.profile.synthetic import write_synthetic_profile
+    from ppsd.modes import Mode
     from sim.batch.sweep import curve, pays_up_to
 
     root = tmp_path / "examples"
@@ -652,7 +653,9 @@ def test_overview_and_whatif_say_up_to_which_batch_size_speculation_pays(monkeyp
     assert not _problems(at)
     upto = pays_up_to(curve(batched))
     said = " ".join(m.value for m in at.markdown)
-    assert (f"EESD pays up to batch **{upto}**" if upto else "does not pay even for one sequence") in said
+    assert (f"EESD pays up to batch **{upto}**" if upto else "EESD does not pay even for one sequence") in said
+    ppsd_upto = pays_up_to(curve(batched, scheme=Mode.PPSD))
+    assert (f"PPSD pays up to batch **{ppsd_upto}**" if ppsd_upto else "PPSD does not pay even for one sequence") in said
     at.switch_page("views/planner.py").run()
     assert not _problems(at)
     slider = next(s for s in at.select_slider if s.key.startswith("pl_batch_"))
@@ -661,3 +664,25 @@ def test_overview_and_whatif_say_up_to_which_batch_size_speculation_pays(monkeyp
     assert not _problems(at)
     table = next(d.value for d in at.dataframe if "speedup vs AR at this batch" in d.value.columns)
     assert len(table) and table["speedup vs AR at this batch"].is_monotonic_decreasing
+    assert set(table["scheme"]) == {"EESD", "PPSD"}
+
+
+def test_validation_page_shows_a_batched_validation(monkeypatch, data_root, tmp_path):
+    """A folder written by `ppsd validate --batch-sizes` appears under "Under load" with its summary and every
+    (plan, batch) row; without one, the page names the command."""
+    import shutil
+
+    at = _app(monkeypatch, [data_root / "runs"])
+    at.switch_page("views/validation.py").run()
+    assert not _problems(at)
+    assert any("--batch-sizes" in c.value for c in at.caption)
+    batch = tmp_path / "runs" / "batch-val"
+    batch.mkdir(parents=True)
+    shutil.copy(PROJECT_ROOT / "examples" / "smollm2-135m-batch-amd-epyc" / "batch_validation.json", batch)
+    doc = json.loads((batch / "batch_validation.json").read_text())
+    at = _app(monkeypatch, [data_root / "runs", tmp_path / "runs"])
+    at.switch_page("views/validation.py").run()
+    assert not _problems(at)
+    assert any(m.label == "MAPE, speedup" and m.value == f"{doc['summary']['mape_pct']:.1f}%" for m in at.metric)
+    table = next(d.value for d in at.dataframe if "measured_speedup_vs_ar_tp" in d.value.columns)
+    assert len(table) == doc["summary"]["pairs"] and set(table["batch"]) == set(doc["batch_sizes"])

@@ -1,5 +1,7 @@
 """ppsd/statistics.py: the shared statistics, each with one home."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -36,3 +38,16 @@ def test_widened_combines_spreads_in_log_space():
     lo, hi = st.widened(0.9, 1.1, 2.0, 0.05)
     assert lo < 1.8 and hi > 2.2
     assert st.widened(0.9, 1.1, 2.0, 0.0) == pytest.approx((1.8, 2.2))
+
+
+def test_expected_max_of_two_jittery_tasks():
+    from ppsd.statistics import expected_max
+
+    assert expected_max(10.0, 7.0, 0.0) == 10.0
+    # balanced: the mean plus sigma*sqrt(2)*phi(0) = 10 * (1 + 0.05 * 0.5642)
+    assert expected_max(10.0, 10.0, 0.05) == pytest.approx(10.0 * (1 + 0.05 / math.sqrt(math.pi)), rel=1e-6)
+    # far apart: the slower one
+    assert expected_max(10.0, 5.0, 0.02) == pytest.approx(10.0, rel=1e-6)
+    rng = np.random.default_rng(0)
+    draws = np.maximum(rng.normal(10, 0.4, 200_000), rng.normal(9.6, 0.384, 200_000))
+    assert expected_max(10.0, 9.6, 0.04) == pytest.approx(draws.mean(), rel=2e-3)

@@ -229,3 +229,47 @@ def _combinable(runtime):
         return summarize(job.plan, [recs] * job.repeats)
 
     return measure
+
+
+class HostStallMachine:
+    """A MeasureFn whose `stalled`-th run (1-based) holds one decode step for 1 s, as a host stall does: AR
+    decodes 10 tokens/s, EESD 20, every prompt 8 steps, each step an event on the run's timeline."""
+
+    def __init__(self, stalled: int):
+        self.jobs: list[Job] = []
+        self.stalled = stalled
+
+    def __call__(self, model, job: Job) -> Measurement:
+        from runtime.decoding import SeqRecord
+        from runtime.measure import summarize
+        from sim.timeline import Event
+
+        self.jobs.append(job)
+        step = 1.0 / {Mode.AR: 10.0, Mode.EESD: 20.0}[job.plan.mode]
+        hold = 1.0 if len(self.jobs) == self.stalled else 0.0
+        recs = []
+        for _ in job.prompts:
+            steps = [step] * 8
+            steps[3] += hold
+            events = [Event("step", "model", sum(steps[:i]), d, i, {}) for i, d in enumerate(steps)]
+            recs.append(SeqRecord(tokens=list(range(9)), prefill_s=0.1, decode_s=sum(steps), rounds=[1] * 4, verified=8,
+                                  busy_s=[sum(steps)], events=events))
+        return summarize(job.plan, [recs] * job.repeats)
+
+
+def test_turns_measure_a_chunk_again_when_a_host_stall_holds_one_of_its_runs():
+    """The second chunk's EESD run stalls for a second: that chunk (AR and the plan) runs again, the stalled
+    run counts for nothing, and the run says which chunk went back and why."""
+    job = Job(plan=AR_PLAN, prompts=[[1], [2], [3]], max_new=[8] * 3, warmup=0, repeats=1)
+    machine = HostStallMachine(stalled=4)  # runs: AR p1, EESD p1, AR p2, EESD p2 (stalled), ...
+    runs = Measurer(model=None, job=job, measure=machine, turn_prompts=1).run(
+        [EESD], greedy_passes(1, 1, warmup=0), [None], ["eesd"])
+    assert [(j.plan.mode.value, j.prompts) for j in machine.jobs] == [
+        ("ar", [[1]]), ("eesd", [[1]]), ("ar", [[2]]), ("eesd", [[2]]), ("ar", [[2]]), ("eesd", [[2]]),
+        ("ar", [[3]]), ("eesd", [[3]])]
+    assert runs.chunks_measured_again == [{"chunk": 1, "prompts": [1], "stalled": [EESD.label()]}]
+    (run,) = runs.plan_runs[0]
+    assert run.speedup == pytest.approx(2.0)  # without the measure-again the stall would have cost it 0.8 s of 1.2
+    calm = Measurer(model=None, job=job, measure=HostStallMachine(stalled=0), turn_prompts=1).run(
+        [EESD], greedy_passes(1, 1, warmup=0), [None], ["eesd"])
+    assert calm.chunks_measured_again == [] and len(calm.plan_runs[0]) == 1

@@ -1,8 +1,9 @@
-"""`ppsd validate --batch-sizes 1,2,4,8`: AR and EESD plans decoded B sequences at once, beside the
-simulator's batched prediction (sim/batch/), at every batch size.
+"""`ppsd validate --batch-sizes 1,2,4,8`: AR, EESD and two-stage PPSD plans decoded B sequences at once,
+beside the simulator's batched prediction (sim/batch/), at every batch size.
 
 At each batch size AR and every plan take turns over the measured prompts (the order reversed every
-repetition), so their speeds compare the same minutes of the machine. Each plan's measured speedup is its
+repetition), so their speeds compare the same minutes of the machine; with a PPSD plan, AR on both cores
+takes its turns too, and PPSD rows also carry their measured same-budget speedup. Each plan's measured speedup is its
 median throughput over AR's at the same batch size; the prediction replays the predicting profile's traces
 B at a time (as many generations as prompts are measured) and its 90% interval resamples those
 generations (`draws` times) and carries the latency spread of the same plan's batch-1 interval. Greedy
@@ -21,12 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ppsd import validation_folder as vf
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from ppsd.modes import Mode
 from ppsd.statistics import mape, percent_error
 
-FILE = "batch_validation.json"
+FILE = vf.BATCH_JSON_FILE
 DEFAULT_PLANS = 4
 
 
@@ -48,40 +50,67 @@ class BatchRow:
     measured_acceptance: float | None
     lossless_same_batch: bool | None
     lossless_batch1: bool | None
+    scheme: str = Mode.EESD.value
+    measured_speedup_vs_ar_tp: float | None = None  # PPSD: against the faster AR on both cores
+    predicted_speedup_vs_ar_tp: float | None = None  # PPSD, where the profile timed AR on two threads
+    speedup_vs_ar_tp_error_pct: float | None = None
 
 
-def default_plans(profile, head: str = SHARED, count: int = DEFAULT_PLANS) -> list[tuple[int, int]]:
-    """(exit layer, γ) of the best EESD plans at batch 1, one per exit layer."""
+@dataclass(frozen=True)
+class BatchPlan:
+    """A plan the batched validation measures: EESD E, γ or two-stage PPSD at E (γ None)."""
+
+    scheme: Mode
+    exit_layer: int
+    draft_len: int | None = None
+
+    @property
+    def name(self) -> str:
+        from sim.batch.sweep import label
+
+        return label(self.scheme, self.exit_layer, self.draft_len, SHARED)
+
+
+def default_plans(profile, head: str = SHARED, count: int = DEFAULT_PLANS) -> list[BatchPlan]:
+    """The best EESD plans at batch 1, one per exit layer; PPSD at the best PPSD exit at batch 1 and at exits
+    spread evenly from it to the deepest traced one (balanced stages to high acceptance)."""
     from sim.batch.sweep import rank
 
-    picked, seen = [], set()
-    for p in rank(profile, 1, (head,), range(1, 7), replay_top=48):
+    eesd, seen = [], set()
+    for p in rank(profile, 1, (head,), range(1, 7), replay_top=48, schemes=(Mode.EESD,)):
         if p.exit_layer not in seen:
-            picked.append((p.exit_layer, p.draft_len))
+            eesd.append(BatchPlan(Mode.EESD, p.exit_layer, p.draft_len))
             seen.add(p.exit_layer)
-        if len(picked) == count:
+        if len(eesd) == count:
             break
-    return picked
+    best_ppsd = rank(profile, 1, (head,), replay_top=1, schemes=(Mode.PPSD,))[0].exit_layer
+    deeper = sorted(e for e in profile.alpha_by_exit(head=head) if e >= best_ppsd)
+    picks = np.unique(np.round(np.linspace(0, len(deeper) - 1, min(count, len(deeper)))).astype(int))
+    return eesd + [BatchPlan(Mode.PPSD, deeper[i]) for i in picks]
 
 
-def parse_eesd_plans(spec: str | None, profile) -> list[tuple[int, int]]:
-    """--plans 'eesd:E:γ;...' -> [(E, γ)]; PPSD is refused (not batched yet)."""
+def parse_plans(spec: str | None, profile) -> list[BatchPlan]:
+    """--plans 'eesd:E:γ;ppsd:E;...' -> the plans (PPSD: two stages, so no k)."""
     if not spec:
         return default_plans(profile)
     plans = []
     for item in (s.strip() for s in spec.split(";") if s.strip()):
         parts = item.split(":")
-        if parts[0].lower() != "eesd" or len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
-            raise UserError(f"--plans {item!r}: with --batch-sizes each plan is eesd:E:γ (AR is always measured; "
-                            "PPSD does not run batched yet)", "give e.g. --plans 'eesd:24:2;eesd:20:3'")
-        plans.append((int(parts[1]), int(parts[2])))
+        kind = parts[0].lower()
+        if kind == "eesd" and len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            plans.append(BatchPlan(Mode.EESD, int(parts[1]), int(parts[2])))
+        elif kind == "ppsd" and len(parts) in (2, 3) and parts[1].isdigit() and parts[2:] in ([], ["2"]):
+            plans.append(BatchPlan(Mode.PPSD, int(parts[1])))
+        else:
+            raise UserError(f"--plans {item!r}: with --batch-sizes each plan is eesd:E:γ or ppsd:E (two stages; AR is "
+                            "always measured)", "give e.g. --plans 'eesd:24:2;ppsd:20'")
     return plans
 
 
-def interval(profile, exit_layer: int, gamma: int, batch: int, prompts: int, draws: int, seed: int) -> tuple:
+def interval(profile, plan: BatchPlan, batch: int, prompts: int, draws: int, seed: int) -> tuple:
     """The 90% interval of the predicted speedup: `draws` resamples of `prompts` generations, each also moved
     by the latency spread batch-1 intervals carry for the same plan (a decode step's spread and the
-    calibration's doubt, `sim.intervals.spread.latency_cv`)."""
+    calibration's doubt, `sim.intervals.spread.latency_cv`; PPSD: at least the pipeline probe's)."""
     from sim.batch.costs import batch_costs
     from sim.batch.replay import replay_batches
     from sim.intervals.spread import latency_cv
@@ -89,22 +118,30 @@ def interval(profile, exit_layer: int, gamma: int, batch: int, prompts: int, dra
     from sim.plan import Plan
 
     ids = sorted({str(g["prompt_id"]) for g in profile.generations()})
-    rng = np.random.default_rng([seed, exit_layer, gamma, batch])
+    pipelined = plan.scheme is Mode.PPSD
+    rng = np.random.default_rng([seed, plan.exit_layer, plan.draft_len or 0, batch, int(pipelined)])
     costs = batch_costs(profile)
-    cv = latency_cv(profile, Plan(Mode.EESD, exit_layer=exit_layer, draft_len=gamma))
+    one = Plan(Mode.PPSD, exit_layer=plan.exit_layer, stages=2,
+               stage_bounds=(0, plan.exit_layer, profile.num_layers)) if pipelined else \
+        Plan(Mode.EESD, exit_layer=plan.exit_layer, draft_len=plan.draft_len)
+    cv = latency_cv(profile, one)
     got = []
     for _ in range(draws):
         pick = list(rng.choice(ids, size=prompts, replace=True))
-        stream = trace_stream(profile, exit_layer, prompt_ids=pick)
+        stream = trace_stream(profile, plan.exit_layer, prompt_ids=pick)
         ar = replay_batches(costs, stream, batch, None)
-        speedup = replay_batches(costs, stream, batch, exit_layer, gamma).tokens_per_s / ar.tokens_per_s
-        got.append(speedup * float(np.exp(cv * rng.standard_normal())))
+        run = replay_batches(costs, stream, batch, plan.exit_layer, plan.draft_len or 1, pipelined=pipelined)
+        got.append(run.tokens_per_s / ar.tokens_per_s * float(np.exp(cv * rng.standard_normal())))
     return float(np.quantile(got, 0.05)), float(np.quantile(got, 0.95))
 
 
 def summary(rows: list[BatchRow]) -> dict:
     widths = [100 * (r.high - r.low) / 2 / r.predicted for r in rows if r.predicted > 0]
-    return {"pairs": len(rows), "mape_pct": mape(r.error_pct for r in rows),
+    budget = [r.speedup_vs_ar_tp_error_pct for r in rows if r.speedup_vs_ar_tp_error_pct is not None]
+    by_scheme = {f"mape_{s}_pct": mape(r.error_pct for r in rows if r.scheme == s)
+                 for s in dict.fromkeys(r.scheme for r in rows)}
+    return {"pairs": len(rows), "mape_pct": mape(r.error_pct for r in rows), **by_scheme,
+            "mape_same_budget_ppsd_pct": mape(budget) if budget else None,
             "coverage": sum(r.covered for r in rows) / len(rows) if rows else None,
             "interval_half_width_median_pct": float(np.median(widths)) if widths else None,
             "lossless_same_batch": all(r.lossless_same_batch is not False for r in rows),
@@ -136,23 +173,34 @@ def print_table(doc: dict, rows: list[BatchRow]) -> None:
           f"{s['coverage']:.0%} at a median ±{s['interval_half_width_median_pct']:.1f}%; greedy identical to AR "
           f"at the same batch: {s['lossless_same_batch']}, to AR at batch 1: {s['lossless_batch1']}")
     for b, (meas, pred) in doc["pays_up_to"].items():
-        print(f"{b}: EESD pays up to batch {meas} measured, {pred} predicted")
+        print(f"{b}: pays up to batch {meas} measured, {pred} predicted (None: not even at the first size)")
+    for r in rows:
+        if r.measured_speedup_vs_ar_tp is not None:
+            said = "" if r.predicted_speedup_vs_ar_tp is None else f", {r.predicted_speedup_vs_ar_tp:.3f}× predicted"
+            print(f"{r.plan} at batch {r.batch}: {r.measured_speedup_vs_ar_tp:.3f}× the faster AR on both cores "
+                  f"(same budget, measured{said})")
 
 
-def _row(name, batch, exit_layer, gamma, predict, speeds, firsts, single, draws, seed, prompts) -> BatchRow:
-    from runtime.batch_run import differences, outputs
+def _row(plan: BatchPlan, batch, predict, speeds, firsts, single, draws, seed, prompts) -> BatchRow:
+    from runtime.batch_run import AR_BOTH_CORES, acceptance_of, differences, outputs
     from sim.batch.sweep import predict as sim_predict
 
-    point = sim_predict(predict, exit_layer, gamma, batch)
-    low, high = interval(predict, exit_layer, gamma, batch, len(prompts), draws, seed)
-    measured = statistics.median(speeds[name]) / statistics.median(speeds["AR"])
-    rounds = [a for r in firsts[name] for seq in r.rounds for a in seq]
+    name = plan.name
+    point = sim_predict(predict, plan.exit_layer, plan.draft_len, batch, scheme=plan.scheme)
+    low, high = interval(predict, plan, batch, len(prompts), draws, seed)
+    mine_speed, ar_speed = statistics.median(speeds[name]), statistics.median(speeds["AR"])
+    measured = mine_speed / ar_speed
+    same_budget = None
+    if plan.scheme is Mode.PPSD and AR_BOTH_CORES in speeds:
+        same_budget = mine_speed / max(ar_speed, statistics.median(speeds[AR_BOTH_CORES]))
+    rate, _ = acceptance_of(_plan(predict.num_layers, plan), firsts[name])
     mine = outputs(firsts[name])
+    budget_error = None if same_budget is None or point.speedup_vs_ar_tp is None else \
+        percent_error(point.speedup_vs_ar_tp, same_budget)
     return BatchRow(name, batch, point.speedup_vs_ar, measured, percent_error(point.speedup_vs_ar, measured),
-                    low, high, low <= measured <= high, statistics.median(speeds[name]),
-                    statistics.median(speeds["AR"]),
-                    point.acceptance_rate, sum(rounds) / (len(rounds) * gamma) if rounds else None,
-                    mine == outputs(firsts["AR"]), not differences(mine, single))
+                    low, high, low <= measured <= high, mine_speed, ar_speed, point.acceptance_rate, rate,
+                    mine == outputs(firsts["AR"]), not differences(mine, single), plan.scheme.value, same_budget,
+                    point.speedup_vs_ar_tp, budget_error)
 
 
 def run_batch_validation(config, sizes: list[int]) -> int:
@@ -173,7 +221,7 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     predict = load_profile(config.predict_from) if config.predict_from else profile
     for b in sizes:
         check_batch(predict, b)
-    plans = parse_eesd_plans(config.plans, predict)
+    plans = parse_plans(config.plans, predict)
     max_new = int((predict.meta.get("acceptance") or {}).get("max_new_tokens") or 64)
     seen = {str(g["prompt_id"]) for g in predict.generations()}
     texts = [p for p in load_prompts(config.prompts or "spec-bench") if str(p.prompt_id) not in seen]
@@ -184,9 +232,8 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     model = load_model(str(profile.meta["model"]["id"]), device=str(profile.meta["hardware"].get("device") or "cpu"),
                        dtype=str(profile.meta["model"].get("dtype") or "float32"))
     prompts = [model.encode_prompt(g["p"].text) for g in picked]
-    named = {f"EESD E={e} γ={g}": (e, g) for e, g in plans}
-    runs = {name: _plan(model, e, g) for name, (e, g) in named.items()}
-    drafters = {name: make_drafter(model, e) for name, (e, _) in named.items()}
+    runs = {p.name: _plan(model.num_layers, p) for p in plans}
+    drafters = {p.name: make_drafter(model, p.exit_layer) for p in plans}
     eos = model.eos_token_ids
     single = ar_one_at_a_time(model, prompts, max_new, eos)
     rows = []
@@ -194,8 +241,7 @@ def run_batch_validation(config, sizes: list[int]) -> int:
         print(f"batch {b}: AR and {len(runs)} plans in turns over {len(prompts)} prompts", file=sys.stderr)
         speeds, firsts = measure_in_turns(model, runs, prompts, max_new, b, warmup=config.warmup,
                                           repeats=config.repeats, eos=eos, drafters=drafters)
-        rows += [_row(name, b, e, g, predict, speeds, firsts, single, config.draws, config.seed, prompts)
-                 for name, (e, g) in named.items()]
+        rows += [_row(p, b, predict, speeds, firsts, single, config.draws, config.seed, prompts) for p in plans]
     doc = {"profile": str(config.profile), "predicted_from": str(config.predict_from or config.profile),
            "prompts": [str(g["p"].prompt_id) for g in picked], "max_new_tokens": max_new, "batch_sizes": sizes,
            "rows": [asdict(r) for r in rows], "summary": summary(rows), "pays_up_to": _pays(rows)}
@@ -211,17 +257,21 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     return 0
 
 
-def _plan(model, exit_layer: int, gamma: int):
+def _plan(num_layers: int, plan: BatchPlan):
     from runtime.request import make_plan
 
-    return make_plan(Mode.EESD, model.num_layers, exit_layer, gamma)
+    if plan.scheme is Mode.PPSD:
+        return make_plan(Mode.PPSD, num_layers, plan.exit_layer, stages=2, bounds=(0, plan.exit_layer, num_layers))
+    return make_plan(Mode.EESD, num_layers, plan.exit_layer, plan.draft_len)
 
 
 def _pays(rows: list[BatchRow]) -> dict:
     """The largest batch size up to which the best plan pays, measured and predicted."""
     from sim.batch.sweep import paying_batch
 
-    def best(key) -> dict[int, float]:
-        return {b: max(getattr(r, key) for r in rows if r.batch == b) for b in {r.batch for r in rows}}
+    def best(key, scheme) -> dict[int, float]:
+        mine = [r for r in rows if r.scheme == scheme]
+        return {b: max(getattr(r, key) for r in mine if r.batch == b) for b in {r.batch for r in mine}}
 
-    return {"best EESD plan": (paying_batch(best("measured")), paying_batch(best("predicted")))}
+    return {f"best {s.upper()} plan": (paying_batch(best("measured", s)), paying_batch(best("predicted", s)))
+            for s in dict.fromkeys(r.scheme for r in rows)}

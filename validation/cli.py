@@ -65,8 +65,8 @@ def register(sub) -> None:
                         "(default 0 = greedy)")
     v.add_argument("--seeds", type=int, default=None, metavar="S",
                    help="with --temperature: sampled runs per plan, seeds 0..S-1 (default 3)")
-    v.add_argument("--batch-sizes", metavar="1,2,4,8", help="AR and EESD plans (eesd:E:γ) decoding B sequences at "
-                   "once, against AR at each B, on prompts the profile never traced (needs latency.batch)")
+    v.add_argument("--batch-sizes", metavar="1,2,4,8", help="AR, EESD and PPSD plans (eesd:E:γ, ppsd:E) decoding B "
+                   "sequences at once, against AR at each B, on prompts the profile never traced (needs latency.batch)")
     add_runtime_options(v, both=True)
     v.add_argument("--json", action="store_true", help="print validation.json alone on stdout (progress on stderr)")
     v.set_defaults(func=cmd_validate)

@@ -172,7 +172,8 @@ class GreedyValidation:
                            sources=sources, interval=self._interval_doc(runs), rounds=config.rounds,
                            corun=corun.summary_args() if corun is not None else None,
                            retime=retimer.summary(runs.ar_scale) if retimer else None,
-                           budget_reference=self._budget_reference(rows, runs))
+                           budget_reference=self._budget_reference(rows, runs),
+                           chunks_measured_again=runs.chunks_measured_again)
 
     def _budget_reference(self, rows: list, runs: MeasuredRuns) -> dict | None:
         """validation.json's `budget_reference` (in turns, within a budget): how every core was priced

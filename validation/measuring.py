@@ -103,6 +103,7 @@ class MeasuredRuns:
     ar_thread_gain: float | None = None                          # in turns: their median
     ar_scale: object = None                                      # --retime: the pieces before AR
     plan_runs: list[list[PlanRun]] = field(default_factory=list)  # per plan, one per pass
+    chunks_measured_again: list[dict] = field(default_factory=list)  # in turns: chunks a host stall sent back
 
 
 @dataclass
@@ -196,6 +197,25 @@ class Measurer:
         runs.ar_budget_tokens_per_s.append(measure_ar_in_budget(self.model, ar_job, self.cores, self.measure))
         return plan_tps, (runs.ar_budget_tokens_per_s[-2] + runs.ar_budget_tokens_per_s[-1]) / 2
 
+    def _measure_chunk(self, order: list, k: int, chunk: range, turns: Turns, jobs: list[Job], ar_job: Job,
+                       plans: list[Plan], opens_pass: bool) -> tuple[dict, dict]:
+        """One chunk of prompts, AR and the plans in `order` (None: AR) -> ({index or None: Measurement},
+        {same: the job it ran}). `k`: 0 only for the pass's first chunk, which warms AR up."""
+        parts, chunk_jobs = {}, {}
+        for at in order:
+            if at is None:
+                # AR warms up once a pass (its first chunk); the process stays warm for the rest
+                job = turns.job(ar_job, chunk) if k == 0 and opens_pass else replace(turns.job(ar_job, chunk), warmup=0)
+            else:
+                job = turns.job(jobs[at], chunk)
+                if k and not plans[at].scheme.pipelined:
+                    # a decoder in this process is warm after its first chunk: only a pipeline, whose stage
+                    # processes start afresh every run, warms up every chunk
+                    job = replace(job, warmup=0)
+            parts[at] = self.measure(self.model, job)
+            chunk_jobs[at] = job
+        return parts, chunk_jobs
+
     def _measure_group_in_turns(self, plans: list[Plan], forced: list, bench_pass: MeasurePass, runs: MeasuredRuns,
                                 opens_pass: bool) -> list[PlanRun]:
         """A group of plans and AR, a chunk of prompts at a time, AR between the plans (A, AR, B; the
@@ -208,8 +228,8 @@ class Measurer:
         if self.retimer is not None:  # one retiming right before the group prices each of its plans
             scale = self.retimer.now(" and ".join(p.label() for p in plans), any(p.scheme.pipelined for p in plans))
         jobs = [self._job(p, bench_pass, f) for p, f in zip(plans, forced)]
-        ar_job = replace(self._job(AR_PLAN, bench_pass), repeats=1,
-                         timeline=bench_pass.timeline and opens_pass)
+        # every AR turn keeps its passes' times (to spot a host stall); the first group's also give the AR row
+        ar_job = replace(self._job(AR_PLAN, bench_pass), repeats=1)
         turns = Turns(len(ar_job.prompts), self.turn_prompts)
         ar_parts, budget_ar = [], []
         plan_parts, budget_plan = [[] for _ in plans], [[] for _ in plans]
@@ -219,22 +239,14 @@ class Measurer:
             if k % 2:  # every other chunk the other way round, so no plan always runs right after AR
                 order.reverse()
             order.insert(middle, None)
-            chunk_jobs = {}
-            for at in order:
-                if at is None:
-                    # AR warms up once a pass (its first chunk); the process stays warm for the rest
-                    job = turns.job(ar_job, chunk) if k == 0 and opens_pass else replace(turns.job(ar_job, chunk),
-                                                                                          warmup=0)
-                    ar_parts.append(self.measure(self.model, job))
-                    chunk_jobs[None] = job
-                    continue
-                job = turns.job(jobs[at], chunk)
-                if k and not plans[at].scheme.pipelined:
-                    # a decoder in this process is warm after its first chunk: only a pipeline, whose stage
-                    # processes start afresh every run, warms up every chunk
-                    job = replace(job, warmup=0)
-                plan_parts[at].append(self.measure(self.model, job))
-                chunk_jobs[at] = job
+            parts, chunk_jobs = self._measure_chunk(order, k, chunk, turns, jobs, ar_job, plans, opens_pass)
+            stalled = [("AR" if at is None else plans[at].label()) for at, m in parts.items() if _stalled(m)]
+            if stalled:  # a host stall in one of the chunk's runs: the whole chunk again, once, the same way
+                runs.chunks_measured_again.append({"chunk": k, "prompts": list(chunk), "stalled": stalled})
+                parts, chunk_jobs = self._measure_chunk(order, 1 + k, chunk, turns, jobs, ar_job, plans, False)
+            ar_parts.append(parts[None])
+            for at in range(len(plans)):
+                plan_parts[at].append(parts[at])
             if self.cores <= 1:
                 continue
             for at in order:  # the same order within the budget
@@ -269,6 +281,13 @@ class Measurer:
             out.append(PlanRun(measured, ar.result.tokens_per_s, measured.result.tokens_per_s * gain, None,
                                scale=scale, thread_gain=gain, budget_speedup_beside=_ratio(pooled, ar_budget)))
         return out
+
+
+def _stalled(measured: Measurement) -> bool:
+    """Whether a run's passes show a host stall (`ppsd.validation_folder.host_stall`)."""
+    from ppsd.validation_folder import host_stall
+
+    return host_stall(measured.result.timeline or []) is not None
 
 
 def _price_budget_by_thread_gain(runs: MeasuredRuns) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import charts, data, tables, theme, ui
+from dashboard import batch as batch_view
 from dashboard import hf as hf_view
 from ppsd import validation_folder as vf
 
@@ -161,3 +162,7 @@ st.dataframe(
             "taken against (bracketed: the mean of the AR runs right before and after the plan)."),
     },
 )
+
+st.subheader("Under load: batched validations")
+with ui.guard("batched validation"):
+    batch_view.validation_section()

@@ -71,7 +71,10 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
               [len(batch_sizes)][len(n_values)], measured}: a pass of B sequences of n tokens each
               after c cached ones, as the batched runtime runs it (profiler/batch_latency.py), timed
               with batch 1 in the same interleaved rounds; layers_ratio = the whole layer stack's time
-              at B over batch 1's, paired round by round. `ppsd profile add-batch DIR` measures it
+              at B over batch 1's, paired round by round; optional budget_threads (2) and
+              two_threads_ratio [len(batch_sizes)][len(context_values)]: a whole decode pass on two threads
+              over the same pass on one, paired round by round (CPU, two cores or more: AR's baseline
+              on the cores a two-stage batched PPSD plan uses). `ppsd profile add-batch DIR` measures it
               into an existing profile
     prefill: optional {lengths: [32, 128, 512], median_ms, p10_ms, p90_ms, method}: a whole prefill
              (embed + every layer over the prompt + the head on its last position) per prompt length;

@@ -117,14 +117,17 @@ class BatchTables:
     ratio: np.ndarray = field(default_factory=lambda: np.ones((1, 1, 1)))  # [B][n][c]
     head: np.ndarray = field(default_factory=lambda: np.zeros((1, 1)))  # [B][n] ms
     embedding: np.ndarray = field(default_factory=lambda: np.zeros((1, 1)))  # [B][n] ms
+    two_threads: np.ndarray | None = None  # [B][c]: a whole decode pass on two threads over one (None: not timed)
 
     @classmethod
     def from_block(cls, block: dict | None) -> BatchTables:
         if not block or not block.get("batch_sizes"):
             return cls()
+        two = block.get("two_threads_ratio")
         return cls(tuple(int(b) for b in block["batch_sizes"]), tuple(float(n) for n in block["n_values"]),
                    tuple(float(c) for c in block["context_values"]), np.asarray(block["layers_ratio"], dtype=float),
-                   np.asarray(block["head_ms"], dtype=float), np.asarray(block["embedding_ms"], dtype=float))
+                   np.asarray(block["head_ms"], dtype=float), np.asarray(block["embedding_ms"], dtype=float),
+                   None if two is None else np.asarray(two, dtype=float))
 
     @property
     def measured(self) -> bool:
@@ -160,3 +163,10 @@ class BatchTables:
 
     def embedding_ms(self, batch: float, n: float) -> float:
         return float(np.interp(n, self.n_values, self._at_batch(self.embedding, batch)))
+
+    def two_threads_ratio(self, batch: float, context: float) -> float | None:
+        """A decode pass of `batch` sequences on two threads over the same pass on one (linear in context between
+        the measured values, held beyond them); None when the profile did not time it."""
+        if self.two_threads is None:
+            return None
+        return float(np.interp(context, self.context_values, self._at_batch(self.two_threads, batch)))

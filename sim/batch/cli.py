@@ -1,5 +1,5 @@
-"""`ppsd plan --batch B`: EESD plans ranked at batch size B against AR at B, the best plan's speedup at
-every batch size the profile measured, and up to which batch size speculation pays."""
+"""`ppsd plan --batch B`: EESD and two-stage PPSD plans ranked at batch size B against AR at B, each scheme's
+best speedup at every batch size the profile measured, and up to which batch size each pays."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED, TRAINED
+from ppsd.modes import Mode
 from sim.batch.costs import check_batch
-from sim.batch.sweep import curve, pays_up_to, rank
+from sim.batch.sweep import SCHEMES, curve, pays_up_to, rank
 
 
 def batch_heads(profile, asked) -> list[str]:
@@ -28,31 +29,43 @@ def plan_batch(args, profile) -> int:
     heads = batch_heads(profile, args.exit_head)
     gammas = range(1, args.max_draft_len + 1)
     ranked = rank(profile, batch, heads, gammas)
-    by_batch = curve(profile, heads, gammas)
-    upto = pays_up_to(by_batch)
+    curves = {s: curve(profile, heads, gammas, scheme=s) for s in SCHEMES}
+    upto = {s: pays_up_to(points) for s, points in curves.items()}
     if args.json:
         print(json.dumps({"batch": batch, "plans": [p.to_json_dict() for p in ranked],
-                          "curve": [p.to_json_dict() for p in by_batch], "eesd_pays_up_to_batch": upto,
-                          "ppsd": "not priced at batch > 1"}))
+                          "curve": {s.value: [p.to_json_dict() for p in pts] for s, pts in curves.items()},
+                          "eesd_pays_up_to_batch": upto[Mode.EESD], "ppsd_pays_up_to_batch": upto[Mode.PPSD],
+                          "baseline": "AR at the same batch size on one thread"}))
         return 0
-    print(f"{profile.model_id} at batch {batch}: EESD plans against AR at batch {batch} (throughput over the batch; "
-          f"replayed over the profile's {len(profile.generations())} generations, {batch} at a time)")
-    print(f"{'plan':<26}{'tokens/s':>10}{'AR tokens/s':>13}{'speedup':>9}{'ms/token/seq':>14}{'acceptance':>12}")
+    print(f"{profile.model_id} at batch {batch}: EESD and two-stage PPSD plans against AR at batch {batch} on one "
+          f"thread (throughput over the batch; replayed over the profile's {len(profile.generations())} generations, "
+          f"{batch} at a time)")
+    print(f"{'plan':<26}{'tokens/s':>10}{'AR tokens/s':>13}{'speedup':>9}{'same budget':>13}{'ms/token/seq':>14}"
+          f"{'acceptance':>12}")
     for p in ranked[: args.top]:
         rate = "" if p.acceptance_rate is None else f"{p.acceptance_rate:.3f}"
-        print(f"{p.plan:<26}{p.tokens_per_s:>10.1f}{p.ar_tokens_per_s:>13.1f}{p.speedup_vs_ar:>8.3f}×"
+        same = "" if p.speedup_vs_ar_tp is None else f"{p.speedup_vs_ar_tp:.3f}×"
+        print(f"{p.plan:<26}{p.tokens_per_s:>10.1f}{p.ar_tokens_per_s:>13.1f}{p.speedup_vs_ar:>8.3f}×{same:>13}"
               f"{p.ms_per_token:>14.1f}{rate:>12}")
-    print("best EESD plan at each batch size the profile measured:")
-    for p in by_batch:
-        print(f"  batch {p.batch:>3}: {p.plan:<26} {p.speedup_vs_ar:.3f}× AR at batch {p.batch}")
-    best = ranked[0]
-    if upto is None:
-        print("verdict: EESD does not pay even at batch 1 on this profile; decode plainly")
-    elif best.speedup_vs_ar > 1.0:
-        print(f"verdict: at batch {batch}, {best.plan} ({best.speedup_vs_ar:.2f}× AR); EESD pays up to batch {upto} "
-              f"of the sizes measured, beyond that decode plainly")
-    else:
-        print(f"verdict: at batch {batch}, decode plainly (the best EESD plan, {best.plan}, is "
-              f"{best.speedup_vs_ar:.2f}× AR); EESD pays up to batch {upto}")
-    print("PPSD is not priced at batch > 1 (its batched runtime is not built)")
+    for scheme, points in curves.items():
+        print(f"best {scheme.value.upper()} plan at each batch size the profile measured:")
+        for p in points:
+            print(f"  batch {p.batch:>3}: {p.plan:<26} {p.speedup_vs_ar:.3f}× AR at batch {p.batch}")
+    print(verdict(batch, ranked[0], upto))
+    if any(p.scheme == Mode.PPSD.value for p in ranked[: args.top]):
+        if any(p.speedup_vs_ar_tp is not None for p in ranked):
+            print("same budget: a PPSD plan's two stages use two cores; against the faster AR on those two cores")
+        else:
+            print("PPSD's two stages use two cores and this profile did not time AR on two threads: ppsd profile "
+                  f"add-batch {profile.path} --force adds it; ppsd run --batch {batch} --mode ppsd measures it")
     return 0
+
+
+def verdict(batch: int, best, upto: dict) -> str:
+    """One line: what to run at `batch`, and up to which batch size each scheme pays."""
+    reach = "; ".join(f"{s.value.upper()} pays up to batch {u}" if u is not None else
+                      f"{s.value.upper()} does not pay even at batch 1" for s, u in upto.items())
+    if best.speedup_vs_ar > 1.0:
+        return f"verdict: at batch {batch}, {best.plan} ({best.speedup_vs_ar:.2f}× AR); {reach} of the sizes measured"
+    return (f"verdict: at batch {batch}, decode plainly (the best plan, {best.plan}, is "
+            f"{best.speedup_vs_ar:.2f}× AR); {reach}")

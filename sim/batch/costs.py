@@ -10,7 +10,9 @@ import numpy as np
 
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED, TRAINED
-from sim.model.cost_model import cost_model, per_profile
+from ppsd.statistics import expected_max
+from sim.intervals.spread import step_cv
+from sim.model.cost_model import corun_factors, cost_model, per_profile
 
 
 def check_batch(profile, batch: int) -> None:
@@ -30,9 +32,17 @@ def check_batch(profile, batch: int) -> None:
                         f"{','.join(map(str, sorted(set(tables.sizes) | {int(batch)})))} --force")
 
 
+WIDTH_GRID = 8  # slots: a round is priced at the cache's width rounded to this (a pass moves < 0.5% over it)
+
+
+def _grid(width: float) -> float:
+    return float(WIDTH_GRID * round(float(width) / WIDTH_GRID))
+
+
 @dataclass
 class BatchCosts:
-    """Prices (ms) of the passes of a batch of `batch` sequences at one context (the cache's width)."""
+    """Prices (ms) of the passes of a batch of `batch` sequences at one context (the cache's width, rounded to
+    `WIDTH_GRID` slots so that a sweep's replays share their priced rounds)."""
 
     profile: object
     head_name: str = SHARED  # the exit head that drafts
@@ -44,6 +54,8 @@ class BatchCosts:
         self.cm = cost_model(self.profile, self.head_name)
         self.tables = self.profile.batch
         self._memo: dict = {}  # (kind, batch, width, exit layer, γ) -> ms: a replay asks the same rounds often
+        self.corun = corun_factors(self.profile, 2)[2]  # each of two processes' slowdown while both compute
+        self.pass_cv = step_cv(self.profile)  # a pass's relative spread, which a lock-step tick waits out
 
     def layers(self, batch: float, context: float, lo: int, hi: int, n: int) -> float:
         one = float(self.cm.layers(np.array([float(context)]), lo, hi, n)[0])
@@ -67,6 +79,7 @@ class BatchCosts:
 
     def ar_step(self, batch: float, context: float) -> float:
         """One token for every sequence: embedding, every layer, the LM head."""
+        context = _grid(context)
         key = ("ar", batch, context)
         got = self._memo.get(key)
         if got is None:
@@ -75,9 +88,23 @@ class BatchCosts:
                 + self.head(batch, 1)
         return got
 
+    @property
+    def prices_both_cores(self) -> bool:
+        """Whether the profile timed AR's pass on two threads (`ar_step_both_cores`)."""
+        return self.tables.two_threads is not None
+
+    def ar_step_both_cores(self, batch: float, context: float) -> float:
+        """AR's step on two threads, the cores a two-stage PPSD plan uses: the one-thread step times the
+        measured two-thread ratio (and never slower than one thread: a user would run the faster)."""
+        ratio = self.tables.two_threads_ratio(batch, _grid(context))
+        if ratio is None:
+            raise ValueError("the profile did not time passes on two threads")
+        return self.ar_step(batch, context) * min(ratio, 1.0)
+
     def eesd_round(self, batch: float, context: float, exit_layer: int, draft_len: int) -> float:
         """γ drafts and a verification for every sequence: γ+1 passes of layers [0, E) one position
         each, γ exit heads, then layers [E, N) and the LM head on γ+1 positions each."""
+        context = _grid(context)
         key = ("eesd", batch, context, exit_layer, draft_len)
         got = self._memo.get(key)
         if got is None:
@@ -86,6 +113,29 @@ class BatchCosts:
             verify = self.layers(batch, context, exit_layer, n_layers, g + 1) + self.head(batch, g + 1)
             got = self._memo[key] = (g + 1) * early + g * self.exit_head(batch) + verify
         return got
+
+    def ppsd_stages(self, batch: float, context: float, exit_layer: int) -> tuple[float, float]:
+        """A tick of batched PPSD, each stage alone: stage 1 feeds one token a sequence through the embedding,
+        layers [0, E) and the exit head; stage 2 one layer-E state a sequence through layers [E, N) and the
+        LM head."""
+        context = _grid(context)
+        key = ("ppsd", batch, context, exit_layer)
+        got = self._memo.get(key)
+        if got is None:
+            first = self.embed(batch, 1) + self.layers(batch, context, 0, exit_layer, 1) + self.exit_head(batch)
+            second = self.layers(batch, context, exit_layer, self.cm.num_layers, 1) + self.head(batch, 1)
+            got = self._memo[key] = (first, second)
+        return got
+
+    def ppsd_tick(self, batch: float, context: float, exit_layer: int, both: bool = True) -> float:
+        """A tick: both stages slowed by running at once (the profile's two-process co-run slowdown), and the
+        tick ends when the slower one does: the expected maximum of the two, each pass spread as a decode
+        step is (`step_cv`), which costs most when the stages are balanced. `both` False: stage 1 alone (the
+        first tick, before stage 2 has work)."""
+        first, second = self.ppsd_stages(batch, context, exit_layer)
+        if not both:
+            return first
+        return expected_max(first * self.corun, second * self.corun, self.pass_cv)
 
 
 _COSTS: dict = {}

@@ -52,43 +52,106 @@ def accepted_run(match: np.ndarray, j: int, draft_len: int) -> int:
     return int(misses[0]) if len(misses) else len(window)
 
 
-def replay_group(costs: BatchCosts, group: list[tuple[np.ndarray, float]], exit_layer: int | None,
-                 draft_len: int, out: BatchRun) -> None:
-    """One batch of generations to the end (AR when `exit_layer` is None), added to `out`."""
-    length = [len(m) for m, _ in group]  # decode positions a sequence commits
-    pos = [0] * len(group)
-    width = max(c for _, c in group)
-    clock = 0.0
-    live = list(range(len(group)))
-    while live:
-        batch = len(live)
+class Sequences:
+    """The sequences of one batch as the runtime advances them: each one's generation (its match trace), the
+    position it has committed to, whether its next PPSD tick is stale, the live ones and the cache's width.
+    The replay below and the event model (`events.py`) move them by the same rules."""
+
+    def __init__(self, group: list[tuple[np.ndarray, float]]):
+        self.match = [m for m, _ in group]
+        self.length = [len(m) for m in self.match]  # decode positions a sequence commits
+        self.pos = [0] * len(group)
+        self.stale = [False] * len(group)
+        self.width = max(c for _, c in group)
+        self.live = [i for i in range(len(group)) if self.length[i] > 0]
+
+    def draft_len(self, draft_len: int) -> int:
+        """γ this round: never past what the sequence furthest from its end can still commit."""
+        return max(0, min(draft_len, max(self.length[i] - self.pos[i] for i in self.live) - 1))
+
+    def commit_round(self, exit_layer: int | None, g: int, out: BatchRun) -> None:
+        """An AR step (`exit_layer` None) or an EESD round of γ = g: each sequence keeps its accepted prefix
+        and the verifier's token; the cache widens by the most any sequence kept."""
         if exit_layer is None:
-            step, kept = costs.ar_step(batch, width), {i: 1 for i in live}
+            kept = {i: 1 for i in self.live}
         else:
-            # never draft past what the sequence furthest from its end can still commit
-            g = max(0, min(draft_len, max(length[i] - pos[i] for i in live) - 1))
-            step = costs.eesd_round(batch, width, exit_layer, g)
-            kept = {i: accepted_run(group[i][0], pos[i], g) + 1 for i in live}
-            out.accepted.extend(kept[i] - 1 for i in live)
-        clock += step
-        width += max(kept.values())
+            kept = {i: accepted_run(self.match[i], self.pos[i], g) + 1 for i in self.live}
+            out.accepted.extend(kept[i] - 1 for i in self.live)
+        self.width += max(kept.values())
         out.rounds += 1
-        for i in live:
-            pos[i] = min(pos[i] + kept[i], length[i])
-        for i in [i for i in live if pos[i] >= length[i]]:
+        for i in self.live:
+            self.pos[i] = min(self.pos[i] + kept[i], self.length[i])
+
+    def commit_tick(self, out: BatchRun) -> None:
+        """A PPSD tick: each live sequence commits stage 2's token unless its tick is stale; a draft that misses
+        makes its next tick stale. The caches widen a slot unless every live sequence turned its last into a hole."""
+        out.rounds += 1
+        holes = 0
+        for i in self.live:
+            if self.stale[i]:  # this tick's stage-2 pass worked on a rejected draft: nothing to commit
+                self.stale[i] = False
+                continue
+            hit = bool(self.match[i][self.pos[i]])
+            out.accepted.append(int(hit))
+            self.pos[i] += 1
+            self.stale[i] = not hit and self.pos[i] < self.length[i]
+            holes += self.stale[i]
+        self.width += 0 if holes == len(self.live) else 1
+
+    def leave(self, clock: float, out: BatchRun) -> None:
+        """Finished sequences leave the batch (their decode time and tokens go to `out`)."""
+        for i in [i for i in self.live if self.pos[i] >= self.length[i]]:
             out.sequence_ms.append(clock)
-            out.sequence_tokens.append(length[i])
-        live = [i for i in live if pos[i] < length[i]]
-    out.tokens += sum(length)
-    out.time_ms += clock
+            out.sequence_tokens.append(self.length[i])
+        self.live = [i for i in self.live if self.pos[i] < self.length[i]]
+
+    def finish(self, clock: float, out: BatchRun) -> None:
+        out.tokens += sum(self.length)
+        out.time_ms += clock
 
 
-def replay_batches(costs: BatchCosts, stream, batch: int, exit_layer: int | None, draft_len: int = 1) -> BatchRun:
-    """Every generation of `stream`, `batch` at a time (the last group may be smaller)."""
+def replay_group(costs: BatchCosts, group: list[tuple[np.ndarray, float]], exit_layer: int | None,
+                 draft_len: int, out: BatchRun, both_cores: bool = False) -> None:
+    """One batch of generations to the end (AR when `exit_layer` is None; `both_cores`: AR on two threads),
+    added to `out`."""
+    seqs = Sequences(group)
+    clock = 0.0
+    ar_step = costs.ar_step_both_cores if both_cores else costs.ar_step
+    while seqs.live:
+        g = 0 if exit_layer is None else seqs.draft_len(draft_len)
+        clock += ar_step(len(seqs.live), seqs.width) if exit_layer is None else \
+            costs.eesd_round(len(seqs.live), seqs.width, exit_layer, g)
+        seqs.commit_round(exit_layer, g, out)
+        seqs.leave(clock, out)
+    seqs.finish(clock, out)
+
+
+def replay_ppsd_group(costs: BatchCosts, group: list[tuple[np.ndarray, float]], exit_layer: int,
+                      out: BatchRun) -> None:
+    """One batch of generations through batched PPSD (runtime/batched_pipeline.py) to the end, added to `out`.
+    The first tick feeds every first token (stage 1 alone); then every tick (`BatchCosts.ppsd_tick`) moves the
+    sequences by `Sequences.commit_tick`."""
+    seqs = Sequences(group)
+    clock = costs.ppsd_tick(len(group), seqs.width, exit_layer, both=False)
+    seqs.width += 1
+    while seqs.live:
+        clock += costs.ppsd_tick(len(seqs.live), seqs.width, exit_layer)
+        seqs.commit_tick(out)
+        seqs.leave(clock, out)
+    seqs.finish(clock, out)
+
+
+def replay_batches(costs: BatchCosts, stream, batch: int, exit_layer: int | None, draft_len: int = 1,
+                   pipelined: bool = False, both_cores: bool = False) -> BatchRun:
+    """Every generation of `stream`, `batch` at a time (the last group may be smaller); `pipelined`: batched
+    PPSD at `exit_layer` (`draft_len` unused); `both_cores`: AR on two threads."""
     gens = generations(stream)
     out = BatchRun()
     for k in range(0, len(gens), batch):
-        replay_group(costs, gens[k: k + batch], exit_layer, draft_len, out)
+        if pipelined:
+            replay_ppsd_group(costs, gens[k: k + batch], exit_layer, out)
+        else:
+            replay_group(costs, gens[k: k + batch], exit_layer, draft_len, out, both_cores)
     return out
 
 
@@ -99,3 +162,9 @@ def closed_form_speedup(costs: BatchCosts, batch: int, context: float, exit_laye
     g = int(draft_len)
     per_round = g + 1 if alpha >= 1.0 else (1.0 - alpha ** (g + 1)) / (1.0 - alpha)
     return per_round * costs.ar_step(batch, context) / costs.eesd_round(batch, context, exit_layer, g)
+
+
+def closed_form_ppsd_speedup(costs: BatchCosts, batch: int, context: float, exit_layer: int, alpha: float) -> float:
+    """Batched PPSD against AR at `batch`, i.i.d. acceptance α, every sequence live: a token costs a tick, and
+    a rejected draft (1 − α of them) one tick more."""
+    return costs.ar_step(batch, context) / ((2.0 - alpha) * costs.ppsd_tick(batch, context, exit_layer))
