@@ -92,20 +92,31 @@ def _positions(pos: torch.Tensor, n: int) -> torch.Tensor:
     return pos.unsqueeze(1) + torch.arange(n, device=pos.device).unsqueeze(0)
 
 
-def batch_prefill(model, prompts: list[list[int]]) -> tuple[BatchState, torch.Tensor]:
-    """Whole model on the left-padded prompts -> the state and each sequence's last logits [B, V]."""
+def prefill_layers(model, prompts: list[list[int]], hidden: torch.Tensor | None = None, lo: int = 0,
+                   hi: int | None = None) -> tuple[BatchState, torch.Tensor]:
+    """Layers [lo, hi) over the left-padded prompts, from the embedding when `hidden` is None (else from those
+    states, one per padded position) -> (the state, the layer-hi states [B, width, H]). The pipeline's stages
+    each prefill their own layers with it."""
     width = max(len(p) for p in prompts)
     pad = [width - len(p) for p in prompts]
     dev = model.device
-    ids = torch.tensor([[0] * k + p for k, p in zip(pad, prompts)], dtype=torch.long)
     valid = torch.tensor([[False] * k + [True] * len(p) for k, p in zip(pad, prompts)], dtype=torch.bool, device=dev)
     positions = (torch.arange(width, device=dev).unsqueeze(0) - torch.tensor(pad, device=dev).unsqueeze(1)).clamp(min=0)
-    cache = model.new_cache()
     mask = pass_mask(valid[:, :0], 0, width) & valid.unsqueeze(1).unsqueeze(1)
     mask |= torch.eye(width, dtype=torch.bool, device=dev).unsqueeze(0).unsqueeze(0)
-    h = model.forward_layers(model.embed(ids), 0, model.num_layers, cache, 0, attention_mask=mask, positions=positions)
+    cache = model.new_cache()
+    if hidden is None:
+        hidden = model.embed(torch.tensor([[0] * k + p for k, p in zip(pad, prompts)], dtype=torch.long))
+    h = model.forward_layers(hidden, lo, model.num_layers if hi is None else hi, cache, 0, attention_mask=mask,
+                             positions=positions)
     state = BatchState(cache, valid, torch.tensor([len(p) for p in prompts], device=dev), list(range(len(prompts))),
                        [[] for _ in prompts])
+    return state, h
+
+
+def batch_prefill(model, prompts: list[list[int]]) -> tuple[BatchState, torch.Tensor]:
+    """Whole model on the left-padded prompts -> the state and each sequence's last logits [B, V]."""
+    state, h = prefill_layers(model, prompts)
     return state, model.head(h[:, -1:])[:, -1]
 
 

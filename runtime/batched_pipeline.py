@@ -33,7 +33,7 @@ import torch
 
 from ppsd.errors import UserError
 from runtime.acceptance import Sampler
-from runtime.batched import BatchRecord, BatchState, _ids, _leave, _positions, pass_mask
+from runtime.batched import BatchRecord, BatchState, _ids, _leave, _positions, pass_mask, prefill_layers
 
 
 @dataclass
@@ -47,31 +47,6 @@ class Tick:
     keep: list[int] | None = None
 
 
-def _padded(prompts: list[list[int]], dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-padded ids, the slot mask and the positions of a batch of prompts."""
-    width = max(len(p) for p in prompts)
-    pad = [width - len(p) for p in prompts]
-    ids = torch.tensor([[0] * k + p for k, p in zip(pad, prompts)], dtype=torch.long)
-    valid = torch.tensor([[False] * k + [True] * len(p) for k, p in zip(pad, prompts)], dtype=torch.bool, device=dev)
-    positions = (torch.arange(width, device=dev).unsqueeze(0) - torch.tensor(pad, device=dev).unsqueeze(1)).clamp(min=0)
-    return ids, valid, positions
-
-
-def _prefill_layers(model, prompts, hidden: torch.Tensor | None, lo: int, hi: int):
-    """Layers [lo, hi) over the left-padded prompts (from the embedding when `hidden` is None) -> (state,
-    the layer-hi states)."""
-    ids, valid, positions = _padded(prompts, model.device)
-    width = valid.shape[1]
-    mask = pass_mask(valid[:, :0], 0, width) & valid.unsqueeze(1).unsqueeze(1)
-    mask |= torch.eye(width, dtype=torch.bool, device=model.device).unsqueeze(0).unsqueeze(0)
-    cache = model.new_cache()
-    h = model.embed(ids) if hidden is None else hidden
-    h = model.forward_layers(h, lo, hi, cache, 0, attention_mask=mask, positions=positions)
-    state = BatchState(cache, valid, torch.tensor([len(p) for p in prompts], device=model.device),
-                       list(range(len(prompts))), [[] for _ in prompts])
-    return state, h
-
-
 class StageOne:
     """Stage 1's state in its own process: its cache, each sequence's next position and pending draft."""
 
@@ -82,7 +57,7 @@ class StageOne:
         self.draft: list[int] = []
 
     def prefill(self, prompts: list[list[int]]) -> np.ndarray:
-        self.state, h = _prefill_layers(self.model, prompts, None, 0, self.exit_layer)
+        self.state, h = prefill_layers(self.model, prompts, hi=self.exit_layer)
         self.draft = [-1] * len(prompts)
         return h.numpy()
 
@@ -176,7 +151,7 @@ def prefill(model, stage_one: StageOneProcess, prompts, exit_layer: int, greedy:
     """Both stages over the prompts -> stage 2's state with every sequence's first token."""
     stage_one.send("prefill", prompts)
     h = torch.from_numpy(stage_one.receive())
-    state, h = _prefill_layers(model, prompts, h, exit_layer, model.num_layers)
+    state, h = prefill_layers(model, prompts, h, exit_layer)
     logits = model.head(h[:, -1:])[:, -1]
     for b in range(len(prompts)):
         state.tokens[b].append(int(greedy.choose(logits[b])[0]))

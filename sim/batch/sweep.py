@@ -57,9 +57,9 @@ def label(scheme: Mode, exit_layer: int, draft_len: int | None, head: str) -> st
 
 
 def predict(profile, exit_layer: int, draft_len: int | None, batch: int, head: str = SHARED, ar=None,
-            scheme: Mode = Mode.EESD) -> BatchPoint:
-    """EESD E, γ (or batched PPSD at E) at `batch` against AR at `batch`, over the exit layer's traces (`ar`:
-    AR's replay, reused)."""
+            scheme: Mode = Mode.EESD, ar_both=None) -> BatchPoint:
+    """EESD E, γ (or batched PPSD at E) at `batch` against AR at `batch`, over the exit layer's traces (`ar`,
+    `ar_both`: AR's replays on one thread and on two, reused)."""
     check_batch(profile, batch)
     costs = batch_costs(profile, head)
     stream = trace_stream(profile, exit_layer, head=head)
@@ -70,7 +70,7 @@ def predict(profile, exit_layer: int, draft_len: int | None, batch: int, head: s
     rate = sum(run.accepted) / (len(run.accepted) * per_round) if run.accepted and per_round else None
     both = tp = None
     if pipelined and costs.prices_both_cores:
-        both = replay_batches(costs, stream, batch, None, both_cores=True).tokens_per_s
+        both = (ar_both or replay_batches(costs, stream, batch, None, both_cores=True)).tokens_per_s
         tp = run.tokens_per_s / max(ar.tokens_per_s, both)
     return BatchPoint(label(scheme, exit_layer, draft_len, head), exit_layer, None if pipelined else draft_len, head,
                       batch, run.tokens_per_s, ar.tokens_per_s, run.tokens_per_s / ar.tokens_per_s, run.ms_per_token,
@@ -104,11 +104,15 @@ def rank(profile, batch: int, heads=(SHARED,), gammas=range(1, MAX_GAMMA + 1), e
     check_batch(profile, batch)
     points, ars = [], {}
     for scheme in schemes:
+        both = scheme is Mode.PPSD and batch_costs(profile).prices_both_cores
         for _, head, exit_layer, g in screen(profile, batch, heads, gammas, exits, scheme)[:replay_top]:
-            if (head, exit_layer) not in ars:
-                ars[(head, exit_layer)] = replay_batches(batch_costs(profile, head),
-                                                         trace_stream(profile, exit_layer, head=head), batch, None)
-            points.append(predict(profile, exit_layer, g, batch, head, ars[(head, exit_layer)], scheme))
+            if (head, exit_layer, both) not in ars:
+                costs, stream = batch_costs(profile, head), trace_stream(profile, exit_layer, head=head)
+                ars[(head, exit_layer, both)] = (replay_batches(costs, stream, batch, None),
+                                                 replay_batches(costs, stream, batch, None, both_cores=True)
+                                                 if both else None)
+            ar, ar_both = ars[(head, exit_layer, both)]
+            points.append(predict(profile, exit_layer, g, batch, head, ar, scheme, ar_both))
     return sorted(points, key=lambda p: -p.speedup_vs_ar)
 
 
