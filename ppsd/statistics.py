@@ -5,10 +5,12 @@ the verdict and the validation reports."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from statistics import NormalDist
 
 import numpy as np
+
+MAD_TO_SD = 1.4826  # a normal's standard deviation per median absolute deviation
 
 Z90 = NormalDist().inv_cdf(0.9)  # 1.2816: a normal's p10..p90 spans 2 · Z90 standard deviations
 
@@ -46,7 +48,7 @@ def mad_log_sd(x) -> float:
     logs = np.log(np.asarray([v for v in x if v > 0], dtype=float))
     if len(logs) < 3:
         return 0.0
-    return float(1.4826 * np.median(np.abs(logs - np.median(logs))))
+    return float(MAD_TO_SD * np.median(np.abs(logs - np.median(logs))))
 
 
 def percent_error(predicted: float | None, measured: float | None) -> float | None:
@@ -92,3 +94,39 @@ def expected_max(a: float, b: float, cv: float) -> float:
     z = (a - b) / theta
     unit = NormalDist()
     return a * unit.cdf(z) + b * unit.cdf(-z) + theta * unit.pdf(z)
+
+
+def expected_max_of(means: Sequence[float], cv: float) -> float:
+    """E[max] of independent normal tasks with the given means and relative spread `cv` each: Clark's
+    formulas folded pairwise (the running maximum kept as a normal with Clark's mean and variance).
+    What a lock step that waits for the slowest of several jittery tasks costs per step."""
+    vals = [float(m) for m in means]
+    if not vals:
+        raise ValueError("expected_max_of needs at least one mean")
+    mean, var = vals[0], (cv * vals[0]) ** 2
+    unit = NormalDist()
+    for b in vals[1:]:
+        vb = (cv * b) ** 2
+        theta = math.sqrt(var + vb)
+        if theta <= 0.0:
+            mean, var = max(mean, b), 0.0
+            continue
+        z = (mean - b) / theta
+        first = mean * unit.cdf(z) + b * unit.cdf(-z) + theta * unit.pdf(z)
+        second = ((mean ** 2 + var) * unit.cdf(z) + (b ** 2 + vb) * unit.cdf(-z)
+                  + (mean + b) * theta * unit.pdf(z))
+        mean, var = first, max(second - first ** 2, 0.0)
+    return mean
+
+
+def short_jitter_cv(durations: Sequence[float]) -> float:
+    """Relative pass-to-pass spread of a series of task durations in time order: the robust spread of
+    the log ratio of each duration to the one before, over sqrt 2. A slow drift or a trend (a context
+    that grows) cancels between neighbours; what is left is the independent jitter of each pass."""
+    d = [float(x) for x in durations if x is not None and float(x) > 0.0]
+    if len(d) < 3:
+        return 0.0
+    steps = [math.log(b / a) for a, b in zip(d, d[1:])]
+    centre = median(steps)
+    mad = median(abs(s - centre) for s in steps)
+    return float(MAD_TO_SD * mad / math.sqrt(2.0))

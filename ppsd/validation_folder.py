@@ -155,6 +155,8 @@ class ValidationRow:
     # `--plans ...:alpha=A`: acceptance forced to seeded Bernoulli(A) bits in the run and the
     # prediction alike (a timing check; the label says "forced α=A")
     forced_alpha: float | None = None
+    # EESD's confidence stop τ (`Plan.draft_stop`; the label says "τ=…"); None: always γ drafts
+    draft_stop: float | None = None
     # out-of-sample validation: what the in-sample prediction (the measured prompts' own traces)
     # said for the same run, and its error (`with_in_sample`)
     predicted_speedup_in_sample: float | None = None
@@ -190,6 +192,7 @@ class ValidationRow:
         label = plan.label() + ("" if forced_alpha is None else f" forced α={forced_alpha:g}")
         return cls(
             plan=label, mode=mode, exit_layer=plan.exit_layer, forced_alpha=forced_alpha,
+            draft_stop=getattr(plan, "draft_stop", None),
             draft_len=plan.size_as("draft_len"), stages=plan.num_stages,
             stage_bounds=list(plan.stage_bounds) if plan.stage_bounds else None,
             predicted_tokens_per_s=round(predicted.tokens_per_s, 4),
@@ -324,7 +327,7 @@ SAMPLED_FIELDS: list[str] = ["measured_speedup_seeds", "measured_acceptance_rate
                              "predicted_speedup_seed_range"]  # lists: validation.json only, when sampled
 ROUND_FIELDS: list[str] = ["measured_speedup_rounds",  # a list: validation.json only, with --rounds > 1
                             "piece_drift_pct"]  # a dict: validation.json only, with --retime
-EXTRA_COLUMNS: list[str] = ["forced_alpha", "predicted_speedup_in_sample", "speedup_error_in_sample_pct",
+EXTRA_COLUMNS: list[str] = ["forced_alpha", "draft_stop", "predicted_speedup_in_sample", "speedup_error_in_sample_pct",
                              "predicted_acceptance_rate_in_sample", "predicted_speedup_profile",
                              "speedup_error_profile_pct", "predicted_speedup_vs_ar_tp_profile",
                              "speedup_vs_ar_tp_error_profile_pct"]  # in the CSV when a row has them

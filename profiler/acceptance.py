@@ -8,6 +8,7 @@ Two passes per prompt:
      (final norm + LM head) on layer E's state gives the exit-E draft for every position at once:
        match_p = [argmax exit-E logits == the full model's token p]
        beta_p  = sum_v min(p_full(v), p_exit(v)) at temperature T (softmax of logits / T)
+       conf_p  = max_v softmax(exit-E logits)(v), the draft's confidence (what a confidence stop reads)
      for every exit E in 1..N-1.
 
 Left padding is exact for rotary models: attention scores depend only on relative positions, so a
@@ -31,13 +32,15 @@ import numpy as np
 import torch
 
 from ppsd.exit_heads import SHARED
+from ppsd.profile.files import ACCEPTANCE_COLUMNS, ACCEPTANCE_OPTIONAL
+from runtime.decoding import draft_confidence
 from runtime.llm import ModelAdapter, causal_mask
 from ppsd.prompts import Prompt
 
 
 @dataclass
 class PromptResult:
-    """Everything measured for one prompt. match/beta: [N-1, G] for exits 1..N-1."""
+    """Everything measured for one prompt. match/beta/confidence: [N-1, G] for exits 1..N-1."""
 
     prompt_id: str
     category: str
@@ -47,12 +50,14 @@ class PromptResult:
     match: np.ndarray
     beta: np.ndarray
     teacher_forced_agree: int
+    confidence: np.ndarray | None = None
 
     def to_json(self) -> dict:
         return {"prompt_id": self.prompt_id, "category": self.category, "prompt": self.prompt,
                 "prompt_tokens": self.prompt_tokens, "token_ids": self.token_ids,
                 "match": self.match.astype(int).tolist(), "beta": np.round(self.beta, 5).tolist(),
-                "teacher_forced_agree": self.teacher_forced_agree}
+                "teacher_forced_agree": self.teacher_forced_agree,
+                "confidence": None if self.confidence is None else np.round(self.confidence, 4).tolist()}
 
     @classmethod
     def from_json(cls, obj: dict) -> PromptResult:
@@ -60,7 +65,8 @@ class PromptResult:
         g = len(obj["token_ids"])
         return cls(obj["prompt_id"], obj["category"], obj["prompt"], list(obj["prompt_tokens"]),
                    list(obj["token_ids"]), np.asarray(obj["match"], dtype=np.int8).reshape(n_exits, g),
-                   np.asarray(obj["beta"], dtype=np.float32).reshape(n_exits, g), int(obj["teacher_forced_agree"]))
+                   np.asarray(obj["beta"], dtype=np.float32).reshape(n_exits, g), int(obj["teacher_forced_agree"]),
+                   np.asarray(obj["confidence"], dtype=np.float32).reshape(n_exits, g))  # KeyError: redo an older file
 
     def generation_record(self) -> dict:
         return {"prompt_id": self.prompt_id, "category": self.category, "prompt": self.prompt,
@@ -152,9 +158,10 @@ def layer_states(adapter: ModelAdapter, prompt: list[int], generated: list[int])
 
 @torch.inference_mode()
 def exit_traces(adapter: ModelAdapter, states: torch.Tensor, generated: list[int], temperature: float,
-                chunk_rows: int = 384, block_rows: int = 16) -> tuple[np.ndarray, np.ndarray, int]:
-    """From layer states [N, G, H]: match and beta [N-1, G] for exits 1..N-1, and how many
-    positions the full model (layer N) itself agrees with the generated token.
+                chunk_rows: int = 384, block_rows: int = 16) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """From layer states [N, G, H]: match and beta [N-1, G] for exits 1..N-1, how many positions the
+    full model (layer N) itself agrees with the generated token, and each draft's confidence [N-1, G]
+    (`draft_confidence`).
 
     The LM-head matmuls dominate the cost. Many rows per matmul keep them compute bound (each
     call streams the whole vocab x hidden weight), then the softmax / min / sum for beta walks the
@@ -169,10 +176,12 @@ def exit_traces(adapter: ModelAdapter, states: torch.Tensor, generated: list[int
     tgt, top_full = target.repeat(N - 1), full_top.repeat(N - 1)
     match = np.zeros((N - 1) * G, dtype=np.int8)
     beta = np.zeros((N - 1) * G, dtype=np.float32)
+    conf = np.zeros((N - 1) * G, dtype=np.float32)
     for lo in range(0, flat.shape[0], chunk_rows):
         hi = min(lo + chunk_rows, flat.shape[0])
         logits = adapter.head(flat[lo:hi]).float()                   # [rows, V]
         top = logits.argmax(-1)
+        conf[lo:hi] = draft_confidence(logits).cpu().numpy()
         match[lo:hi] = (top == tgt[lo:hi]).cpu().numpy()
         if p_full is None:
             # T = 0: both distributions are one-hot on their argmax (ties aside), so beta is the
@@ -184,7 +193,7 @@ def exit_traces(adapter: ModelAdapter, states: torch.Tensor, generated: list[int
             p_exit = torch.softmax(logits[b - lo:e - lo].div_(temperature), dim=-1)
             torch.minimum(p_exit, p_full[torch.arange(b, e, device=p_full.device) % G], out=p_exit)
             beta[b:e] = p_exit.sum(-1).clamp_(max=1.0).cpu().numpy()
-    return match.reshape(N - 1, G), beta.reshape(N - 1, G), agree
+    return match.reshape(N - 1, G), beta.reshape(N - 1, G), agree, conf.reshape(N - 1, G)
 
 
 # --- the whole phase -------------------------------------------------------------------------------
@@ -235,9 +244,9 @@ def profile_acceptance(adapter: ModelAdapter, prompts: list[Prompt], encoded: li
             on_generate(sum(max_new_tokens - len(g) for g in gens))
         for i, gen in zip(idx, gens):
             states = layer_states(adapter, encoded[i], gen)
-            match, beta, agree = exit_traces(adapter, states, gen, temperature)
+            match, beta, agree, conf = exit_traces(adapter, states, gen, temperature)
             p = prompts[i]
-            res = PromptResult(p.prompt_id, p.category, p.text, encoded[i], gen, match, beta, agree)
+            res = PromptResult(p.prompt_id, p.category, p.text, encoded[i], gen, match, beta, agree, conf)
             if work_dir is not None:
                 atomic_write_json(work_dir / f"{_safe(p.prompt_id)}.json", res.to_json())
             done[i] = res
@@ -251,7 +260,8 @@ def _safe(name: str) -> str:
 
 
 def acceptance_table(results: list[PromptResult]):
-    """The long table of schema.py: head, prompt_id, category, exit_layer, position, match, beta."""
+    """The long table of ppsd/profile/files.py: head, prompt_id, category, exit_layer, position, match,
+    beta, confidence."""
     import pandas as pd
 
     frames = []
@@ -261,9 +271,11 @@ def acceptance_table(results: list[PromptResult]):
             continue
         exits = np.repeat(np.arange(1, n_exits + 1), g)
         positions = np.tile(np.arange(g), n_exits)
+        conf = np.full(n_exits * g, np.nan, dtype=np.float32) if r.confidence is None else r.confidence.reshape(-1)
         frames.append(pd.DataFrame({"head": SHARED, "prompt_id": r.prompt_id, "category": r.category,
                                     "exit_layer": exits, "position": positions,
-                                    "match": r.match.reshape(-1).astype(int), "beta": r.beta.reshape(-1)}))
+                                    "match": r.match.reshape(-1).astype(int), "beta": r.beta.reshape(-1),
+                                    "confidence": conf}))
     if not frames:
-        return pd.DataFrame(columns=["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"])
+        return pd.DataFrame(columns=ACCEPTANCE_COLUMNS + ACCEPTANCE_OPTIONAL)
     return pd.concat(frames, ignore_index=True)

@@ -122,7 +122,7 @@ def profile_sampled(adapter: ModelAdapter, prompts: list[Prompt], encoded: list[
                 on_generate(sum(max_new_tokens - len(g) for g in gens))
             for i, gen in zip(idx, gens):
                 states = layer_states(adapter, encoded[i], gen)
-                match, beta, agree = exit_traces(adapter, states, gen, t)
+                match, beta, agree, _ = exit_traces(adapter, states, gen, t)
                 p = prompts[i]
                 res = PromptResult(p.prompt_id, p.category, p.text, encoded[i], gen, match, beta, agree)
                 if sub is not None:

@@ -738,6 +738,19 @@ def summary_rows(profile) -> list[dict]:
             for e in range(1, N)]
 
 
+def _print_runtime_probe(console, profile, run: dict) -> None:
+    """The runtime probe's lines of `print_summary`: the co-run slowdown, each stage's share, the jitter."""
+    each = " / ".join(f"{sum(r['slowdown_per_stage']) / 2:.3f}" for r in run["rounds"])
+    console.print(f"runtime probe (stages [0, {run['exit_layer']}, {profile.num_layers}], every draft accepted): pass "
+                  f"slowdown {run['slowdown']:.3f}x (median of rounds {each}; spread {100 * run['slowdown_cv']:.1f}%), "
+                  "the co-run slowdown the simulator uses")
+    shares = " / ".join(f"{b:.3f}" for b in profile.corun_stage_bias(2))
+    jitter = (f"pass-to-pass jitter {100 * profile.lockstep_jitter_cv():.1f}% (the lock step's wait)"
+              if "pass_jitter_cv" in run else "no pass-to-pass jitter recorded (the lock step priced at the slower "
+              "stage; re-profile to price its wait)")
+    console.print(f"  stage shares of it {shares}, {jitter}")
+
+
 def print_summary(profile) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -779,10 +792,7 @@ def print_summary(profile) -> None:
     pipe = lat.get("pipeline")
     run = (pipe or {}).get("runtime")
     if run:
-        each = " / ".join(f"{sum(r['slowdown_per_stage']) / 2:.3f}" for r in run["rounds"])
-        console.print(f"runtime probe (stages [0, {run['exit_layer']}, {N}], every draft accepted): pass slowdown "
-                      f"{run['slowdown']:.3f}x (median of rounds {each}; spread {100 * run['slowdown_cv']:.1f}%), "
-                      "the co-run slowdown the simulator uses")
+        _print_runtime_probe(console, profile, run)
     if pipe and pipe.get("stage_bounds"):
         ph = pipe.get("hop") or {}
         hop_text = (f"hop into a waiting stage {ph['median_ms']:.3f} ms" if ph.get("median_ms") is not None else

@@ -5,7 +5,10 @@ pieces are scaled to it as the latency tables are), then the real two-stage pipe
 accepted. Each stage's pass in the pipeline over the same pass priced from this round's pieces is
 what running beside the other stage costs it; a round's slowdown is the mean over the two stages, the
 profile keeps the median round, and the rounds' spread says how much that figure moves over a
-sitting (`latency.pipeline.runtime`, `Profile.corun_slowdown`, `Profile.pipeline_slowdown_cv`).
+sitting (`latency.pipeline.runtime`, `Profile.corun_slowdown`, `Profile.pipeline_slowdown_cv`). Each
+stage's slowdown against the mean says how the co-run cost splits between the roles
+(`Profile.corun_stage_bias`), and each stage's pass-to-pass jitter what the lock step of two tokens
+in flight waits out beyond the slower stage (`Profile.lockstep_jitter_cv`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import statistics
 import numpy as np
 import torch
 
-from ppsd.statistics import mad_log_sd
+from ppsd.statistics import mad_log_sd, short_jitter_cv
 from profiler.latency import StepClock, filled_cache, timed_step, whole_step_ms
 
 ROUNDS = 5
@@ -51,15 +54,17 @@ class RuntimeProbe:
     @torch.inference_mode()
     def round(self) -> None:
         """Pieces and whole steps in this process, then the pipeline; one round's ratios."""
-        from runtime.probe import stage_pass_ms
+        from runtime.probe import stage_passes_ms
 
         a, c = self.adapter, self.context
         laps = np.median([timed_step(a, self.cache, self.ids, c, self.clock) for _ in range(STEPS)], axis=0)
         whole = statistics.median(whole_step_ms(a, self.cache, self.ids, c) for _ in range(STEPS))
         alone = stage_prices(laps, self.exit_layer, whole / float(laps.sum()))
-        passes = stage_pass_ms(a, self.exit_layer, self.prompt, self.tokens)
+        series = stage_passes_ms(a, self.exit_layer, self.prompt, self.tokens)
+        passes = [statistics.median(p) for p in series]
         self.rounds.append({"slowdown_per_stage": [round(p / q, 4) for p, q in zip(passes, alone)],
-                            "pass_ms": [round(p, 3) for p in passes], "alone_ms": [round(q, 3) for q in alone]})
+                            "pass_ms": [round(p, 3) for p in passes], "alone_ms": [round(q, 3) for q in alone],
+                            "pass_jitter_cv": round(float(np.mean([short_jitter_cv(p) for p in series])), 5)})
 
     def summary(self) -> dict | None:
         if not self.rounds:
@@ -68,6 +73,7 @@ class RuntimeProbe:
         kept = sorted(range(len(slow)), key=slow.__getitem__)[len(slow) // 2]
         return {"slowdown": slow[kept], "slowdown_per_stage": self.rounds[kept]["slowdown_per_stage"],
                 "round_kept": kept, "rounds": self.rounds, "slowdown_cv": mad_log_sd(slow),
+                "pass_jitter_cv": float(np.median([r["pass_jitter_cv"] for r in self.rounds])),
                 "exit_layer": self.exit_layer, "tokens": self.tokens, "prompt_len": self.prompt_len,
                 "context": self.context, "method": METHOD}
 
@@ -76,7 +82,8 @@ METHOD = ("the runtime's own two-stage pipeline (forked stage processes, runtime
           "accepted; each stage's median pass over the same pass priced from pieces timed in this process in the "
           "same round and scaled to a whole step timed beside them; mean over the stages, median round kept; "
           "slowdown_cv: the rounds' log spread by their median absolute deviation (a burst in one round moves "
-          "neither)")
+          "neither); pass_jitter_cv: each stage's pass-to-pass spread (ppsd.statistics.short_jitter_cv), mean of "
+          "the stages, median round: the independent jitter a lock step waits out")
 
 
 def measure_runtime_probe(adapter, rounds: int = ROUNDS, tokens: int = TOKENS, prompt_len: int = PROMPT_LEN,

@@ -99,13 +99,29 @@ def generate_ar(model, prompt: list[int], max_new: int, sampler: Sampler, eos: s
     return SeqRecord(tokens, t1 - t0, t2 - t1, busy_s=[t2 - t1], events=clock.events)
 
 
-def draft(model, cache, token: int, pos: int, exit_layer: int, sampler: Sampler, drafter=None):
+def draft(model, cache, token: int, pos: int, exit_layer: int, sampler: Sampler, drafter=None,
+          confident: list[float] | None = None):
     """Layers [0, E) + exit head on one token at `pos` -> (layer-E state [1,1,H], draft token, q).
-    The exit head is the shared one, or `drafter`'s (runtime/heads.py: trained / reduced vocabulary)."""
+    The exit head is the shared one, or `drafter`'s (runtime/heads.py: trained / reduced vocabulary).
+    With `confident` (a list), the draft's confidence is appended to it: the top-1 probability of the
+    exit head's distribution (`draft_confidence`), what a confidence stop reads."""
     ids = torch.tensor([[token]], dtype=torch.long)
     h_exit = model.forward_layers(model.embed(ids), 0, exit_layer, cache, pos)
-    d, q = drafter.choose(sampler, h_exit) if drafter is not None else sampler.choose(model.head(h_exit)[0, -1])
+    if confident is None:
+        d, q = drafter.choose(sampler, h_exit) if drafter is not None else sampler.choose(model.head(h_exit)[0, -1])
+        return h_exit, d, q
+    logits = drafter.logits(h_exit)[0, -1] if drafter is not None else model.head(h_exit)[0, -1]
+    d, q = drafter.choose_logits(sampler, logits) if drafter is not None else sampler.choose(logits)
+    confident.append(float(draft_confidence(logits)))
     return h_exit, d, q
+
+
+def draft_confidence(logits: torch.Tensor) -> torch.Tensor:
+    """The top-1 probability of the distribution each position's logits [..., V] define (softmax at
+    T = 1), from the largest logit and the log-sum-exp: no softmax over the vocabulary is kept. The
+    profiler records it along the traces, the runtime's confidence stop reads it per draft."""
+    x = logits.float()
+    return torch.exp(x.max(-1).values - torch.logsumexp(x, -1))
 
 
 def verify(model, cache, h_exits: list[torch.Tensor], last_draft: int, pos: int, exit_layer: int) -> torch.Tensor:
@@ -123,8 +139,9 @@ def verify(model, cache, h_exits: list[torch.Tensor], last_draft: int, pos: int,
 @torch.inference_mode()
 def generate_eesd(model, prompt: list[int], max_new: int, sampler: Sampler, exit_layer: int, gamma: int,
                   eos: set[int] | None = None, forced: ForcedTrace | None = None, origin: float | None = None,
-                  timeline: bool = False, drafter=None) -> SeqRecord:
-    """Early-exit self-speculative decoding (draft γ, then verify γ+1 positions at once)."""
+                  timeline: bool = False, drafter=None, draft_stop: float | None = None) -> SeqRecord:
+    """Early-exit self-speculative decoding (draft γ, then verify γ+1 positions at once). With
+    `draft_stop` τ a round stops drafting after its first draft less confident than τ."""
     clock = _Clock(time.perf_counter() if origin is None else origin, timeline)
     cache, tokens, t0, t1 = _start(model, prompt, sampler, clock)
     rounds: list[int] = []
@@ -135,12 +152,16 @@ def generate_eesd(model, prompt: list[int], max_new: int, sampler: Sampler, exit
         g = min(gamma, max_new - len(tokens) - 1)
         s = time.perf_counter()
         h_exits, drafts, qs = [], [], []
+        confident = [] if draft_stop is not None else None
         cur = tokens[-1]
         for i in range(g):
-            h_exit, cur, q = draft(model, cache, cur, pos + i, exit_layer, sampler, drafter)
+            h_exit, cur, q = draft(model, cache, cur, pos + i, exit_layer, sampler, drafter, confident)
             h_exits.append(h_exit)
             drafts.append(cur)
             qs.append(q)
+            if confident is not None and confident[-1] < draft_stop:  # unsure: verify what there is
+                g = i + 1
+                break
         if g == 0:  # last token: a plain step through layers [0, E) then [E, N)
             ids = torch.tensor([[tokens[-1]]], dtype=torch.long)
             h_exits = [model.forward_layers(model.embed(ids), 0, exit_layer, cache, pos)]

@@ -9,9 +9,10 @@ exit as ppsd's shared head) and verifies the drafts with the whole model. Its AR
 - the draft length: the drafter reads `num_assistant_tokens` / `num_assistant_tokens_schedule` /
   `assistant_confidence_threshold` from the *model's own* `generation_config` (the assistant is the
   model), not from `generate`'s arguments, so a run sets them there for its duration and restores
-  them after. The confidence threshold (default 0.4: stop drafting when the draft's probability falls
-  below it) is set to 0, so the draft length follows the schedule alone (the simulator has no record
-  of a draft's confidence). "heuristic" carries its draft length from one `generate` call to the next
+  them after. The confidence threshold (transformers' default 0.4, `hf_default_threshold`: stop drafting
+  after a draft whose probability falls below it) is the plan's `draft_stop`, or 0 without one, so the
+  draft length then follows the schedule alone. Early exit keeps it fixed (transformers adapts it only in
+  `AssistedCandidateGenerator` itself, and only with scikit-learn installed). "heuristic" carries its draft length from one `generate` call to the next
   (transformers writes it back into the generation config); a run starts every pass over its prompts
   at γ0, as the simulator starts its stream.
 - the clock: a streamer records when each commit lands (one `put` per AR step or per assisted
@@ -99,15 +100,29 @@ def hf_model(model):
     return model.model
 
 
+def hf_default_threshold() -> float:
+    """transformers' own default `assistant_confidence_threshold`: what `generate` fills a GenerationConfig
+    field left unset with (transformers 5: `_get_default_generation_params`; before it, the field's own
+    default)."""
+    from transformers import GenerationConfig
+
+    value = GenerationConfig().assistant_confidence_threshold
+    defaults = getattr(GenerationConfig, "_get_default_generation_params", None)
+    if value is None and defaults is not None:
+        value = defaults().get("assistant_confidence_threshold")
+    return float(value or 0.0)
+
+
 @contextlib.contextmanager
-def assisted_config(hf, gamma: int, schedule: str):
-    """The model's generation config set for assisted drafting for the duration (restored after)."""
+def assisted_config(hf, gamma: int, schedule: str, threshold: float | None = None):
+    """The model's generation config set for assisted drafting for the duration (restored after):
+    γ0, the schedule and the confidence threshold (`threshold`; None: 0, no confidence stop)."""
     gc = hf.generation_config
     keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
     saved = {k: getattr(gc, k, None) for k in keys}
     gc.num_assistant_tokens = int(gamma)
     gc.num_assistant_tokens_schedule = check_schedule(schedule)
-    gc.assistant_confidence_threshold = 0.0
+    gc.assistant_confidence_threshold = float(threshold or 0.0)
     try:
         yield gc
     finally:
@@ -230,7 +245,8 @@ def run_hf(model, plan, prompts: list[list[int]], max_new: list[int], *, warmup:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     reps: list[list[HFSeqRecord]] = []
-    cm = assisted_config(hf, plan.draft_len, schedule) if assisted else contextlib.nullcontext()
+    cm = (assisted_config(hf, plan.draft_len, schedule, getattr(plan, "draft_stop", None)) if assisted
+          else contextlib.nullcontext())
     try:
         with cm as gc:
             for rep in range(-warmup, repeats):
@@ -346,7 +362,8 @@ def run_command(args) -> int:
     torch.set_num_threads(1)
     model = load_model(args.model, normalize_device(args.device), args.dtype)
     plan = Plan(mode, exit_layer=args.exit_layer if mode.speculative else None, draft_len=args.draft_len,
-                runtime="hf", schedule=args.schedule if mode.speculative else "constant").validate(model.num_layers)
+                runtime="hf", schedule=args.schedule if mode.speculative else "constant",
+                draft_stop=getattr(args, "draft_stop_confidence", None)).validate(model.num_layers)
     prompts = [model.encode_prompt(p.text) for p in load_prompts(args.prompts, limit=args.limit)]
     max_new = [args.max_new_tokens] * len(prompts)
     eos = model.eos_token_ids

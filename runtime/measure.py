@@ -64,7 +64,7 @@ def _decode_eesd(model, job: Job, i: int, sampler, eos, origin, record: bool, dr
     forced = job.forced[i] if job.forced else None
     prompt, max_new = _sequence(job, i, warm)
     return generate_eesd(model, prompt, max_new, sampler, job.plan.exit_layer, job.plan.draft_len, eos,
-                         forced, origin, record, drafter)
+                         forced, origin, record, drafter, job.plan.draft_stop)
 
 
 def _sequence(job: Job, i: int, warm: bool) -> tuple[list[int], int]:

@@ -110,6 +110,8 @@ def _plan(args, req: _Request, model) -> Plan:
         profile = (model.profile if req.emulate and not getattr(args, "profile", None)
                    else default_profile(model.model_id, getattr(args, "profile", None)))
     plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, req.bounds, profile)
+    if getattr(args, "draft_stop_confidence", None) is not None:
+        plan = replace(plan, draft_stop=args.draft_stop_confidence)  # checked by `check_draft_stop_args`
     plan = (em.with_emulated_head if req.emulate else with_exit_head)(model, plan, getattr(args, "heads", None),
                                                                       getattr(args, "exit_head", None))
     if req.pipelined:  # under torchrun the torchrun rules, whatever --launch says

@@ -24,6 +24,13 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip() != "")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("simulate", help="predict one decoding plan's speed from a profile (no torch)",
                               description="Simulate AR, EESD or PPSD on a profile (or a synthetic model).")
@@ -44,6 +51,10 @@ def register(subparsers) -> None:
     p.add_argument("--draft-len", type=int, metavar="G",
                    help="EESD drafts per round (default 4); also the γ a given --acceptance-rate / --mean-accepted "
                         "was measured at")
+    p.add_argument("--draft-stop-confidence", type=float, metavar="TAU",
+                   help="EESD: a round stops drafting after its first draft less confident than TAU (the exit "
+                        "head's top-1 probability, 0 < TAU < 1), --draft-len the cap; priced from the traces' "
+                        "confidences")
     p.add_argument("--tokens", type=int, metavar="T",
                    help="tokens to simulate (default: each trace once; 2000 for bernoulli)")
     p.add_argument("--acceptance", choices=["trace", "bernoulli"],
@@ -100,6 +111,9 @@ def _register_plan(subparsers) -> None:
     add_runtime_options(q, schedule=False)
     q.add_argument("--max-draft-len", type=int, default=MAX_DRAFT_LEN, metavar="G",
                    help=f"EESD γ from 1 to G (default {MAX_DRAFT_LEN})")
+    q.add_argument("--draft-stops", type=_floats, default=(), metavar="T1,T2,...",
+                   help="also try EESD with these confidence stops beside every γ (a round stops drafting after "
+                        "its first draft less confident than T; needs a profile traced with confidences)")
     q.add_argument("--top", type=int, default=15, metavar="N", help="rows to print (default 15)")
     q.add_argument("--batch", type=int, default=None, metavar="B",
                    help="rank EESD plans at B sequences a batch against AR at B (the profile's latency.batch)")
@@ -250,7 +264,8 @@ def simulate_cmd(args) -> int:
                 draft_len=args.draft_len if args.draft_len is not None else 4,
                 stage_bounds=args.stage_bounds, stages=args.stages, placement=args.placement,
                 hop_ms=_hop_ms(args.hop_us), exit_head=args.exit_head, launch=args.launch,
-                runtime=args.runtime, schedule=args.schedule if mode.speculative else "constant")
+                runtime=args.runtime, schedule=args.schedule if mode.speculative else "constant",
+                draft_stop=args.draft_stop_confidence)
     acceptance = args.acceptance or ("bernoulli" if alpha is not None else "trace")
     with tempfile.TemporaryDirectory(prefix="ppsd-synth-") as tmp:
         if args.synthetic_layers is not None:
@@ -372,7 +387,7 @@ def plan_cmd(args) -> int:
     spec = SweepSpec(devices=args.devices, gammas=tuple(range(1, args.max_draft_len + 1)), tokens=args.tokens,
                      hop_ms=_hop_ms(args.hop_us), alpha_scale=args.alpha_scale, temperature=args.temperature,
                      category=args.category, budget=args.cores, prompt_len=args.prompt_len,
-                     alpha_by_exit=alpha_by_exit)
+                     alpha_by_exit=alpha_by_exit, draft_stops=args.draft_stops)
     by_head = hd.sweep_heads(profile, heads, spec=spec)
     results = hd.merge(by_head)
     attach_sweep_intervals(profile, results, prompts_n=args.prompts_n, category=args.category,

@@ -20,6 +20,18 @@ RUNTIMES = ("ppsd", "hf")  # Plan.runtime: ppsd's own decoders, or transformers'
 SCHEDULES = ("constant", "heuristic")  # Plan.schedule: transformers' num_assistant_tokens_schedule (hf EESD)
 
 
+def check_draft_stop(value) -> float:
+    """τ of a confidence stop as a float in (0, 1); a one-line UserError otherwise."""
+    try:
+        tau = float(value)
+    except (TypeError, ValueError):
+        tau = float("nan")
+    if not 0.0 < tau < 1.0:
+        raise UserError(f"draft-stop confidence {value} is outside (0, 1)",
+                        "give a confidence threshold between 0 and 1, e.g. --draft-stop-confidence 0.4")
+    return tau
+
+
 @dataclass(frozen=True)
 class Plan:
     """How to decode.
@@ -39,6 +51,10 @@ class Plan:
                  shared-memory epoch board lets stage 1 abandon a stale pass between layers) or
                  "torchrun" (stage 1 finishes stale passes and learns of a rejection only when its
                  in-flight cap makes it read the verdict); ignored by AR and EESD
+    draft_stop   τ, a confidence stop (EESD): a round stops drafting after the first draft whose
+                 confidence (the top-1 probability of the exit head's distribution) is below τ, γ
+                 still the cap; None = always γ drafts (runtime "hf": transformers'
+                 `assistant_confidence_threshold`, which None sets to 0)
     temperature  0 = greedy; T > 0 = sampled decoding, where every drawn token costs a softmax and a
                  multinomial over its vocabulary and the PPSD verifier, where it rejects a draft,
                  recomputes the draft's distribution with the exit head (the runtime's work;
@@ -57,6 +73,7 @@ class Plan:
     temperature: float = 0.0
     runtime: str = "ppsd"  # "ppsd" (ppsd's own decoders) | "hf" (transformers' generate; sim/schemes/hf.py)
     schedule: str = "constant"  # hf EESD: transformers' num_assistant_tokens_schedule, "constant" | "heuristic"
+    draft_stop: float | None = None  # τ: stop a round's drafting below this confidence (EESD)
 
     def __post_init__(self):
         object.__setattr__(self, "mode", Mode.parse(self.mode))
@@ -72,6 +89,11 @@ class Plan:
         if not t >= 0.0:
             raise UserError(f"temperature {self.temperature} is negative", "give a temperature >= 0")
         object.__setattr__(self, "temperature", t)
+        if self.draft_stop is not None:
+            object.__setattr__(self, "draft_stop", check_draft_stop(self.draft_stop))
+            if self.mode != Mode.EESD:
+                raise UserError("a confidence stop stops an EESD round's drafting (EESD only)",
+                                "drop --draft-stop-confidence, or use --mode eesd")
         if self.stage_bounds is not None:
             object.__setattr__(self, "stage_bounds", tuple(int(b) for b in self.stage_bounds))
             object.__setattr__(self, "stages", len(self.stage_bounds) - 1)
@@ -145,7 +167,8 @@ class Plan:
             return self.mode.value + runtime
         size = self.scheme.size
         tail = "" if size is None else f"-{size.letter}{self.size}"
-        return f"{self.mode.value}-e{self.exit_layer}{tail}{exit_heads.suffix(self.exit_head)}{runtime}"
+        stop = "" if self.draft_stop is None else f"-stop{self.draft_stop:g}"
+        return f"{self.mode.value}-e{self.exit_layer}{tail}{stop}{exit_heads.suffix(self.exit_head)}{runtime}"
 
     def validate(self, num_layers: int, num_devices: int | None = None) -> Plan:
         """Raise UserError naming the valid range for anything out of range; return self."""
@@ -167,6 +190,8 @@ class Plan:
             del d["runtime"]
         if self.runtime == "ppsd" or not self.mode.speculative:
             del d["schedule"]  # a draft-length schedule belongs to another runtime's drafting plans
+        if self.draft_stop is None:
+            del d["draft_stop"]  # plans without a confidence stop read as they always have
         return d
 
     @classmethod
@@ -295,6 +320,8 @@ class Result:
         }
         if p.runtime != "ppsd":  # another runtime's plan (additive: ppsd's own plans read as before)
             d["runtime"], d["schedule"], d["label"] = p.runtime, p.schedule, p.label()
+        if p.draft_stop is not None:  # EESD's confidence stop (additive, as above)
+            d["draft_stop"], d["label"] = p.draft_stop, p.label()
         if timeline:
             d["timeline"] = [asdict(e) for e in self.timeline]
         return d
@@ -309,6 +336,7 @@ class Result:
             "placement": d.get("placement") if (d.get("stages") or 1) > 1 else None,
             "hop_ms": d.get("hop_ms"), "exit_head": d.get("exit_head", SHARED_HEAD),
             "runtime": d.get("runtime", "ppsd"), "schedule": d.get("schedule", "constant"),
+            "draft_stop": d.get("draft_stop"),
         })
         source = d.get("source", "simulated")
         kind = MeasuredDetails if source == "measured" else SimulatedDetails

@@ -50,7 +50,7 @@ def test_beta_is_computed_along_the_sampled_trajectory_at_its_temperature(tiny):
         for r, ids in zip(results, encoded):
             assert r.beta.shape == (N - 1, len(r.token_ids))
             # the same numbers as one teacher-forced pass over this trajectory at this temperature
-            _, beta, _ = exit_traces(tiny, layer_states(tiny, ids, r.token_ids), r.token_ids, t)
+            _, beta, _, _ = exit_traces(tiny, layer_states(tiny, ids, r.token_ids), r.token_ids, t)
             np.testing.assert_allclose(r.beta, beta, atol=1e-6)
             assert ((r.beta >= 0) & (r.beta <= 1 + 1e-6)).all()
     # the two temperatures sample different text, so their trajectories differ
@@ -65,7 +65,7 @@ def test_beta_at_a_temperature_is_exactly_sum_of_min(tiny):
     ids = tiny.encode_prompt("Check the formula")
     gen = generate_sampled(tiny, [ids], 6, 0.7, seed=0)[0]
     states = layer_states(tiny, ids, gen)
-    _, beta, _ = exit_traces(tiny, states, gen, 0.7)
+    _, beta, _, _ = exit_traces(tiny, states, gen, 0.7)
     e, pos = 2, 3
     p_full = torch.softmax(tiny.head(states[-1][pos]).float() / 0.7, -1)
     p_exit = torch.softmax(tiny.head(states[e - 1][pos]).float() / 0.7, -1)

@@ -686,3 +686,35 @@ def test_validation_page_shows_a_batched_validation(monkeypatch, data_root, tmp_
     assert any(m.label == "MAPE, speedup" and m.value == f"{doc['summary']['mape_pct']:.1f}%" for m in at.metric)
     table = next(d.value for d in at.dataframe if "measured_speedup_vs_ar_tp" in d.value.columns)
     assert len(table) == doc["summary"]["pairs"] and set(table["batch"]) == set(doc["batch_sizes"])
+
+
+def test_planner_offers_a_confidence_stop_on_a_profile_with_confidences(monkeypatch, tmp_path):
+    """The What-if page gets a τ control where the profile traced the drafts' confidences (and none
+    where it did not): the selected EESD plan stops its rounds at τ and its prediction moves."""
+    from dashboard_fixtures import SYNTH_LAYERS, synthetic_alpha
+    from ppsd.profile.synthetic import write_synthetic_profile
+
+    root = tmp_path / "examples"
+    write_synthetic_profile(root / "sure", alpha_by_exit=synthetic_alpha, num_layers=SYNTH_LAYERS, layer_ms=2.8,
+                            head_ms=12.6, hop_ms=0.2, model_id="synthetic-sure-12L", confidence=True)
+    at = _app(monkeypatch, [root])
+    at.switch_page("views/planner.py").run()
+    assert not _problems(at)
+    _control(at, "draft length γ (EESD)").set_value(8).run()
+
+    def selected_eesd():
+        return next(m for m in at.metric if m.label.startswith("selected: EESD"))
+
+    fixed = selected_eesd()
+    assert "τ" not in fixed.label
+    _control(at, "confidence stop τ (EESD)").set_value(0.6).run()
+    assert not _problems(at)
+    stopped = selected_eesd()
+    assert "τ=0.6" in stopped.label and stopped.value != fixed.value
+
+
+def test_planner_has_no_confidence_stop_without_confidences(monkeypatch, data_root):
+    at = _app(monkeypatch, [data_root / "examples"])
+    at.switch_page("views/planner.py").run()
+    assert not _problems(at)
+    assert all(w.label != "confidence stop τ (EESD)" for w in at.select_slider)

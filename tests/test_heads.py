@@ -100,8 +100,9 @@ def test_eval_writes_profile_rows(trained, tmp_path, capsys):
     assert set(summary["head"]) == {"shared", "trained", "vocab64", "vocab128"}
     assert set(summary["exit_layer"]) == {2, 4}
     rows = pd.read_csv(acc)
-    assert list(rows.columns) == ACCEPTANCE_COLUMNS
+    assert list(rows.columns) == ACCEPTANCE_COLUMNS + ["confidence"]
     assert rows["match"].isin([0, 1]).all() and rows["beta"].between(0, 1.0001).all()
+    assert rows["confidence"].between(0, 1.0001).all() and rows["confidence"].gt(0).all()
     exit_heads = json.loads(lat.read_text())["exit_heads"]
     assert {"trained", "vocab64"} <= set(exit_heads)
     assert all(len(v["median_ms"]) == len(v["n_values"]) for v in exit_heads.values())

@@ -79,7 +79,7 @@ class _FreeRounds:
 
     def __init__(self, gamma, schedule, exit_layer):
         self.draft_len, self.schedule, self.exit_layer = gamma, schedule, exit_layer
-        self.scale, self.seed = 1.0, 0
+        self.scale, self.seed, self.draft_stop = 1.0, 0, None
 
     def round_ms(self, context, g):
         return 1.0
@@ -112,6 +112,44 @@ def test_schedule_matches_transformers_rounds(tiny, schedule, gamma):
     assert stats.rounds_a == [a for r in recs for a in r.rounds]  # decode rounds: the first one is prefill
 
 
+def test_confidence_stop_matches_transformers_rounds(tiny):
+    """transformers' own confidence threshold (`Plan.draft_stop` with runtime "hf") stops the drafter
+    where the simulator's replay of the clean trace's confidences stops it: the same accepted lengths
+    round by round, the same draft counts wherever the stop came at or before the first mismatch
+    (later drafts read a wrong prefix, whose confidence no trace holds), and still lossless."""
+    from runtime.hf_assisted import run_hf
+    from sim.schemes.hf import simulate_rounds
+
+    E, max_new, gamma = 3, 20, 6
+    prompts = _prompts(tiny)
+    ar = run_hf(tiny, Plan(Mode.AR, runtime="hf"), prompts, [max_new] * len(prompts), warmup=0, repeats=1)[0]
+    with torch.inference_mode():
+        confs = []
+        for p, r in zip(prompts, ar):
+            h = tiny.model(torch.tensor([p + r.tokens]), output_hidden_states=True).hidden_states[E]
+            probs = torch.softmax(tiny.lm_head(tiny.norm(h))[0].float(), -1).max(-1).values.tolist()
+            confs.append([probs[len(p) - 1 + j] for j in range(max_new)])
+    tau = float(np.median(np.concatenate(confs)))  # half the drafts unsure: stops are frequent
+    plan = Plan(Mode.EESD, exit_layer=E, draft_len=gamma, runtime="hf", draft_stop=tau)
+    recs = run_hf(tiny, plan, prompts, [max_new] * len(prompts), warmup=0, repeats=1)[0]
+    assert [r.tokens for r in recs] == [r.tokens for r in ar]
+    assert tiny.model.generation_config.assistant_confidence_threshold != tau  # restored after the run
+    match = np.concatenate([_clean_trace(tiny, p, r.tokens, E) for p, r in zip(prompts, recs)])
+    seg = np.zeros(len(match), bool)
+    seg[np.arange(len(prompts)) * max_new] = True
+    ctx = np.concatenate([len(p) + np.arange(max_new, dtype=float) for p in prompts])
+    costs = _FreeRounds(gamma, "constant", E)
+    costs.draft_stop = tau
+    stats = simulate_rounds(Stream(match, ctx, seg, "trace", np.concatenate(confs)), costs, record=True)
+    sim = [(e.args["drafts"], e.args["accepted"]) for e in stats.events]
+    real = [d for r in recs for d in zip([r.first_drafts, *r.drafts], [r.first_commit - 1, *r.rounds])]
+    assert [a for _, a in sim] == [a for _, a in real]
+    assert any(d < gamma for d, _ in real)  # the threshold stopped drafts
+    for (ds, a), (dr, _) in zip(sim, real):
+        if min(ds, dr) <= a + 1:
+            assert ds == dr
+
+
 def test_next_gamma_follows_update_candidate_strategy():
     """sim's rule against transformers' own method, on a synthetic accept/reject sequence."""
     from types import SimpleNamespace
@@ -142,6 +180,30 @@ def test_cli_run_hf(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["runtime"] == "hf" and d["schedule"] == "heuristic" and d["label"].endswith("[hf heuristic]")
     assert d["outputs_match_ar"] is True
+
+
+def test_cli_run_hf_at_transformers_default_threshold(capsys):
+    """`--draft-stop-confidence default` is transformers' own threshold (what generate fills an unset field
+    with), reported as the plan's τ; the run stays lossless. Bad values are one-line errors."""
+    from transformers import GenerationConfig
+
+    from runtime.hf_assisted import hf_default_threshold
+
+    unset = GenerationConfig()._get_default_generation_params()["assistant_confidence_threshold"]
+    assert hf_default_threshold() == pytest.approx(unset) and 0 < unset < 1
+    rc = main(["run", "--runtime", "hf", "--model", "tiny-llama", "--mode", "eesd", "--exit", "3", "--draft-len", "4",
+               "--draft-stop-confidence", "default", "--limit", "2", "--max-new-tokens", "10", "--warmup", "0",
+               "--repeats", "1", "--json"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["draft_stop"] == pytest.approx(unset) and d["outputs_match_ar"] is True
+    assert f"τ={unset:g}" in d["label"] and d["label"].endswith("[hf]")
+    for bad, words in ((["--draft-stop-confidence", "1.5"], "outside (0, 1)"),
+                       (["--draft-stop-confidence", "default", "--runtime", "ppsd"], "transformers' own")):
+        args = ["run", "--runtime", "hf", "--model", "tiny-llama", "--mode", "eesd", "--exit", "3", *bad]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1
 
 
 def test_cli_run_hf_refuses_ppsd(capsys):

@@ -1,5 +1,6 @@
 """The layerwise view of a model (runtime.llm + the acceptance passes) against the model itself."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -95,8 +96,27 @@ def test_beta_at_zero_temperature_is_the_match(tiny):
     ids = tiny.encode_prompt("Zero temperature")
     gen = generate_greedy(tiny, [ids], 8)[0]
     states = layer_states(tiny, ids, gen)
-    match, beta, agree = exit_traces(tiny, states, gen, temperature=0.0)
+    match, beta, agree, conf = exit_traces(tiny, states, gen, temperature=0.0)
     assert agree == len(gen)
     assert (beta == match).all()
-    match1, beta1, _ = exit_traces(tiny, states, gen, temperature=1.0)
+    match1, beta1, _, conf1 = exit_traces(tiny, states, gen, temperature=1.0)
     assert (match1 == match).all() and not (beta1 == match).all()
+    assert np.array_equal(conf, conf1)  # the draft's confidence does not depend on the sampling temperature
+
+
+def test_draft_confidence_is_the_exit_heads_top_probability(tiny):
+    """conf[E-1, p] = max softmax of the shared exit head's logits on layer E's state at position p."""
+    import torch
+
+    from runtime.decoding import draft_confidence
+
+    ids = tiny.encode_prompt("Confidence of a draft")
+    gen = generate_greedy(tiny, [ids], 6)[0]
+    states = layer_states(tiny, ids, gen)
+    _, _, _, conf = exit_traces(tiny, states, gen, temperature=0.0)
+    assert conf.shape == (tiny.num_layers - 1, len(gen)) and ((conf > 0) & (conf <= 1 + 1e-6)).all()
+    with torch.inference_mode():
+        want = torch.softmax(tiny.head(states[2]).float(), -1).max(-1).values.numpy()
+    assert np.allclose(conf[2], want, atol=1e-5)
+    logits = torch.tensor([[0.0, 0.0], [5.0, -5.0]])
+    assert draft_confidence(logits).tolist() == pytest.approx([0.5, 1 / (1 + np.exp(-10.0))])

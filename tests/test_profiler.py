@@ -62,7 +62,7 @@ def test_profile_round_trip(tiny_profile):
     assert whole["median_ms"] > 0 and whole["ratio"] > 0 and isinstance(whole["flagged"], bool)
     # acceptance: every exit 1..N-1 for every generated token of every prompt
     df = prof.acceptance
-    assert list(df.columns) == ACCEPTANCE_COLUMNS
+    assert list(df.columns) == ACCEPTANCE_COLUMNS + ["confidence"]  # and each draft's confidence
     gens = prof.generations()
     assert len(gens) == 3 and {g["prompt_id"] for g in gens} == set(df["prompt_id"])
     tokens = sum(len(g["token_ids"]) for g in gens)
@@ -277,11 +277,16 @@ def test_smoke_embedded_model(tmp_path, monkeypatch):
     assert all(len(r["pass_ms"]) == 2 and min(r["alone_ms"]) > 0 for r in run["rounds"])
     assert prof.corun_slowdown(2) == pytest.approx(run["slowdown"])
     assert prof.pipeline_slowdown_cv() == pytest.approx(run["slowdown_cv"])  # the same spread, read back
+    # each stage's pass-to-pass jitter, which the lock step of two tokens in flight waits out
+    assert 0.0 <= run["pass_jitter_cv"] < 0.5 and all("pass_jitter_cv" in r for r in run["rounds"])
+    assert prof.lockstep_jitter_cv() == pytest.approx(run["pass_jitter_cv"])
+    assert len(prof.corun_stage_bias(2)) == 2 and min(prof.corun_stage_bias(2)) > 0.5
     df = prof.acceptance
     assert sorted(df["exit_layer"].unique()) == list(range(1, 30))
     assert prof.meta["acceptance"]["chat_template"]
     with gzip.open(out / "acceptance.csv.gz", "rt") as fh:
-        assert fh.readline().strip().split(",") == ACCEPTANCE_COLUMNS
+        assert fh.readline().strip().split(",") == ACCEPTANCE_COLUMNS + ["confidence"]
+    assert prof.has_confidence() and df["confidence"].between(0, 1.0001).all()
 
 
 # --- the pipeline probe's arithmetic and what the simulator reads from it ----------------------------

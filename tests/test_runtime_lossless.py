@@ -42,6 +42,40 @@ def test_eesd_greedy_matches_ar(tiny, tiny_ar, exit_layer, gamma):
         assert sum(a + 1 for a in rec.rounds) == len(ref) - 1  # every decode token belongs to a round
 
 
+@pytest.mark.parametrize("exit_layer, gamma, tau", [(2, 4, 0.05), (3, 6, 0.3), (5, 7, 0.9)])
+def test_eesd_confidence_stop_matches_ar(tiny, tiny_ar, exit_layer, gamma, tau):
+    """A confidence stop changes how many drafts a round makes, never the tokens: identical to AR; a
+    round stops drafting right after its first draft below τ (each stop is at the draft the exit head
+    was least sure of)."""
+    from profiler.acceptance import layer_states
+    from runtime.decoding import draft_confidence
+
+    prompts, ar = tiny_ar
+    for p, ref in zip(prompts, ar):
+        rec = generate_eesd(tiny, p, 24, Sampler.make(0, 0), exit_layer, gamma, draft_stop=tau, timeline=True)
+        assert rec.tokens == ref
+        assert sum(a + 1 for a in rec.rounds) == len(ref) - 1
+        drafts = [e.args["drafts"] for e in rec.events if e.name == "draft"]
+        assert len(drafts) == len(rec.rounds) and all(0 <= d <= gamma for d in drafts)
+        # the drafter on AR's own tokens: conf[j] is the exit-E draft's confidence for generated index j
+        # with a correct prefix, which a round's draft i has while drafts 0..i-1 matched (i <= a)
+        with torch.inference_mode():
+            conf = draft_confidence(tiny.head(layer_states(tiny, p, ref)[exit_layer - 1]).float()).numpy()
+        at = 1  # a round drafts from generated index len(tokens); the prefill gave index 0
+        for d, a in zip(drafts, rec.rounds):
+            cap = min(gamma, 24 - at - 1)
+            for i in range(min(a, d - 1) + 1 if d else 0):
+                if abs(conf[at + i] - tau) < 1e-4:
+                    continue  # a float tie between the cached and the teacher-forced pass
+                if i < d - 1:
+                    assert conf[at + i] >= tau  # a sure draft: the round drafted on
+                elif d < cap:
+                    assert conf[at + i] < tau  # the round stopped after this unsure draft
+            at += a + 1
+    rec = generate_eesd(tiny, prompts[0], 24, Sampler.make(0, 0), 3, 6, draft_stop=0.999999, timeline=True)
+    assert all(e.args["drafts"] <= 1 for e in rec.events if e.name == "draft")  # every draft is unsure
+
+
 def _pipeline(tiny, prompts, bounds, max_new=24, **kw):
     job = PipelineJob("tiny-llama", bounds, prompts, [max_new] * len(prompts), warmup=0, repeats=1,
                       timeout_s=30, **kw)

@@ -135,6 +135,8 @@ def test_closed_form_matches_replay_with_overlapped_exit_head(stage, hop, exit_m
     ((3.0, 1.0), 0.5, 2.2, [1.0, 1.0, 1.0]),
     ((1.0, 2.2, 0.5), 0.5, 0.4, [1.0, 1.0, 1.2, 1.4]),
     ((2.0, 1.0, 1.0, 3.0), 0.3, 1.5, [1.0, 1.0, 1.1, 1.2, 1.3]),
+    # per stage: stage 1 and the verifier's shares of the co-run slowdown, and a lock step's wait
+    ((31.0, 30.0), 0.5, 9.55, [[1.0, 1.0, 1.15 * 0.97 * 1.03], [1.0, 1.0, 1.15 * 1.03 * 1.03]]),
 ])
 def test_closed_form_cycles_exact_on_a_trace_with_uncuttable_exit_head(stage, hop, exit_ms, factors):
     """Per cycle, L(a) (`cycle_lengths`: the commit, the verdict's hop, the stretch stage 1 cannot cut)

@@ -13,7 +13,7 @@ from sim.schemes import eesd
 from sim.schemes import scheme
 from sim.schemes.ppsd import event_model as ppsd_event
 from sim.schemes.ppsd import replay as ppsd_replay
-from sim.schemes.ppsd.stage_costs import PPSDCosts
+from sim.schemes.ppsd.stage_costs import PPSDCosts, stage_factors
 from sim.plan import Plan
 from sim.model.streams import Stream
 
@@ -30,8 +30,8 @@ def stream(bits, gens=None):
 class FlatEESDCosts:
     """Every draft 1 ms, every verification 10 ms, whatever the context and γ'."""
 
-    def __init__(self, gamma):
-        self.draft_len = gamma
+    def __init__(self, gamma, draft_stop=None):
+        self.draft_len, self.draft_stop = gamma, draft_stop
 
     def draft(self, context):
         return np.full(np.shape(context), 1.0)
@@ -245,7 +245,7 @@ def test_fast_equals_event_random_traces(stage, hop, factors):
 
 def test_fast_equals_event_random_pipelines_up_to_8_stages():
     """Random pipelines (k = 2..8, unbalanced stages, hops long and short against the passes, layer
-    checkpoints or none, both launch rules, jitter, co-run factors): the replay equals the SimPy model
+    checkpoints or none, both launch rules, jitter, co-run factors shared or per stage): the replay equals the SimPy model
     to 1e-9, in time, rounds and busy time; some of them with the in-flight cap binding."""
     rng = np.random.default_rng(13)
     bound = 0
@@ -259,6 +259,8 @@ def test_fast_equals_event_random_pipelines_up_to_8_stages():
             cps = np.sort(rng.uniform(0.0, stage[0] - exit, size=int(rng.integers(1, 6))))
         launch = str(rng.choice(["local", "torchrun"]))
         factors = None if rng.random() < 0.5 else [1.0] + list(1.0 + np.sort(rng.uniform(0.0, 0.4, size=k)))
+        if factors is not None and rng.random() < 0.5:  # per stage: each role's share and a lock step
+            factors = stage_factors(factors, rng.uniform(0.9, 1.1, size=k), float(rng.uniform(1.0, 1.06)))
         alpha = float(rng.choice([0.2, 0.6, 0.9, 1.0]))
         bits = (rng.random(300) < alpha).astype(int)
         jitter = float(rng.choice([0.0, 0.03]))

@@ -69,6 +69,9 @@ def test_plan_json_and_text(prof, capsys):
     (["simulate", "--synthetic-layers", "12", "--alpha", "-0.1", "--exit", "4"], "[0, 1]"),
     (SYN + ["--exit", "4", "--tokens", "0"], "at least 1"),
     (SYN + ["--exit", "4", "--hop-us", "-5"], ">= 0"),
+    (SYN + ["--mode", "eesd", "--exit", "4", "--draft-stop-confidence", "1.2"], "outside (0, 1)"),
+    (SYN + ["--exit", "4", "--draft-stop-confidence", "0.4"], "EESD only"),
+    (SYN + ["--mode", "eesd", "--exit", "4", "--draft-stop-confidence", "0.4"], "ppsd profile"),
 ])
 def test_bad_input_one_line_exit_2(argv, needle, capsys):
     assert main(argv) == 2
@@ -84,6 +87,27 @@ def test_bad_profile_inputs(prof, bare, capsys):
     assert "unknown category 'poetry'" in err and "math" in err and "writing" in err
     assert main(["plan", "--profile", bare]) == 2
     assert "no acceptance data" in capsys.readouterr().err
+    assert main(["plan", "--profile", prof, "--draft-stops", "0.5"]) == 2  # traced before confidences
+    assert "no draft confidences" in capsys.readouterr().err
+
+
+def test_simulate_prices_a_confidence_stop(tmp_path, capsys):
+    d = tmp_path / "sure"
+    write_synthetic_profile(d, alpha_by_exit=lambda e: 0.1 + 0.07 * e, num_layers=12, confidence=True)
+    base = ["simulate", "--profile", str(d), "--mode", "eesd", "--exit", "8", "--draft-len", "6", "--json"]
+    assert main(base) == 0
+    fixed = json.loads(capsys.readouterr().out)
+    assert main(base + ["--draft-stop-confidence", "0.5"]) == 0
+    stopped = json.loads(capsys.readouterr().out)
+    assert stopped["draft_stop"] == 0.5 and "draft_stop" not in fixed
+    assert stopped["mean_accepted"] < fixed["mean_accepted"]  # shorter rounds
+    assert main(["plan", "--profile", str(d), "--devices", "2", "--tokens", "300", "--max-draft-len", "4",
+                 "--draft-stops", "0.4,0.6", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r.get("draft_stop") for r in rows if r["mode"] == "eesd"} == {None, 0.4, 0.6}
+    assert sum(r.get("draft_stop") == 0.4 for r in rows) == 11 * 4  # every exit × every γ
+    assert main(["plan", "--profile", str(d), "--draft-stops", "0.4,1.5"]) == 2
+    assert "outside (0, 1)" in capsys.readouterr().err
 
 
 def test_sim_imports_no_torch():

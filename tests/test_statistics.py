@@ -51,3 +51,24 @@ def test_expected_max_of_two_jittery_tasks():
     rng = np.random.default_rng(0)
     draws = np.maximum(rng.normal(10, 0.4, 200_000), rng.normal(9.6, 0.384, 200_000))
     assert expected_max(10.0, 9.6, 0.04) == pytest.approx(draws.mean(), rel=2e-3)
+
+
+def test_expected_max_of_several_jittery_tasks():
+    assert st.expected_max_of([10.0, 7.0], 0.05) == pytest.approx(st.expected_max(10.0, 7.0, 0.05), rel=1e-12)
+    assert st.expected_max_of([4.0, 9.0, 2.0], 0.0) == 9.0
+    rng = np.random.default_rng(1)
+    means = np.array([10.0, 9.8, 9.5, 10.1])
+    draws = np.max(rng.normal(means, 0.05 * means, size=(200_000, 4)), axis=1)
+    assert st.expected_max_of(means.tolist(), 0.05) == pytest.approx(draws.mean(), rel=2e-3)
+    with pytest.raises(ValueError):
+        st.expected_max_of([], 0.1)
+
+
+def test_short_jitter_cv_reads_pass_to_pass_jitter_through_a_trend():
+    rng = np.random.default_rng(2)
+    n = 4000
+    trend = np.linspace(30.0, 45.0, n) * (1 + 0.1 * np.sin(np.arange(n) / 400))  # context growth, drift
+    assert st.short_jitter_cv(trend) < 1e-3  # a smooth series has no jitter however far it moves
+    noisy = trend * np.exp(rng.normal(0.0, 0.04, n))
+    assert st.short_jitter_cv(noisy) == pytest.approx(0.04, rel=0.06)
+    assert st.short_jitter_cv([5.0, 6.0]) == 0.0  # too short to say

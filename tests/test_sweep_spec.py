@@ -40,8 +40,17 @@ def test_plans_at_an_exit_come_from_every_speculative_scheme():
     assert [p.size for p in spec.plans_at(29, num_layers=30) if p.mode is Mode.PPSD] == [2]
 
 
+def test_confidence_stops_join_every_gamma():
+    spec = SweepSpec(devices=2, gammas=(2, 4), draft_stops=(0.6, 0.3))
+    eesd = [p for p in spec.plans_at(20, num_layers=30) if p.mode is Mode.EESD]
+    assert [(p.draft_len, p.draft_stop) for p in eesd] == [(2, None), (4, None), (2, 0.3), (4, 0.3), (2, 0.6),
+                                                          (4, 0.6)]
+    assert all(p.draft_stop is None for p in spec.plans_at(20, num_layers=30) if p.mode is Mode.PPSD)
+
+
 @pytest.mark.parametrize("bad", [dict(gammas=(0, 1)), dict(gammas=(65,)), dict(devices=0), dict(hop_ms=-1.0),
-                                 dict(alpha_scale=-0.5)])
+                                 dict(alpha_scale=-0.5), dict(draft_stops=(1.2,)),
+                                 dict(draft_stops=(0.5,), temperature=0.7)])
 def test_a_setting_out_of_range_is_a_user_error(bad):
     with pytest.raises(UserError):
         SweepSpec(**bad).check(30)

@@ -20,10 +20,11 @@ from sim.planner.verdict import (MIN_ALPHA, MIN_DRAFT_SHARE, NOISE_FLOOR, NoiseB
 
 
 def _result(mode: Mode, exit_layer: int | None, speedup: float, tp: float | None = None, alpha: float = 0.7,
-            mean_accepted: float = 2.5, draft_len: int = 1, head: str = "shared") -> Result:
+            mean_accepted: float = 2.5, draft_len: int = 1, head: str = "shared", stop: float | None = None) -> Result:
     """A hand-made simulated Result: only the figures the verdict reads."""
     plan = {Mode.AR: lambda: Plan(Mode.AR),
-            Mode.EESD: lambda: Plan(Mode.EESD, exit_layer=exit_layer, draft_len=draft_len, exit_head=head),
+            Mode.EESD: lambda: Plan(Mode.EESD, exit_layer=exit_layer, draft_len=draft_len, exit_head=head,
+                                    draft_stop=stop),
             Mode.PPSD: lambda: Plan(Mode.PPSD, exit_layer=exit_layer, stages=2, exit_head=head)}[mode]()
     return Result(plan=plan, source="simulated", tokens=100, time_s=1.0 / speedup, tokens_per_s=20.0 * speedup,
                   speedup_vs_ar=speedup, speedup_vs_ar_tp=tp,
@@ -171,3 +172,19 @@ def test_a_paired_profiles_band_is_its_doubt_not_the_machines_drift(tmp_path):
     assert "paired timings" in band.source
     p.latency["whole_step"]["ratio"] = 1.0  # no doubt at all: the floor
     assert noise_band(p).rel == NOISE_FLOOR and "floor" in noise_band(p).source
+
+
+def test_the_verdict_weighs_the_best_confidence_stop_against_the_best_fixed_gamma():
+    rows = [_ar(), _result(Mode.EESD, 20, 1.30, draft_len=6, stop=0.5), _result(Mode.EESD, 20, 1.20, draft_len=4),
+            _result(Mode.EESD, 20, 1.25, draft_len=6, stop=0.7), _result(Mode.PPSD, 15, 1.10)]
+    v = decide(rows)
+    assert v.stop_vs_fixed[0].plan.draft_stop == 0.5 and v.stop_vs_fixed[1].plan.draft_stop is None
+    assert v.stop_gain == pytest.approx(1.30 / 1.20 - 1)
+    assert "the best confidence stop, EESD E=20 γ=6 τ=0.5 (1.30×), is +8.3% against the best fixed γ" in v.text
+    assert "beyond the" in v.text.split("confidence stop")[1]
+    d = v.to_json_dict()["confidence_stop"]
+    assert d["beyond_noise"] and d["best_fixed"]["label"] == "EESD E=20 γ=4"
+    close = decide([_ar(), _result(Mode.EESD, 20, 1.21, draft_len=6, stop=0.5), _result(Mode.EESD, 20, 1.20)])
+    assert "within the" in close.text.split("confidence stop")[1] and not close.to_json_dict()["confidence_stop"][
+        "beyond_noise"]
+    assert decide([_ar(), _result(Mode.EESD, 20, 1.2)]).stop_vs_fixed is None  # no stop swept: nothing said

@@ -29,8 +29,8 @@ def register(sub) -> None:
     v.add_argument("--draws", type=int, default=200, metavar="B",
                    help="bootstrap draws for each prediction's 90%% interval (default 200)")
     v.add_argument("--seed", type=int, default=0, help="seed of the intervals' draws (default 0)")
-    v.add_argument("--plans", help="mode:exit[:γ|k][:head=NAME][:alpha=A];..., e.g. "
-                   "'eesd:10:3;ppsd:24:2' (default: 3 exits × EESD, PPSD)")
+    v.add_argument("--plans", help="mode:exit[:γ|k][:head=NAME][:alpha=A][:stop=TAU];..., e.g. "
+                   "'eesd:10:3;ppsd:24:2;eesd:24:6:stop=0.5' (default: 3 exits × EESD, PPSD)")
     v.add_argument("--out", help="validation folder (default runs/validation-<time>)")
     v.add_argument("--limit", type=int, default=8,
                    help="profiled prompts to decode, taken round-robin over categories (default 8; 0 = all)")

@@ -89,6 +89,8 @@ def _measured_traces(config: ValidateConfig, model, sides: Sides, plans: list[Pl
             raise UserError(f"{where} has no trace of prompt(s) {', '.join(missing[:5])} at exit {p.exit_layer} "
                             f"(head {p.exit_head})", "profile the --prompts file with the same --heads and "
                             "max-new-tokens: `ppsd profile --prompts FILE --skip-latency --heads H --out DIR`")
+        if p.draft_stop is not None:
+            traced.require_confidence(p.exit_head)
     return traced
 
 
@@ -155,6 +157,11 @@ def _plans(config: ValidateConfig, model, profile, predict, head: str, temperatu
         if h != head and temperature > 0:
             raise UserError(f"sampled validation uses one exit head ({head}); --plans asks for {h}",
                             "validate one head at a time with --exit-head NAME")
+        if item.plan.draft_stop is not None:  # priced from the predicting traces' confidences
+            if temperature > 0 or config.emulated:
+                raise UserError("a confidence stop (stop=) is validated greedy, on the real model",
+                                "drop stop= from --plans, or --temperature / --emulate")
+            predict.require_confidence(h)
         if config.emulated:
             from runtime import emulate as em
 

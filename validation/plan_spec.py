@@ -3,11 +3,11 @@ optional forced acceptance; without `--plans`, a default set over three exit lay
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ppsd.errors import UserError
 from ppsd.modes import MODES, Mode
-from sim.plan import Plan
+from sim.plan import Plan, check_draft_stop
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,8 @@ class PlanItem:
     forced_alpha: float | None = None
 
 
-PLAN_SYNTAX = "mode:exit[:γ or k][:head=NAME][:alpha=A], e.g. 'eesd:10:3;ppsd:24:2:head=vocab4096;ppsd:15:2:alpha=0.9'"
+PLAN_SYNTAX = ("mode:exit[:γ or k][:head=NAME][:alpha=A][:stop=TAU], e.g. "
+               "'eesd:10:3;ppsd:24:2:head=vocab4096;ppsd:15:2:alpha=0.9;eesd:24:6:stop=0.5'")
 
 
 def parse_plan_items(spec: str | None, num_layers: int, exits: list[int]) -> list[PlanItem]:
@@ -56,7 +57,7 @@ def parse_plan_spec(spec: str) -> list[PlanItem]:
                             f"write e.g. {PLAN_SYNTAX.split('e.g. ')[1]}") from None
         if plan is None:
             raise UserError(f"--plans mode {name!r} is not eesd or ppsd", "write e.g. 'eesd:10:3;ppsd:15:2'")
-        head, alpha = None, None
+        head, alpha, stop = None, None, None
         for opt in options:
             key, _, value = opt.partition("=")
             if key == "head" and value:
@@ -69,12 +70,27 @@ def parse_plan_spec(spec: str) -> list[PlanItem]:
                 if not 0.0 <= alpha <= 1.0:
                     raise UserError(f"--plans item {item!r}: alpha={value} is not a probability",
                                     "give a forced acceptance between 0 and 1, e.g. alpha=0.9")
+            elif key == "stop":
+                stop = check_draft_stop(_hf_default() if value.strip().lower() == "default" else value)
             else:
                 raise UserError(f"--plans item {item!r}: unknown option {opt!r}",
-                                "the options are head=NAME (the exit head that drafts) and alpha=A "
-                                "(forced acceptance, timing only)")
+                                "the options are head=NAME (the exit head that drafts), alpha=A "
+                                "(forced acceptance, timing only) and stop=TAU (EESD's confidence stop; "
+                                "stop=default: transformers' own threshold)")
+        if stop is not None:
+            if alpha is not None:
+                raise UserError(f"--plans item {item!r}: a confidence stop reads the drafts' own confidence",
+                                "drop alpha= (forced acceptance) or stop=")
+            plan = replace(plan, draft_stop=stop)  # UserError for a mode without a confidence stop
         items.append(PlanItem(plan, head, alpha))
     return items
+
+
+def _hf_default() -> float:
+    """`stop=default`: transformers' own confidence threshold (`runtime.hf_assisted.hf_default_threshold`)."""
+    from runtime.hf_assisted import hf_default_threshold
+
+    return hf_default_threshold()
 
 
 def parse_plans(spec: str | None, num_layers: int, exits: list[int]) -> list[Plan]:

@@ -41,6 +41,7 @@ measured_hop = round(profile.hop_ms(), 3)
 # the background (dashboard/sweep_cache.py), so moving one of them answers from the cache.
 HOP_OPTIONS = sorted({0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, measured_hop})
 SCALE_OPTIONS = [0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0]
+STOP_OPTIONS = ["off", 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 # the temperatures the profile holds β at (0 = greedy; no other is offered: the prediction at a T
 # comes from β recorded at exactly that T, never from another one)
 TEMP_OPTIONS = profile.temperatures() or [0.0]
@@ -81,6 +82,12 @@ with left:
         exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
     gamma = st.slider("draft length γ (EESD)", 1, max(cached.DEFAULT_GAMMAS), 4, key=f"pl_gamma_{pk}",
                       help=theme.GLOSSARY["draft_len"])
+    tau = None  # EESD's confidence stop: priced from the traces' confidences, greedy, at the profiled acceptance
+    if profile.has_acceptance and profile.has_confidence(head) and temp == 0 and scale == 1.0:
+        pick_tau = st.select_slider("confidence stop τ (EESD)", STOP_OPTIONS, "off", key=f"pl_tau_{pk}_{head}",
+                                    format_func=lambda t: t if t == "off" else f"{t:g}",
+                                    help=theme.GLOSSARY["draft_stop"])
+        tau = None if pick_tau == "off" else float(pick_tau)
     k_max = max(2, min(MAX_DEVICES, N - exit_layer + 1))
     stages = st.slider("stages k (PPSD)", 2, k_max, min(2, k_max), key=f"pl_k_{pk}", help=theme.GLOSSARY["stages"])
 
@@ -94,11 +101,14 @@ SHARED_TOKENS = 500
 
 def pick(mode: Mode) -> dict:
     """The selected EESD or PPSD plan: a row of the cached sweep when it holds one, else one
-    cached simulation (e.g. more stages than devices, which the sweep leaves out)."""
-    row = tables.find_row(table, mode, exit_layer, draft_len=gamma, stages=stages)
+    cached simulation (e.g. more stages than devices, which the sweep leaves out; an EESD plan with a
+    confidence stop)."""
+    stop = tau if mode is Mode.EESD else None
+    row = tables.find_row(table, mode, exit_layer, draft_len=gamma, stages=stages) if stop is None else None
     if row is not None:
         return row.to_dict()
-    plan = Plan(mode, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop, exit_head=head)
+    plan = Plan(mode, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop, exit_head=head,
+                draft_stop=stop)
     plan = replace(plan, placement=round_robin(plan.num_stages, devices))  # more stages than devices share them
     # shared devices need the event engine; 500 tokens keep it interactive (the speedup moves by
     # well under 1% against 2000 on the profiles tried)

@@ -5,7 +5,8 @@ Torch-free on purpose: `sim/` and `dashboard/` read profiles through this module
 A profile folder holds
   profile.json        metadata + latency tables (schema below, versioned by `schema_version`)
   acceptance.csv.gz   long table, one row per (head, prompt, exit layer, position):
-                      head, prompt_id, category, exit_layer, position, match (0/1), beta (float)
+                      head, prompt_id, category, exit_layer, position, match (0/1), beta (float),
+                      optional confidence (float: the draft's top-1 probability under its exit head)
   generations.jsonl   one object per prompt: prompt_id, category, prompt, prompt_tokens, token_ids
   acceptance_sampled.csv.gz   optional (schema 2): beta along sampled trajectories per temperature
 
@@ -48,6 +49,13 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
               hops are pooled over rounds, passes counts every round)}
               When present it sets the hop and the 2-process slowdown the simulator uses, and the
               timing jitter of its restart rule (sim/model/restart.py).
+              Optional runtime: the runtime probe (profiler/runtime_probe.py: the runtime's own
+              pipeline, every draft accepted) {slowdown, slowdown_per_stage, round_kept, rounds
+              [{slowdown_per_stage, pass_ms, alone_ms, pass_jitter_cv}], slowdown_cv, exit_layer,
+              tokens, prompt_len, context, method, pass_jitter_cv}; when present its slowdown sets the
+              2-process point, its rounds' per-stage slowdowns split it between the roles
+              (Profile.corun_stage_bias) and pass_jitter_cv (each stage's pass-to-pass spread, absent
+              in older profiles: 0) prices the lock step's wait (Profile.lockstep_jitter_cv).
     control_plane: optional (absent: no fixed cost per pass, the hop alone) {method, stages:
               {"<k>": {pass_overhead_ms, transit_ms, ...}}}: what a stage pass of a k-stage PPSD
               pipeline costs beyond its layers and heads (host sync, sends and receives, the stage
@@ -145,6 +153,15 @@ PROFILE_FILE = "profile.json"
 ACCEPTANCE_FILE = "acceptance.csv.gz"
 GENERATIONS_FILE = "generations.jsonl"
 ACCEPTANCE_COLUMNS = ["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"]
+# optional: the draft's confidence, the top-1 probability of the exit head's own distribution (softmax
+# of its logits over its vocabulary) with a correct prefix; what a confidence stop reads (absent in
+# profiles made before it: such a stop cannot be priced from them)
+ACCEPTANCE_OPTIONAL = ["confidence"]
+
+
+def acceptance_columns(df) -> list[str]:
+    """The acceptance table's columns to store: the required ones and the optional ones `df` has."""
+    return ACCEPTANCE_COLUMNS + [c for c in ACCEPTANCE_OPTIONAL if c in df.columns]
 # The n grid `ppsd profile` measures by default: every n an EESD verification uses (γ + 1 for
 # γ = 1..8) is measured, not interpolated, since on a CPU the cost is far from smooth in n (SmolLM2, 1
 # thread: 30 layers take 88 ms at n = 2, 111 ms at n = 3 and 76 ms at n = 4, the LM head 21, 33 and

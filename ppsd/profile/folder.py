@@ -11,8 +11,8 @@ import numpy as np
 
 from ppsd.errors import UserError
 from ppsd.paths import atomic_write_json, atomic_write_text
-from ppsd.profile.files import (ACCEPTANCE_COLUMNS, ACCEPTANCE_FILE, GENERATIONS_FILE, PROFILE_FILE, READABLE_VERSIONS,
-                                SAMPLED_BETA_DECIMALS, SAMPLED_COLUMNS, SAMPLED_FILE, SAMPLED_OPTIONAL, SCHEMA_VERSION,
+from ppsd.profile.files import (ACCEPTANCE_FILE, GENERATIONS_FILE, PROFILE_FILE, READABLE_VERSIONS,
+                                SAMPLED_BETA_DECIMALS, acceptance_columns, SAMPLED_COLUMNS, SAMPLED_FILE, SAMPLED_OPTIONAL, SCHEMA_VERSION,
                                 malformed)
 from ppsd.profile.profile import Profile
 from ppsd.profile.tables import StatTable
@@ -123,7 +123,7 @@ def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: 
         import io
         import gzip
 
-        df = acceptance[ACCEPTANCE_COLUMNS]
+        df = acceptance[acceptance_columns(acceptance)]
         buf = io.StringIO()
         df.to_csv(buf, index=False, float_format="%.4g")
         data = gzip.compress(buf.getvalue().encode(), mtime=0)

@@ -170,6 +170,28 @@ class Profile:
             return None
         return mad_log_sd([float(np.mean(r["slowdown_per_stage"])) for r in rounds])
 
+    def corun_stage_bias(self, stages: int) -> list[float]:
+        """How the co-run slowdown splits between a pipeline's roles: each stage's multiplier of
+        `corun_slowdown` while it co-runs, from the runtime probe's per-stage slowdowns (each round's
+        stage over the round's mean, median over rounds): stage 1 its own, the last stage the
+        verifier's, stages between 1. All 1 without the runtime probe."""
+        rounds = (self.pipeline.get("runtime") or {}).get("rounds") or []
+        per = [r["slowdown_per_stage"] for r in rounds if len(r.get("slowdown_per_stage") or []) == 2]
+        out = [1.0] * max(int(stages), 1)
+        if not per or stages < 2:
+            return out
+        out[0] = float(np.median([s[0] / np.mean(s) for s in per]))
+        out[-1] = float(np.median([s[1] / np.mean(s) for s in per]))
+        return out
+
+    def lockstep_jitter_cv(self) -> float:
+        """Pass-to-pass relative jitter of a stage in the runtime's own pipeline (the runtime probe's
+        `pass_jitter_cv`): with its tokens in flight capped, each period of a PPSD pipeline waits for
+        the slowest of its co-running passes, whose expected maximum exceeds the slowest mean by this
+        jitter's share (`sim/schemes/ppsd/stage_costs.lockstep_factor`). 0 without a measurement: the
+        lock step is then priced at the slowest mean."""
+        return float((self.pipeline.get("runtime") or {}).get("pass_jitter_cv") or 0.0)
+
     def corun_table(self) -> dict | None:
         """The co-run measurement's 2-process figure as the profiler took it, without the pipeline
         probe: {slowdown, context, threads_per_process, seconds_per_round} (what a later check,
@@ -432,6 +454,25 @@ class Profile:
                                 "re-run `ppsd profile` without --skip-acceptance, or use --acceptance bernoulli --alpha A")
             self._acceptance = read_acceptance(self.acceptance_dir / self.meta["acceptance"]["file"])
         return self._acceptance
+
+    def has_confidence(self, head: str = SHARED_HEAD) -> bool:
+        """True when the acceptance traces of `head` carry each draft's confidence (the top-1 probability
+        of the exit head's distribution), which a confidence stop is priced from."""
+        if not self.has_acceptance:
+            return False
+        df = self.acceptance
+        if "confidence" not in df.columns:
+            return False
+        conf = df.loc[df["head"] == head, "confidence"]
+        return bool(len(conf)) and bool(conf.notna().all())
+
+    def require_confidence(self, head: str = SHARED_HEAD) -> None:
+        """UserError unless `has_confidence(head)`, with the command that records the confidences."""
+        if not self.has_confidence(head):
+            raise UserError(f"profile {self.path} has no draft confidences for exit head {head!r}, so a "
+                            "confidence stop cannot be priced from it",
+                            "trace the prompts again with this version: `ppsd profile --skip-latency --prompts "
+                            "FILE --out DIR` (with --heads H for trained heads), then --acceptance-from DIR")
 
     def categories(self) -> list[str]:
         return sorted(self.acceptance["category"].unique().tolist())

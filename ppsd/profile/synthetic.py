@@ -102,20 +102,26 @@ def synthetic_batch_block(free_tokens: float, sizes, n_values, context_values, h
 
 
 def bernoulli_acceptance(num_layers: int, alpha_by_exit, prompts: int = 4, tokens: int = 64, seed: int = 0,
-                         categories=("writing", "math")):
-    """A seeded match table: exit E matches with probability alpha_by_exit(E) (callable or dict)."""
+                         categories=("writing", "math"), confidence: bool = False):
+    """A seeded match table: exit E matches with probability alpha_by_exit(E) (callable or dict). With
+    `confidence`, each draft's confidence too (seeded apart, so the matches stay the same): uniform on
+    [0.3, 1) where the draft matches, on [0, 0.7) where it does not."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
+    sure = np.random.default_rng([seed, 7])
     rows = []
     for p in range(prompts):
         cat = categories[p % len(categories)]
         for e in range(1, num_layers):
             a = alpha_by_exit(e) if callable(alpha_by_exit) else alpha_by_exit[e]
             m = (rng.random(tokens) < a).astype(int)
+            conf = np.where(m == 1, 0.3, 0.0) + 0.7 * sure.random(tokens)
             for pos in range(tokens):
-                rows.append((SHARED, f"p{p}", cat, e, pos, int(m[pos]), float(a)))
-    return pd.DataFrame(rows, columns=["head", "prompt_id", "category", "exit_layer", "position", "match", "beta"])
+                rows.append((SHARED, f"p{p}", cat, e, pos, int(m[pos]), float(a), float(conf[pos])))
+    columns = ["head", "prompt_id", "category", "exit_layer", "position", "match", "beta", "confidence"]
+    df = pd.DataFrame(rows, columns=columns)
+    return df if confidence else df.drop(columns="confidence")
 
 
 def sampled_beta(num_layers: int, beta_by_temperature: dict, prompts: int = 4, tokens: int = 64,
@@ -138,13 +144,14 @@ def sampled_beta(num_layers: int, beta_by_temperature: dict, prompts: int = 4, t
 
 
 def write_synthetic_profile(out_dir: str | Path, alpha_by_exit=None, seed: int = 0,
-                            beta_by_temperature: dict | None = None, **kwargs) -> Profile:
-    """Write a synthetic profile folder (with acceptance when alpha_by_exit is given; with β along
-    sampled trajectories at each temperature of `beta_by_temperature` {T: β(E)}) and load it."""
+                            beta_by_temperature: dict | None = None, confidence: bool = False, **kwargs) -> Profile:
+    """Write a synthetic profile folder (with acceptance when alpha_by_exit is given, and each draft's
+    confidence with `confidence`; with β along sampled trajectories at each temperature of
+    `beta_by_temperature` {T: β(E)}) and load it."""
     meta = synthetic_meta(**kwargs)
     acc = sampled = None
     if alpha_by_exit is not None:
-        acc = bernoulli_acceptance(meta["model"]["num_layers"], alpha_by_exit, seed=seed)
+        acc = bernoulli_acceptance(meta["model"]["num_layers"], alpha_by_exit, seed=seed, confidence=confidence)
         meta["acceptance"] = {"temperature": 1.0, "max_new_tokens": 64, "prompt_set": "synthetic",
                               "num_prompts": int(acc["prompt_id"].nunique()),
                               "categories": sorted(acc["category"].unique().tolist()), "heads": [SHARED]}

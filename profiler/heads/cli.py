@@ -150,9 +150,9 @@ def _eval(args) -> int:
         atomic_write_text(args.out, res.summary.to_csv(index=False))
         print(f"wrote {args.out}")
     if args.acceptance_out:
-        from ppsd.profile import ACCEPTANCE_COLUMNS
+        from ppsd.profile.files import acceptance_columns
 
-        data = res.acceptance[ACCEPTANCE_COLUMNS].to_csv(index=False, float_format="%.4g")
+        data = res.acceptance[acceptance_columns(res.acceptance)].to_csv(index=False, float_format="%.4g")
         if args.acceptance_out.endswith(".gz"):
             import gzip
 

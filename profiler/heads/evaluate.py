@@ -70,15 +70,16 @@ def _heads_to_score(heads: ExitHeads, vocab_sizes: list[int]) -> list[tuple[str,
 
 @torch.inference_mode()
 def score(heads: ExitHeads, records, exits: list[int], vocab_sizes: list[int], chunk: int = 256, progress=None):
-    """Acceptance rows (match, β) for every head and exit on collected records."""
+    """Acceptance rows (match, β, the draft's confidence) for every head and exit on collected records."""
     import pandas as pd
 
     frozen = heads.frozen
     dev = frozen.lm_weight.device  # records live on the CPU (collected to disk); the heads on the model's device
     scorers = _heads_to_score(heads, vocab_sizes)
     n = len(records)
-    cols: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {
-        (name, e): (np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.float32)) for name, _ in scorers for e in exits}
+    cols: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {
+        (name, e): (np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.float32))
+        for name, _ in scorers for e in exits}
     # probabilities in fp32 whatever the heads' dtype (a bf16 model's heads draft in bf16): β sums
     # tens of thousands of small terms, and numpy has no bfloat16
     for i in range(0, n, chunk):
@@ -92,21 +93,24 @@ def score(heads: ExitHeads, records, exits: list[int], vocab_sizes: list[int], c
                     p_sub = torch.softmax(head.logits(h, e).float(), -1)
                     draft = head.subset[p_sub.argmax(-1)]
                     beta = torch.minimum(p_full.index_select(-1, head.subset), p_sub).sum(-1)
+                    sure = p_sub.max(-1).values
                 else:
                     logits = frozen.logits(h) if head is None else head.logits(h, e)
                     p_exit = torch.softmax(logits.float(), -1)
                     draft = p_exit.argmax(-1)
                     beta = torch.minimum(p_full, p_exit).sum(-1)
-                m, b = cols[(name, e)]
+                    sure = p_exit.max(-1).values
+                m, b, c = cols[(name, e)]
                 m[sl] = (draft == target).cpu().numpy()
                 b[sl] = beta.cpu().numpy()
+                c[sl] = sure.cpu().numpy()
         if progress:
             progress(sl.stop, n)
     pid = np.asarray(records.prompt_ids, dtype=object)[records.prompt_index.numpy()]
     cat = np.asarray(records.categories, dtype=object)[records.prompt_index.numpy()]
     pos = records.position.numpy()
     frames = [pd.DataFrame({"head": name, "prompt_id": pid, "category": cat, "exit_layer": e, "position": pos,
-                            "match": m, "beta": b}) for (name, e), (m, b) in cols.items()]
+                            "match": m, "beta": b, "confidence": c}) for (name, e), (m, b, c) in cols.items()]
     return pd.concat(frames, ignore_index=True)
 
 

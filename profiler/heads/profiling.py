@@ -54,9 +54,10 @@ def head_rows(adapter, heads, results, temperature: float, progress=None):
     import pandas as pd
     import torch
 
+    from ppsd.profile.files import ACCEPTANCE_COLUMNS, ACCEPTANCE_OPTIONAL
     from profiler.acceptance import layer_states
+    from runtime.decoding import draft_confidence
     from runtime.heads.vocab import VocabHead
-    from ppsd.profile import ACCEPTANCE_COLUMNS
 
     exits = [e for e in heads.exits if 1 <= e < adapter.num_layers]
     scorers = _scorers(heads, vocab_sizes_of(heads))
@@ -88,12 +89,12 @@ def head_rows(adapter, heads, results, temperature: float, progress=None):
                     frames.append(pd.DataFrame({
                         "head": name, "prompt_id": r.prompt_id, "category": r.category, "exit_layer": e,
                         "position": np.arange(G), "match": (top == target).cpu().numpy().astype(int),
-                        "beta": beta.cpu().numpy()}))
+                        "beta": beta.cpu().numpy(), "confidence": draft_confidence(logits).cpu().numpy()}))
             if progress:
                 progress()
     if not frames:
-        return pd.DataFrame(columns=ACCEPTANCE_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[ACCEPTANCE_COLUMNS]
+        return pd.DataFrame(columns=ACCEPTANCE_COLUMNS + ACCEPTANCE_OPTIONAL)
+    return pd.concat(frames, ignore_index=True)[ACCEPTANCE_COLUMNS + ACCEPTANCE_OPTIONAL]
 
 
 def head_latency(heads, n_values, repeats: int = 10, adapter=None) -> dict:

@@ -29,6 +29,7 @@ class PromptTraces:
     sampled: bool = False
     categories: list[str] | None = None  # each prompt's category (None: not known)
     order: list[int] | None = None       # each prompt's rank in the profile's prompt order (None: as listed)
+    confidence: list[np.ndarray] | None = None  # each prompt's draft confidences (greedy traces that have them)
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -68,7 +69,7 @@ def prompt_traces(profile, exit_layer: int, *, head: str = SHARED, prompt_ids: S
                         f"use an exit layer in {sorted(table)}")
     keep = set(map(str, prompt_ids)) if prompt_ids is not None else None
     sampled = bool(temperature and temperature > 0)
-    ids, prob, ctx, cats = [], [], [], []
+    ids, prob, ctx, cats, conf = [], [], [], [], []
     for i, pid in enumerate(tr.prompt_ids):
         if keep is not None and pid not in keep:
             continue
@@ -80,13 +81,16 @@ def prompt_traces(profile, exit_layer: int, *, head: str = SHARED, prompt_ids: S
         prob.append(tr.beta[i].astype(float) if sampled else tr.match[i].astype(float))
         ctx.append(float(tr.start_context[i]))
         cats.append(str(tr.categories[i]))
+        if tr.confidence is not None:
+            conf.append(tr.confidence[i])
     if not ids:
         raise UserError(f"no prompt of profile {profile.path} has acceptance positions at exit {exit_layer}"
                         + (f" among {len(keep)} prediction prompts" if keep is not None else ""),
                         "predict from prompts the profile traced")
     rank = {str(g.get("prompt_id")): i for i, g in enumerate(profile.generations())}
     order = [rank.get(pid, len(rank) + i) for i, pid in enumerate(ids)]
-    return PromptTraces(int(exit_layer), ids, prob, ctx, sampled, cats, order)
+    confidence = conf if tr.confidence is not None and not sampled else None
+    return PromptTraces(int(exit_layer), ids, prob, ctx, sampled, cats, order, confidence)
 
 
 def _trace_table(profile, head: str, temperature: float) -> dict:
@@ -132,7 +136,7 @@ def overlay_stream(traces: PromptTraces, picks: Sequence[int], targets: Targets,
     """Target i decoded with prompt picks[i]'s acceptance: its trace tiled or cut to the target's
     length, at the target's contexts (one generation per target); with `deltas`, target i's acceptance
     moved by deltas[i] on the logit scale (`sim.intervals.shift.shifted`)."""
-    segs, ctx = [], []
+    segs, ctx, conf = [], [], []
     for i, j in enumerate(picks):
         L = int(targets.lengths[i])
         seg = np.resize(traces.prob[int(j)], L)
@@ -140,7 +144,9 @@ def overlay_stream(traces: PromptTraces, picks: Sequence[int], targets: Targets,
             seg = shifted(seg, float(deltas[i]), rng if rng is not None else np.random.default_rng(0), traces.sampled)
         segs.append(seg)
         ctx.append(targets.start_context[i] + np.arange(L, dtype=float))
-    return _stream(segs, ctx, traces.sampled, rng, "trace-overlay")
+        if traces.confidence is not None:  # (a shift moves the matches, not the drafts' confidence)
+            conf.append(np.resize(traces.confidence[int(j)], L))
+    return _stream(segs, ctx, traces.sampled, rng, "trace-overlay", conf if traces.confidence is not None else None)
 
 
 def strata(traces: PromptTraces, targets: Targets) -> list[tuple[list[int], list[int]]]:
@@ -167,21 +173,26 @@ def pooled_stream(traces: PromptTraces, targets: Targets, seed: int = 0) -> Stre
     is kept; no measured trace is read."""
     groups = strata(traces, targets)
     pools = [np.concatenate([traces.prob[j] for j in src]) for src, _ in groups]
+    sure = None if traces.confidence is None else [np.concatenate([traces.confidence[j] for j in src])
+                                                   for src, _ in groups]
     want = [int(sum(targets.lengths[i] for i in tgt)) for _, tgt in groups]
     rounds = max(max(len(p) / w, 1.0) for p, w in zip(pools, want))
-    segs, ctx = [], []
-    for pool, w, (_, tgt) in zip(pools, want, groups):
+    segs, ctx, conf = [], [], []
+    for g, (pool, w, (_, tgt)) in enumerate(zip(pools, want, groups)):
         total = max(int(round(rounds * w)), w)
         flat = np.resize(pool, total)
+        flat_conf = None if sure is None else np.resize(sure[g], total)
         at, i = 0, 0
         while at < total:
             k = tgt[i % len(tgt)]
             n = min(int(targets.lengths[k]), total - at)  # the last generation may stop short: the pool is spent
             segs.append(flat[at:at + n])
             ctx.append(targets.start_context[k] + np.arange(n, dtype=float))
+            if flat_conf is not None:
+                conf.append(flat_conf[at:at + n])
             at, i = at + n, i + 1
     rng = np.random.default_rng([int(seed), traces.exit_layer, 11])
-    return _stream(segs, ctx, traces.sampled, rng, "trace-pooled")
+    return _stream(segs, ctx, traces.sampled, rng, "trace-pooled", conf if sure is not None else None)
 
 
 def lengths_stream(targets: Targets) -> Stream:
@@ -191,7 +202,7 @@ def lengths_stream(targets: Targets) -> Stream:
     return _stream(segs, ctx, False, None, "none")
 
 
-def _stream(segs, ctx, sampled: bool, rng, source: str) -> Stream:
+def _stream(segs, ctx, sampled: bool, rng, source: str, conf_segs=None) -> Stream:
     prob = np.concatenate(segs)
     if sampled:
         rng = rng if rng is not None else np.random.default_rng(0)
@@ -200,4 +211,5 @@ def _stream(segs, ctx, sampled: bool, rng, source: str) -> Stream:
         match = prob >= 0.5
     seg = np.zeros(len(prob), dtype=bool)
     seg[np.cumsum([0, *[len(s) for s in segs[:-1]]])] = True
-    return Stream(match.astype(bool), np.concatenate(ctx), seg, source if not sampled else source + "-beta")
+    conf = None if conf_segs is None or sampled else np.concatenate(conf_segs)
+    return Stream(match.astype(bool), np.concatenate(ctx), seg, source if not sampled else source + "-beta", conf)

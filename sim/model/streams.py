@@ -25,6 +25,9 @@ class Stream:
     context: np.ndarray  # float [T]: tokens already in the KV cache when token j is computed
     seg_start: np.ndarray  # bool [T]
     source: str  # "trace" | "beta" | "bernoulli"
+    # float [T]: the confidence of the exit-E draft of token j (its top-1 probability, made with a correct
+    # prefix), what a confidence stop reads; None where the acceptance source has none
+    confidence: np.ndarray | None = None
 
     @property
     def tokens(self) -> int:
@@ -81,6 +84,7 @@ class _Trace:
     match: list[np.ndarray]
     beta: list[np.ndarray]
     start_context: list[float]
+    confidence: list[np.ndarray] | None = None  # None: the profile recorded no confidences
 
 
 def _prompt_contexts(profile) -> dict[str, float]:
@@ -115,6 +119,9 @@ def _traces(profile, head: str) -> dict[int, _Trace]:
     match = df["match"].to_numpy().astype(bool)
     beta = df["beta"].to_numpy(dtype=float)
     beta = np.where(np.isfinite(beta), beta, match.astype(float))
+    conf = df["confidence"].to_numpy(dtype=float) if "confidence" in df.columns else None
+    if conf is not None and not np.isfinite(conf).all():
+        conf = None  # some rows predate the confidences: a confidence stop cannot be priced from them
     # boundaries where (exit, prompt) changes
     change = np.ones(len(df), dtype=bool)
     change[1:] = (exits[1:] != exits[:-1]) | (pids[1:] != pids[:-1])
@@ -123,12 +130,14 @@ def _traces(profile, head: str) -> dict[int, _Trace]:
     out: dict[int, _Trace] = {}
     for s, e in zip(starts, ends):
         ex = int(exits[s])
-        t = out.setdefault(ex, _Trace([], [], [], [], []))
+        t = out.setdefault(ex, _Trace([], [], [], [], [], None if conf is None else []))
         t.prompt_ids.append(pids[s])
         t.categories.append(cats[s])
         t.match.append(match[s:e])
         t.beta.append(beta[s:e])
         t.start_context.append(ctx.get(pids[s], c0))
+        if conf is not None:
+            t.confidence.append(conf[s:e])
     if len(_TRACES) > 16:
         _TRACES.clear()
     _TRACES[key] = (profile, out)
@@ -195,11 +204,13 @@ def trace_stream(profile, exit_layer: int, *, tokens: int | None = None, categor
     idx = [i for i in idx if len(tr.match[i])]
     if not idx:
         raise UserError("the selected prompts have no acceptance positions", "select other prompts or a category")
-    segs_m, segs_b, segs_c = [], [], []
+    segs_m, segs_b, segs_c, segs_q = [], [], [], []
     total = 0
     while True:  # tile the selected generations until `tokens` (once each when tokens is None)
         for i in idx:
             segs_m.append(tr.match[i])
+            if tr.confidence is not None:
+                segs_q.append(tr.confidence[i])
             segs_b.append(tr.beta[i])
             segs_c.append(tr.start_context[i] + np.arange(len(tr.match[i]), dtype=float))
             total += len(tr.match[i])
@@ -228,6 +239,8 @@ def trace_stream(profile, exit_layer: int, *, tokens: int | None = None, categor
             p = min(1.0, (alpha_scale - 1.0) * a / (1.0 - a))
             match = match | (rng.random(len(match)) < p)
         source = "trace-scaled"
+    conf = np.concatenate(segs_q) if tr.confidence is not None and not sampled and source != "beta" else None
     if tokens is not None:
         match, context, seg = match[:tokens], context[:tokens], seg[:tokens]
-    return Stream(match.astype(bool), context, seg, source)
+        conf = None if conf is None else conf[:tokens]
+    return Stream(match.astype(bool), context, seg, source, conf)

@@ -41,6 +41,8 @@ class SweepSpec:
     budget         same-budget comparison within this many cores / GPUs (None: the profile's most)
     prompt_len     prompt tokens before each generation (None: the profile's prompts)
     alpha_by_exit  {exit layer: α}: seeded Bernoulli(α) streams at exactly these exits instead of the traces
+    draft_stops    EESD confidence stops τ tried beside every γ (`Plan.draft_stop`; greedy traces with
+                   confidences); () = fixed γ only
     """
 
     devices: int = DEFAULT_DEVICES
@@ -55,9 +57,11 @@ class SweepSpec:
     budget: int | None = None
     prompt_len: int | None = None
     alpha_by_exit: Mapping[int, float] | None = field(default=None, hash=False)
+    draft_stops: tuple[float, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "gammas", tuple(sorted({int(g) for g in self.gammas})))
+        object.__setattr__(self, "draft_stops", tuple(sorted({float(t) for t in self.draft_stops})))
         object.__setattr__(self, "temperature", float(self.temperature or 0.0))
 
     def with_(self, **changes) -> SweepSpec:
@@ -75,6 +79,14 @@ class SweepSpec:
             raise UserError(f"hop latency {self.hop_ms} ms is negative", "give a hop latency >= 0")
         if self.alpha_scale < 0:
             raise UserError(f"alpha scale {self.alpha_scale} is negative", "give --alpha-scale F with F >= 0")
+        if self.draft_stops:
+            from sim.plan import check_draft_stop
+
+            for tau in self.draft_stops:
+                check_draft_stop(tau)
+            if self.temperature > 0 or self.alpha_by_exit is not None:
+                raise UserError("confidence stops are priced from greedy traces' confidences",
+                                "drop --draft-stops, or --temperature / the given acceptance")
         return self
 
     def base_plan(self) -> Plan:
@@ -90,4 +102,4 @@ class SweepSpec:
         base = self.base_plan()
         return [p for sch in SCHEMES.values() if sch.speculative
                 for p in sch.sweep_plans(base, exit_layer, num_layers=num_layers, gammas=self.gammas,
-                                         devices=int(self.devices))]
+                                         devices=int(self.devices), draft_stops=self.draft_stops)]

@@ -166,6 +166,8 @@ class Verdict:
     excluded: tuple = ()              # Exclusions: degenerate plans ranked above best_speculative
     head: str | None = None           # the exit head the recommendation drafts with (decide_over_heads)
     break_even: BreakEven | None = None  # the best speculative plan's break-even acceptance (with a profile)
+    # with confidence-stop plans in the sweep: (the best of them, the best fixed-γ EESD plan)
+    stop_vs_fixed: tuple | None = None
     text: str = ""                    # the one-line verdict every surface shows
     notes: tuple = field(default=())  # one line per degenerate plan passed over, saying why
 
@@ -198,7 +200,19 @@ class Verdict:
                 "best_by_mode": {m.value: plan(r) for m, r in self.best_by_mode.items()},
                 "excluded": [{"label": e.result.plan.label(), "why": e.why} for e in self.excluded],
                 "head": self.head, "notes": list(self.notes),
-                "break_even_alpha": self.break_even_alpha, "break_even": self.break_even_words}
+                "break_even_alpha": self.break_even_alpha, "break_even": self.break_even_words,
+                **({} if self.stop_vs_fixed is None else {"confidence_stop": {
+                    "best_stop": plan(self.stop_vs_fixed[0]), "best_fixed": plan(self.stop_vs_fixed[1]),
+                    "gain": self.stop_gain, "beyond_noise": abs(self.stop_gain) > self.band.rel}})}
+
+    @property
+    def stop_gain(self) -> float | None:
+        """How much faster the best confidence-stop plan is than the best fixed-γ EESD plan (relative to
+        it; negative: slower); None without both."""
+        if self.stop_vs_fixed is None:
+            return None
+        stop, fixed = (self.score(r) for r in self.stop_vs_fixed)
+        return stop / fixed - 1.0 if fixed > 0 else None
 
     @property
     def break_even_alpha(self) -> float | None:
@@ -237,7 +251,11 @@ def decide(results: Sequence[Result], profile=None, band: NoiseBand | None = Non
     be = None
     if best_spec is not None and profile is not None:
         be = break_even(profile, best_spec, mean_decode_context(profile))
-    v = Verdict(outcome, recommended, best_spec, by_mode, same_budget, budget, band, excluded, break_even=be)
+    stops = [r for r in usable if r.plan.mode is Mode.EESD and getattr(r.plan, "draft_stop", None) is not None]
+    fixed = [r for r in usable if r.plan.mode is Mode.EESD and getattr(r.plan, "draft_stop", None) is None]
+    versus = (stops[0], fixed[0]) if stops and fixed else None
+    v = Verdict(outcome, recommended, best_spec, by_mode, same_budget, budget, band, excluded, break_even=be,
+                stop_vs_fixed=versus)
     return _with_text(v)
 
 
@@ -303,6 +321,12 @@ def _with_text(v: Verdict) -> Verdict:
                 f"reaches {_one(best, sb, bud)}{_alpha_txt(best)}, below the {band} noise band{_break_even_txt(v)}")
     others = [(m, r) for m, r in v.best_by_mode.items() if m.speculative and r is not best]
     text += "".join(f"; best {m.name} is {r.plan.label()} at {_one(r, sb, bud)}" for m, r in others)
+    if v.stop_vs_fixed is not None and v.stop_gain is not None:
+        stop, fixed = v.stop_vs_fixed
+        where = "beyond" if abs(v.stop_gain) > v.band.rel else "within"
+        text += (f"; the best confidence stop, {stop.plan.label()} ({v.score(stop):.2f}×), is {v.stop_gain:+.1%} "
+                 f"against the best fixed γ, {fixed.plan.label()} ({v.score(fixed):.2f}×), {where} the {band} "
+                 "noise band")
     if v.excluded and v.outcome is not Outcome.NO_PLAN:
         e = v.excluded[0]
         more = f" (and {len(v.excluded) - 1} more)" if len(v.excluded) > 1 else ""

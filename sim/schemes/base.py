@@ -124,7 +124,8 @@ class Scheme(ABC):
     def label(self, plan: PlanLike) -> str:
         """A plan's short name, e.g. "EESD E=12 γ=3 vocab4096"."""
         head = exit_head_suffix(plan.exit_head)
-        return f"{self.mode.name} E={plan.exit_layer} {self.size.symbol}={self.size_of(plan)}{head}"
+        stop = "" if getattr(plan, "draft_stop", None) is None else f" τ={plan.draft_stop:g}"
+        return f"{self.mode.name} E={plan.exit_layer} {self.size.symbol}={self.size_of(plan)}{stop}{head}"
 
     def has_size(self, field_name: str) -> bool:
         """Whether the scheme's second number is held in the Plan field `field_name`."""
@@ -233,9 +234,10 @@ class Scheme(ABC):
         one pass over the prompt, as AR does; schemes that split the model add their messages."""
         return whole_prefill_ms
 
-    def sweep_plans(self, base: PlanLike, exit_layer: int, *, num_layers: int, gammas, devices: int) -> list[PlanLike]:
+    def sweep_plans(self, base: PlanLike, exit_layer: int, *, num_layers: int, gammas, devices: int,
+                    draft_stops=()) -> list[PlanLike]:
         """The plans of this scheme a sweep tries at one exit layer (unresolved), built from `base`
-        (its hop, exit head, temperature)."""
+        (its hop, exit head, temperature); `draft_stops`: the confidence stops a drafting scheme tries."""
         return []
 
 

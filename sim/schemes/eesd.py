@@ -6,6 +6,13 @@ and the LM head on γ'+1 positions, plus embed + layers [0, E) for the last draf
 positions' layer-E states were computed while drafting). It keeps the leading matches a and one
 token from the verifier. With i.i.d. acceptance α a round commits (1 − α^(γ+1)) / (1 − α) tokens
 (Leviathan et al. 2023).
+
+With a confidence stop τ (`Plan.draft_stop`) a round stops drafting after its first draft whose
+confidence (the exit head's top-1 probability) is below τ, γ still the cap: the traces' joint
+(match, confidence) sequence decides both how many drafts a round makes and how many it keeps.
+A trace holds each draft's confidence with a correct prefix; drafts after a round's first mismatch
+are priced with the confidence of the same positions (their own prefix is wrong, so their
+confidence is not recorded), which changes only how many drafts that round wastes.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ class EESDCosts:
     draft_len: int
     sampled: bool = False  # T > 0: each draft draws over the exit head's vocabulary, and every round
     # draws one token over the whole vocabulary (the replacement at a rejection, else the bonus token)
+    draft_stop: float | None = None  # τ: a round stops drafting after a draft less confident than this
 
     def draft(self, context: np.ndarray) -> np.ndarray:
         t = draft_ms(self.cm, context, self.exit_layer)
@@ -84,6 +92,40 @@ def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
 def time_per_token(draft: float, verify: float, alpha: float, gamma: int) -> float:
     """Expected ms per committed token: a round's γ drafts and one verification over its tokens."""
     return (gamma * draft + verify) / expected_tokens_per_round(alpha, gamma)
+
+
+@dataclass(frozen=True)
+class StopOdds:
+    """What a confidence stop τ sees at one exit, as i.i.d. odds per draft: how often a draft is less
+    confident than τ, and how often a draft matches when it is (not) (`stop_odds`)."""
+
+    low: float        # P(confidence < τ)
+    match_high: float  # P(match | confidence >= τ)
+    match_low: float   # P(match | confidence < τ)
+
+    @property
+    def alpha(self) -> float:
+        return (1.0 - self.low) * self.match_high + self.low * self.match_low
+
+    def at(self, alpha: float) -> StopOdds:
+        """The same odds at acceptance α: both conditional match rates scaled by α over this α
+        (the planner's what-if and break-even), each capped at 1."""
+        base = self.alpha
+        f = float(alpha) / base if base > 0 else 0.0
+        return StopOdds(self.low, min(1.0, self.match_high * f), min(1.0, self.match_low * f))
+
+
+def stopped_time_per_token(draft: float, verify_at, odds: StopOdds, gamma: int) -> float:
+    """Expected ms per committed token of EESD with a confidence stop under i.i.d. odds: a round makes
+    n drafts (n = j < γ when draft j is its first less confident than τ, else γ) and keeps a of them,
+    a >= q when its first q − 1 drafts match above τ and its q-th matches; `verify_at(n)` prices a
+    verification of n drafts."""
+    keep_going = 1.0 - odds.low
+    sure = keep_going * odds.match_high  # a draft that matches and lets the round draft on
+    tokens = 1.0 + sum(sure ** (q - 1) * odds.alpha for q in range(1, gamma + 1))
+    p_n = [keep_going ** (j - 1) * odds.low for j in range(1, gamma)] + [keep_going ** (gamma - 1)]
+    time = sum(p * (j * draft + verify_at(j)) for j, p in zip(range(1, gamma + 1), p_n))
+    return time / tokens
 
 
 # --- exact replay: round boundaries without a pointer chase --------------------------------------
@@ -116,6 +158,54 @@ def rounds(stream: Stream, gamma: int):
     return s.astype(np.int64), g[s], a[s]
 
 
+def stopped_rounds(stream: Stream, gamma: int, draft_stop: float):
+    """(start position, drafts n, accepted a) of every EESD round with a confidence stop: a round from
+    p drafts p, p + 1, ... up to γ' and stops after the first draft less confident than τ; it keeps
+    the leading matches among its n drafts. Each position's n and a are vectorised; the rounds are a
+    pointer chase (a round's length no longer repeats between mismatches)."""
+    conf = require_confidence(stream)
+    t = stream.tokens
+    seg_end = seg_ends(stream)
+    pos = np.arange(t)
+    zeros = np.flatnonzero(~stream.match)
+    nz = np.append(zeros, t)[np.searchsorted(zeros, pos)]
+    run = np.minimum(nz, seg_end) - pos
+    g = np.minimum(gamma, seg_end - pos - 1)
+    lows = np.flatnonzero(conf < draft_stop)
+    first_low = np.append(lows, t)[np.searchsorted(lows, pos)]  # first unsure draft at or after p
+    n = np.minimum(g, first_low - pos + 1)  # the unsure draft is made, then the round stops drafting
+    a = np.minimum(run, n)
+    starts, p, step = [], 0, (a + 1).tolist()
+    while p < t:
+        starts.append(p)
+        p += step[p]
+    s = np.asarray(starts, dtype=np.int64)
+    return s, n[s], a[s]
+
+
+def require_confidence(stream: Stream) -> np.ndarray:
+    """The stream's confidences, or a UserError: a confidence stop is priced from recorded traces."""
+    if stream.confidence is None:
+        raise UserError(f"a confidence stop needs each draft's confidence, which a {stream.source!r} acceptance "
+                        "stream does not carry",
+                        "simulate with --acceptance trace on a profile traced with confidences (greedy)")
+    return np.asarray(stream.confidence, dtype=float)
+
+
+def stop_odds(profile, exit_layer: int, head: str, draft_stop: float) -> StopOdds:
+    """The i.i.d. odds of a confidence stop τ at an exit, over every traced position of the profile."""
+    profile.require_confidence(head)
+    df = profile.acceptance
+    df = df[(df["head"] == head) & (df["exit_layer"] == int(exit_layer))]
+    if df.empty:
+        raise UserError(f"profile {profile.path} has no acceptance trace for exit layer {exit_layer}",
+                        "choose a traced exit layer")
+    low = df["confidence"].to_numpy(dtype=float) < draft_stop
+    match = df["match"].to_numpy().astype(bool)
+    rate = lambda sel: float(match[sel].mean()) if sel.any() else 0.0  # noqa: E731
+    return StopOdds(float(low.mean()), rate(~low), rate(low))
+
+
 # --- the scheme ---------------------------------------------------------------------------------
 
 class EESD(Scheme):
@@ -142,7 +232,10 @@ class EESD(Scheme):
                 f"{self.tokens_per_round(plan, alpha):.2f} tokens per verification. ")
 
     def unit_costs(self, profile, plan: PlanLike, context: np.ndarray) -> EESDCosts:
-        return EESDCosts(cost_model(profile, plan.exit_head), plan.exit_layer, plan.draft_len, plan.sampled)
+        stop = getattr(plan, "draft_stop", None)
+        if stop is not None:
+            profile.require_confidence(plan.exit_head)
+        return EESDCosts(cost_model(profile, plan.exit_head), plan.exit_layer, plan.draft_len, plan.sampled, stop)
 
     def event_model(self, stream: Stream, costs: EESDCosts, record: bool = False) -> RunStats:
         """One process on one device: γ' drafts, then a verification; the round keeps the leading
@@ -158,6 +251,8 @@ class EESD(Scheme):
         env = simpy.Environment()
         gamma = costs.draft_len
         match = stream.match.tolist()
+        tau = costs.draft_stop
+        conf = require_confidence(stream).tolist() if tau is not None else None
         ctx = stream.context.tolist()
         seg_end = seg_ends(stream).tolist()
         t = stream.tokens
@@ -175,6 +270,9 @@ class EESD(Scheme):
                     yield env.timeout(c)
                     if record:
                         stats.events.append(Event("draft", row, s / 1e3, c / 1e3, token=p + q))
+                    if tau is not None and conf[p + q] < tau:  # an unsure draft: verify what there is
+                        g = q + 1
+                        break
                 v = verify(ctx[p], g)
                 s = env.now
                 yield env.timeout(v)
@@ -199,7 +297,10 @@ class EESD(Scheme):
         return stats
 
     def replay(self, stream: Stream, costs: EESDCosts) -> RunStats:
-        s, g, a = rounds(stream, costs.draft_len)
+        if costs.draft_stop is None:
+            s, g, a = rounds(stream, costs.draft_len)
+        else:
+            s, g, a = stopped_rounds(stream, costs.draft_len, costs.draft_stop)
         c = stream.context[s]
         total = float(np.sum(costs.verify(c, g)))
         if len(g) and g.max() > 0:
@@ -215,8 +316,14 @@ class EESD(Scheme):
         c = np.array([float(context)])
         costs = self.unit_costs(profile, plan, c)
         g = plan.draft_len
-        draft, verify = float(costs.draft(c)[0]), float(costs.verify(c, g)[0])
+        draft = float(costs.draft(c)[0])
+        if costs.draft_stop is not None:  # i.i.d. odds of the profile's (match, confidence) pairs at α
+            odds = stop_odds(profile, plan.exit_layer, plan.exit_head, costs.draft_stop)
+            verify_at = lru_cache(maxsize=None)(lambda n: float(costs.verify(c, n)[0]))
+            return [stopped_time_per_token(draft, verify_at, odds.at(float(a)), g) for a in alphas]
+        verify = float(costs.verify(c, g)[0])
         return [time_per_token(draft, verify, float(a), g) for a in alphas]
 
-    def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices):
-        return [replace(base, mode=self.mode, exit_layer=exit_layer, draft_len=g) for g in gammas]
+    def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices, draft_stops=()):
+        return [replace(base, mode=self.mode, exit_layer=exit_layer, draft_len=g, draft_stop=tau)
+                for tau in (None, *draft_stops) for g in gammas]

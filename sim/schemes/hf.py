@@ -21,6 +21,10 @@ What transformers 5.x does each round, read from its source and confirmed by cou
   token are kept.
 - host overhead beyond those pieces, measured by the profiler against the profile's own prices:
   `ar_token_overhead_ms` per AR step, `round_overhead_ms` + `draft_overhead_ms` per draft per round.
+- a confidence stop (`Plan.draft_stop`, transformers' `assistant_confidence_threshold`; ppsd's runs set
+  it to 0 unless a plan gives one): `ConfidenceCriteria` stops the drafter's `generate` after a draft whose
+  probability is below it, priced from the traces' confidences. Early exit never adapts it (the adaptation
+  runs only in `AssistedCandidateGenerator` itself, with scikit-learn): its default is a fixed 0.4.
 - acceptance: the drafter re-reading the sequence on top of a stale cache does not draft what the
   clean exit head does (transformers 5.24: drafts match the full model less often). The profiler
   measures the drafter's match rate per exit along real assisted runs; the scheme thins the profile's
@@ -44,7 +48,7 @@ from sim.model.cost_model import CostModel, cost_model
 from sim.model.streams import Stream
 from sim.schemes.ar import AR
 from sim.schemes.base import PlanLike, RunStats, seg_ends
-from sim.schemes.eesd import EESD
+from sim.schemes.eesd import EESD, require_confidence, stop_odds, stopped_time_per_token
 from sim.timeline import Event
 
 
@@ -82,12 +86,13 @@ def next_gamma(gamma: int, drafts: int, accepted: int, schedule: str) -> int:
 
 
 def thin(stream: Stream, scale: float, seed: int, exit_layer: int) -> Stream:
-    """The stream with each match kept with probability `scale` (≥ 1: unchanged)."""
+    """The stream with each match kept with probability `scale` (≥ 1: unchanged); the drafts'
+    confidences stay the trace's."""
     if scale >= 1.0:
         return stream
     rng = np.random.default_rng([int(seed), int(exit_layer), 29])
     keep = rng.random(stream.tokens) < scale
-    return Stream(stream.match & keep, stream.context, stream.seg_start, stream.source)
+    return Stream(stream.match & keep, stream.context, stream.seg_start, stream.source, stream.confidence)
 
 
 @dataclass
@@ -103,6 +108,7 @@ class HFCosts:
     draft_overhead: float
     scale: float
     seed: int = 0
+    draft_stop: float | None = None  # transformers' assistant_confidence_threshold (None: 0, no stop)
     _rounds: dict = field(default_factory=dict, repr=False, compare=False)  # (context, g) -> ms
 
     def refeed_ms(self, n: float, cached: float) -> float:
@@ -152,7 +158,7 @@ def hf_costs(profile, plan: PlanLike) -> HFCosts:
     return HFCosts(cost_model(profile), profile, int(plan.exit_layer or 0), int(plan.draft_len), plan.schedule,
                    str(block.get("refeed", "sequence")), float(block.get("ar_token_overhead_ms", 0.0)),
                    float(block.get("round_overhead_ms", 0.0)), float(block.get("draft_overhead_ms", 0.0)),
-                   acceptance_scale(block, plan.exit_layer or 0))
+                   acceptance_scale(block, plan.exit_layer or 0), draft_stop=getattr(plan, "draft_stop", None))
 
 
 def hf_ar_step_ms(profile, context: np.ndarray) -> np.ndarray:
@@ -170,6 +176,8 @@ def simulate_rounds(stream: Stream, costs: HFCosts, record: bool = False) -> Run
     seg_end = seg_ends(stream).tolist()
     t = stream.tokens
     gamma = costs.draft_len
+    tau = costs.draft_stop
+    conf = require_confidence(stream).tolist() if tau is not None else None
     stats = RunStats(0.0, t)
     clock = 0.0
     decode_ms, decode_tokens = 0.0, 0
@@ -179,6 +187,8 @@ def simulate_rounds(stream: Stream, costs: HFCosts, record: bool = False) -> Run
         if stream.seg_start[p]:
             first = True
         g = max(0, min(gamma, seg_end[p] - p - 1))
+        if tau is not None:  # ConfidenceCriteria: the drafter stops after a draft less probable than τ
+            g = next((q + 1 for q in range(g) if conf[p + q] < tau), g)
         a = 0
         while a < g and match[p + a]:
             a += 1
@@ -220,6 +230,8 @@ class HFAssisted(EESD):
                             "drop --exit-head with --runtime hf")
 
     def unit_costs(self, profile, plan: PlanLike, context: np.ndarray) -> HFCosts:
+        if getattr(plan, "draft_stop", None) is not None:
+            profile.require_confidence(plan.exit_head)
         return hf_costs(profile, plan)
 
     def _stream(self, stream: Stream, costs: HFCosts) -> Stream:
@@ -235,17 +247,21 @@ class HFAssisted(EESD):
         return [self.closed_form(profile, plan, float(a), context) for a in alphas]
 
     def closed_form(self, profile, plan: PlanLike, alpha: float, context: float) -> float:
-        """Constant schedule, i.i.d. acceptance α·scale: a round's time over its expected tokens."""
+        """Constant schedule, i.i.d. acceptance α·scale: a round's time over its expected tokens (with a
+        confidence stop, over the profile's i.i.d. odds of it: `sim.schemes.eesd.stopped_time_per_token`)."""
         costs = hf_costs(profile, plan)
         a = min(1.0, alpha * costs.scale)
         g = plan.draft_len
+        if costs.draft_stop is not None:
+            odds = stop_odds(profile, plan.exit_layer, plan.exit_head, costs.draft_stop)
+            return stopped_time_per_token(0.0, lambda n: costs.round_ms(float(context), n), odds.at(a), g)
         tokens = g + 1.0 if a >= 1.0 else (1.0 - a ** (g + 1)) / (1.0 - a)
         return costs.round_ms(float(context), g) / tokens
 
     def baseline_ms(self, profile, plan: PlanLike, context: np.ndarray) -> np.ndarray:
         return hf_ar_step_ms(profile, context)
 
-    def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices):
+    def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices, draft_stops=()):
         if base.exit_head != "shared":
             return []
         return [replace(base, mode=self.mode, exit_layer=exit_layer, draft_len=g, runtime="hf", schedule=s)

@@ -22,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from ppsd.errors import UserError
-from sim.model.cost_model import cost_model, corun_factors
+from sim.model.cost_model import cost_model
 from sim.model.streams import Stream
 from ppsd.modes import Mode
 from sim.schemes.base import PlanLike, PlanSize, RunStats, Scheme, StagePart, exit_head_suffix
@@ -150,7 +150,7 @@ class PPSD(Scheme):
         alphas = [float(a) for a in alphas]
 
         def at(stage, alphas):
-            return _closed_form.times_per_token(stage, costs.hop_ms, alphas, corun_factors(profile, costs.k), costs.k,
+            return _closed_form.times_per_token(stage, costs.hop_ms, alphas, costs.factors, costs.k,
                                                 float(costs.exit_array()[0]), costs.jitter_cv, checkpoints=cps,
                                                 launch=costs.launch, cap=costs.cap)
 
@@ -165,6 +165,6 @@ class PPSD(Scheme):
         # the verifier's first token is the first token out, the draft rides along in parallel
         return whole_prefill_ms + (plan.num_stages - 1) * float(plan.hop_ms or 0.0)
 
-    def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices):
+    def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices, draft_stops=()):
         return [replace(base, mode=self.mode, exit_layer=exit_layer, stages=k)
                 for k in range(2, min(int(devices), num_layers - exit_layer + 1) + 1)]

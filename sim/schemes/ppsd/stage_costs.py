@@ -9,20 +9,44 @@ from functools import lru_cache
 
 import numpy as np
 
+from ppsd.statistics import expected_max_of
 from sim.model.cost_model import CostModel, corun_factors, cost_model
 from sim.model.streams import Stream
 from sim.schemes.base import PlanLike, StagePart
 
 
 
-def corun_factor(factors: Sequence[float], devices: int, index_in_cycle: int, stage: int) -> float:
+def corun_factor(factors: Sequence, devices: int, index_in_cycle: int, stage: int) -> float:
     """Co-run slowdown of the pass of the i-th token of a cycle at stage m (0-based; factors[b]: the
-    slowdown with b devices busy). Stage 1 never idles (it drafts ahead), so when that token reaches
-    stage m, stages 1..m are busy with it and its successors, and min(i, k-m-1) later stages with its
-    predecessors: the pipeline is fully loaded from its k-th token on. Stages sharing a device count
-    once. The one rule every PPSD engine prices a pass's slowdown by."""
+    slowdown with b devices busy, or factors[m][b] per stage: `stage_factors`). Stage 1 never idles
+    (it drafts ahead), so when that token reaches stage m, stages 1..m are busy with it and its
+    successors, and min(i, k-m-1) later stages with its predecessors: the pipeline is fully loaded
+    from its k-th token on. Stages sharing a device count once. The one rule every PPSD engine prices
+    a pass's slowdown by."""
+    row = factors[stage] if isinstance(factors[0], (list, tuple, np.ndarray)) else factors
     busy = min(devices, stage + 1 + index_in_cycle)
-    return float(factors[min(busy, len(factors) - 1)])
+    return float(row[min(busy, len(row) - 1)])
+
+
+def lockstep_factor(stage_means: Sequence[float], jitter_cv: float) -> float:
+    """What the lock step of a loaded pipeline adds to its period, as a factor on every co-running pass:
+    with its tokens in flight capped at its stage count, each stage's next pass waits for the others'
+    current ones, so a period lasts the slowest of k jittery passes, whose expectation exceeds the
+    slowest mean (`ppsd.statistics.expected_max_of`): most when the stages balance, nothing when one
+    stage is far the slowest or the passes do not jitter."""
+    means = [float(m) for m in stage_means]
+    top = max(means) if means else 0.0
+    if top <= 0.0 or jitter_cv <= 0.0 or len(means) < 2:
+        return 1.0
+    return expected_max_of(means, float(jitter_cv)) / top
+
+
+def stage_factors(base: Sequence[float], bias: Sequence[float], lockstep: float) -> list[list[float]]:
+    """factors[m][b]: stage m's slowdown with b devices busy: the shared co-run factor `base[b]`, and
+    while it co-runs (b >= 2) the stage's share of it (`Profile.corun_stage_bias`) and the lock step's
+    wait (`lockstep_factor`)."""
+    return [[float(f) * (float(bias[m]) * lockstep if b >= 2 else 1.0) for b, f in enumerate(base)]
+            for m in range(len(bias))]
 
 
 def corun_table(factors: Sequence[float], devices: int, stages: int, cycle_len: int) -> np.ndarray:
@@ -150,7 +174,7 @@ class PPSDCosts:
     stage: list[np.ndarray]  # [k][T] ms
     hop_ms: float
     placement: tuple[int, ...]
-    factors: list[float]  # factors[b]: slowdown with b devices busy
+    factors: list  # factors[b]: slowdown with b devices busy, or factors[m][b] per stage (`stage_factors`)
     exit_ms: np.ndarray | None = None  # [T] ms, stage[0]'s tail after the send (exit head, overhead)
     jitter_cv: float = 0.0  # relative spread of a pass: softens the restart race (sim/model/restart.py)
     checkpoints: np.ndarray | None = None  # [P][T] ms from stage 1's pass start where it may abandon
@@ -240,9 +264,25 @@ def ppsd_costs(profile, plan: PlanLike, context: np.ndarray) -> PPSDCosts:
     jitter = max(float(profile.pass_jitter_cv()), cm.hop_jitter(k) / w0 if w0 > 0 else 0.0)
     return PPSDCosts(stage=stage,
                      hop_ms=max(float(plan.hop_ms or 0.0), transit),
-                     placement=placement, factors=corun_factors(profile, d),
+                     placement=placement, factors=loaded_factors(profile, stage, d),
                      exit_ms=np.full(np.shape(context), tail, dtype=float),
                      jitter_cv=jitter,
                      checkpoints=stage1_checkpoints(cm, context, plan.stage_bounds[1]),
                      launch=plan.launch, overhead_ms=roles.first, first_pass=first_pass,
                      reject_ms=cm.exit_head() if plan.sampled else 0.0)
+
+
+def loaded_factors(profile, stage: list[np.ndarray], devices: int) -> list[list[float]]:
+    """Per-stage co-run factors of a pipeline with one device per stage (`stage_factors`): the profile's
+    co-run slowdown, each role's share of it, and the lock step's wait priced at the stages' median
+    passes once the pipeline is loaded. Stages sharing a device queue instead of waiting in lock step
+    (the event model serialises them): their factors carry no lock step."""
+    base = corun_factors(profile, devices)
+    k = len(stage)
+    bias = profile.corun_stage_bias(k)
+    lock = 1.0
+    if devices == k:
+        loaded = base[min(devices, len(base) - 1)]
+        means = [float(np.median(s)) * loaded * bias[m] for m, s in enumerate(stage)]
+        lock = lockstep_factor(means, profile.lockstep_jitter_cv())
+    return stage_factors(base, bias, lock)

@@ -1,0 +1,87 @@
+"""sim/schemes/ppsd/stage_costs.py: the per-stage co-run factors every PPSD engine prices a pass by."""
+
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+
+from ppsd.profile.synthetic import write_synthetic_profile
+from ppsd.statistics import expected_max
+from sim import api
+from sim.plan import Plan
+from sim.schemes.ppsd.stage_costs import lockstep_factor, loaded_factors, ppsd_costs, stage_factors
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return write_synthetic_profile(tmp_path_factory.mktemp("p"), alpha_by_exit=lambda e: 0.05 + 0.9 * e / 12,
+                                   num_layers=12, layer_ms=2.0, head_ms=6.0, hop_ms=0.2, corun_slowdown=1.3,
+                                   per_token_fraction=0.05)
+
+
+def with_runtime_probe(profile, per_stage=(1.25, 1.35), jitter=0.05):
+    """The profile with a runtime probe: its rounds' per-stage slowdowns and the passes' jitter."""
+    meta = copy.deepcopy(profile.meta)
+    out = dataclasses.replace(profile, meta=meta)
+    rounds = [{"slowdown_per_stage": list(per_stage)}] * 3
+    out.latency["pipeline"] = {"slowdown": 1.3, "runtime": {"slowdown": float(np.mean(per_stage)), "rounds": rounds,
+                                                             "pass_jitter_cv": jitter}}
+    return out
+
+
+def test_lockstep_factor_is_the_expected_slowest_pass():
+    assert lockstep_factor([10.0, 10.0], 0.0) == 1.0
+    assert lockstep_factor([10.0], 0.1) == 1.0
+    assert lockstep_factor([10.0, 10.0], 0.05) == pytest.approx(expected_max(10.0, 10.0, 0.05) / 10.0)
+    assert lockstep_factor([10.0, 10.0], 0.05) > lockstep_factor([10.0, 9.0], 0.05) > 1.0
+    assert lockstep_factor([10.0, 5.0], 0.05) == pytest.approx(1.0, abs=1e-6)  # one stage far the slowest
+
+
+def test_stage_factors_scale_only_co_running_passes():
+    f = stage_factors([1.0, 1.0, 1.2], [0.9, 1.1], 1.05)
+    assert f[0][:2] == [1.0, 1.0] and f[1][:2] == [1.0, 1.0]  # alone: no share, no lock step
+    assert f[0][2] == pytest.approx(1.2 * 0.9 * 1.05) and f[1][2] == pytest.approx(1.2 * 1.1 * 1.05)
+
+
+def test_profile_reads_the_runtime_probe(base):
+    assert base.corun_stage_bias(2) == [1.0, 1.0] and base.lockstep_jitter_cv() == 0.0  # no probe: as before
+    p = with_runtime_probe(base)
+    assert p.corun_stage_bias(2) == pytest.approx([1.25 / 1.3, 1.35 / 1.3])
+    assert p.corun_stage_bias(4) == pytest.approx([1.25 / 1.3, 1.0, 1.0, 1.35 / 1.3])
+    assert p.lockstep_jitter_cv() == 0.05
+
+
+def test_older_profiles_price_as_before(base):
+    """Without the runtime probe's per-stage figures and jitter, every stage shares the co-run factor."""
+    c = ppsd_costs(base, api.resolve_plan(Plan("ppsd", exit_layer=6, stages=2), base), np.array([64.0]))
+    assert c.factors[0] == c.factors[1] == pytest.approx([1.0, 1.0, base.corun_slowdown(2)])
+
+
+def test_balanced_stages_wait_out_the_jitter(base):
+    """A lock step costs most where the stages balance: the loaded factor carries the expected slowest
+    pass of the priced stages; the measured per-stage shares split the co-run slowdown between roles."""
+    p = with_runtime_probe(base, per_stage=(1.3, 1.3), jitter=0.06)
+    costs = {e: ppsd_costs(p, api.resolve_plan(Plan("ppsd", exit_layer=e, stages=2), p), np.array([64.0]))
+             for e in range(2, 11)}
+    lock = {e: c.factors[0][2] / 1.3 for e, c in costs.items()}
+    assert all(f >= 1.0 for f in lock.values())
+    gap = {e: abs(float(c.stage[0][0] - c.stage[1][0])) for e, c in costs.items()}
+    assert lock[min(gap, key=gap.get)] == pytest.approx(max(lock.values()))
+    means = [float(s[0]) * 1.3 for s in costs[6].stage]
+    assert lock[6] == pytest.approx(expected_max(*means, 0.06) / max(means))
+    shares = loaded_factors(with_runtime_probe(base, per_stage=(1.2, 1.4), jitter=0.0), costs[6].stage, 2)
+    assert shares[0][2] == pytest.approx(1.2) and shares[1][2] == pytest.approx(1.4)
+
+
+def test_jitter_slows_a_balanced_pipeline_in_every_engine(base):
+    plan = Plan("ppsd", exit_layer=6, stages=2)
+    steady = with_runtime_probe(base, per_stage=(1.3, 1.3), jitter=0.0)
+    jittery = with_runtime_probe(base, per_stage=(1.3, 1.3), jitter=0.06)
+    for engine in ("fast", "event"):
+        a = api.simulate(steady, plan, tokens=1500, acceptance="bernoulli", alpha=0.9, engine=engine)
+        b = api.simulate(jittery, plan, tokens=1500, acceptance="bernoulli", alpha=0.9, engine=engine)
+        assert b.time_s > a.time_s * 1.005
+    plan = api.resolve_plan(plan, base)
+    assert (api.closed_form(jittery, plan, 0.9, 64.0)["time_per_token_ms"]
+            > api.closed_form(steady, plan, 0.9, 64.0)["time_per_token_ms"] * 1.005)
