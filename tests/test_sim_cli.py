@@ -105,7 +105,7 @@ def test_simulate_prices_a_confidence_stop(tmp_path, capsys):
                  "--draft-stops", "0.4,0.6", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r.get("draft_stop") for r in rows if r["mode"] == "eesd"} == {None, 0.4, 0.6}
-    assert sum(r.get("draft_stop") == 0.4 for r in rows) == 11 * 4  # every exit × every γ
+    assert sum(r.get("draft_stop") == 0.4 for r in rows) == 11 * 3  # every exit × every γ from 2
     assert main(["plan", "--profile", str(d), "--draft-stops", "0.4,1.5"]) == 2
     assert "outside (0, 1)" in capsys.readouterr().err
 

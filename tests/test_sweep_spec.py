@@ -41,10 +41,11 @@ def test_plans_at_an_exit_come_from_every_speculative_scheme():
 
 
 def test_confidence_stops_join_every_gamma():
-    spec = SweepSpec(devices=2, gammas=(2, 4), draft_stops=(0.6, 0.3))
+    spec = SweepSpec(devices=2, gammas=(1, 2, 4), draft_stops=(0.6, 0.3))
     eesd = [p for p in spec.plans_at(20, num_layers=30) if p.mode is Mode.EESD]
-    assert [(p.draft_len, p.draft_stop) for p in eesd] == [(2, None), (4, None), (2, 0.3), (4, 0.3), (2, 0.6),
-                                                          (4, 0.6)]
+    # (a stop at γ = 1 would be the fixed plan again: not swept)
+    assert [(p.draft_len, p.draft_stop) for p in eesd] == [(1, None), (2, None), (4, None), (2, 0.3), (4, 0.3),
+                                                          (2, 0.6), (4, 0.6)]
     assert all(p.draft_stop is None for p in spec.plans_at(20, num_layers=30) if p.mode is Mode.PPSD)
 
 

@@ -325,5 +325,6 @@ class EESD(Scheme):
         return [time_per_token(draft, verify, float(a), g) for a in alphas]
 
     def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices, draft_stops=()):
+        # a stop shortens only rounds of two drafts or more: at γ = 1 it is the fixed plan again
         return [replace(base, mode=self.mode, exit_layer=exit_layer, draft_len=g, draft_stop=tau)
-                for tau in (None, *draft_stops) for g in gammas]
+                for tau in (None, *draft_stops) for g in gammas if tau is None or g >= 2]
