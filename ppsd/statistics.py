@@ -87,13 +87,9 @@ def widened(lo_rel: float | None, hi_rel: float | None, point: float | None,
 
 def expected_max(a: float, b: float, cv: float) -> float:
     """E[max(X, Y)] for independent normal X, Y with means a, b and relative spread `cv` each (Clark's
-    formula): what waiting for the slower of two jittery tasks costs; max(a, b) when cv is 0."""
-    theta = math.hypot(cv * a, cv * b)
-    if theta <= 0.0:
-        return max(a, b)
-    z = (a - b) / theta
-    unit = NormalDist()
-    return a * unit.cdf(z) + b * unit.cdf(-z) + theta * unit.pdf(z)
+    formula, `expected_max_of`): what waiting for the slower of two jittery tasks costs; max(a, b) when
+    cv is 0."""
+    return expected_max_of([a, b], cv)
 
 
 def expected_max_of(means: Sequence[float], cv: float) -> float:

@@ -455,16 +455,18 @@ class Profile:
             self._acceptance = read_acceptance(self.acceptance_dir / self.meta["acceptance"]["file"])
         return self._acceptance
 
+    @cached_property
+    def confident_heads(self) -> frozenset[str]:
+        """The exit heads whose every acceptance trace row carries the draft's confidence (read once)."""
+        if not self.has_acceptance or "confidence" not in self.acceptance.columns:
+            return frozenset()
+        known = self.acceptance.groupby("head")["confidence"].apply(lambda c: bool(c.notna().all()))
+        return frozenset(str(h) for h, ok in known.items() if ok)
+
     def has_confidence(self, head: str = SHARED_HEAD) -> bool:
         """True when the acceptance traces of `head` carry each draft's confidence (the top-1 probability
         of the exit head's distribution), which a confidence stop is priced from."""
-        if not self.has_acceptance:
-            return False
-        df = self.acceptance
-        if "confidence" not in df.columns:
-            return False
-        conf = df.loc[df["head"] == head, "confidence"]
-        return bool(len(conf)) and bool(conf.notna().all())
+        return head in self.confident_heads
 
     def require_confidence(self, head: str = SHARED_HEAD) -> None:
         """UserError unless `has_confidence(head)`, with the command that records the confidences."""

@@ -183,6 +183,13 @@ def stopped_rounds(stream: Stream, gamma: int, draft_stop: float):
     return s, n[s], a[s]
 
 
+def drafts_before_stop(conf, start: int, cap: int, draft_stop: float) -> int:
+    """How many drafts a round from `start` makes under a confidence stop: up to `cap`, stopping after
+    the first whose confidence (`conf[start + q]`) is below τ. The event models' rule, one round at a
+    time (`stopped_rounds` is the same rule for every position at once)."""
+    return next((q + 1 for q in range(cap) if conf[start + q] < draft_stop), cap)
+
+
 def require_confidence(stream: Stream) -> np.ndarray:
     """The stream's confidences, or a UserError: a confidence stop is priced from recorded traces."""
     if stream.confidence is None:
@@ -263,6 +270,8 @@ class EESD(Scheme):
             p = 0
             while p < t:
                 g = min(gamma, seg_end[p] - p - 1)  # no drafting past the generation's end
+                if tau is not None:  # an unsure draft ends the drafting: verify what there is
+                    g = drafts_before_stop(conf, p, g, tau)
                 start = env.now
                 for q in range(g):
                     c = draft(ctx[p] + q)
@@ -270,9 +279,6 @@ class EESD(Scheme):
                     yield env.timeout(c)
                     if record:
                         stats.events.append(Event("draft", row, s / 1e3, c / 1e3, token=p + q))
-                    if tau is not None and conf[p + q] < tau:  # an unsure draft: verify what there is
-                        g = q + 1
-                        break
                 v = verify(ctx[p], g)
                 s = env.now
                 yield env.timeout(v)

@@ -48,7 +48,7 @@ from sim.model.cost_model import CostModel, cost_model
 from sim.model.streams import Stream
 from sim.schemes.ar import AR
 from sim.schemes.base import PlanLike, RunStats, seg_ends
-from sim.schemes.eesd import EESD, require_confidence, stop_odds, stopped_time_per_token
+from sim.schemes.eesd import EESD, drafts_before_stop, require_confidence, stop_odds, stopped_time_per_token
 from sim.timeline import Event
 
 
@@ -188,7 +188,7 @@ def simulate_rounds(stream: Stream, costs: HFCosts, record: bool = False) -> Run
             first = True
         g = max(0, min(gamma, seg_end[p] - p - 1))
         if tau is not None:  # ConfidenceCriteria: the drafter stops after a draft less probable than τ
-            g = next((q + 1 for q in range(g) if conf[p + q] < tau), g)
+            g = drafts_before_stop(conf, p, g, tau)
         a = 0
         while a < g and match[p + a]:
             a += 1
