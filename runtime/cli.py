@@ -19,10 +19,11 @@ def register(sub) -> None:
     p.add_argument("--mode", choices=MODES, default=Mode.PPSD.value)
     p.add_argument("--exit", type=int, dest="exit_layer", help="exit layer E (1..N-1); needed for eesd/ppsd")
     p.add_argument("--draft-len", type=int, default=4, help="EESD drafts per round γ (default 4)")
-    p.add_argument("--draft-stop-confidence", metavar="TAU", help="EESD: stop a round's drafting after the first "
-                   "draft whose confidence (the exit head's top-1 probability) is below TAU, 0 < TAU < 1; "
-                   "--draft-len stays the cap (default: always --draft-len drafts). With --runtime hf it is "
-                   "transformers' assistant_confidence_threshold, and `default` keeps transformers' own (0.4)")
+    p.add_argument("--draft-stop-confidence", metavar="TAU", help="a confidence stop, 0 < TAU < 1: EESD stops a "
+                   "round's drafting after the first draft whose confidence (the exit head's top-1 probability) "
+                   "is below TAU, --draft-len staying the cap; PPSD's stage 1 waits for the verdict on such a draft "
+                   "instead of running it (default: no stop). With --runtime hf it is transformers' "
+                   "assistant_confidence_threshold, and `default` keeps transformers' own (0.4)")
     p.add_argument("--stages", type=int, default=2, help="PPSD pipeline stages k (default 2); with --emulate it "
                    "may exceed the CPU cores")
     p.add_argument("--stage-bounds", help="PPSD layer cuts, e.g. 0,15,30 (default: balanced by the profile's "
@@ -68,7 +69,7 @@ def register(sub) -> None:
 
 def check_draft_stop_args(args) -> None:
     """`--draft-stop-confidence` where a confidence stop runs (EESD at batch 1 on the real model, ppsd's or
-    transformers'), as a float in args; a one-line UserError elsewhere."""
+    transformers'; ppsd's PPSD with the local launch), as a float in args; a one-line UserError elsewhere."""
     from ppsd.errors import UserError
     from sim.plan import check_draft_stop
 
@@ -84,10 +85,11 @@ def check_draft_stop_args(args) -> None:
 
         given = hf_default_threshold()
     args.draft_stop_confidence = check_draft_stop(given)
-    if Mode.parse(args.mode) != Mode.EESD:
-        raise UserError("--draft-stop-confidence stops an EESD round's drafting", "add --mode eesd")
+    if Mode.parse(args.mode) not in (Mode.EESD, Mode.PPSD):
+        raise UserError("--draft-stop-confidence stops an EESD round's drafting or PPSD's stage 1",
+                        "add --mode eesd or --mode ppsd")
     if args.batch != 1:
-        raise UserError("batched EESD drafts a fixed --draft-len", "drop --draft-stop-confidence or --batch")
+        raise UserError("batched decoding drafts without a confidence stop", "drop --draft-stop-confidence or --batch")
     if args.emulate:
         raise UserError("an emulated model has no draft confidences", "drop --emulate or --draft-stop-confidence")
 

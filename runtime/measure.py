@@ -125,7 +125,8 @@ def _pipeline_job(model, job: Job):
         device=str(model.device.type), dtype=str(model.dtype).replace("torch.", ""),
         heads_dir=job.heads_dir, exit_head=job.plan.exit_head, threads=job.threads, launch=job.plan.launch,
         # emulated devices wait for the plan's hop too (a real run's messages take what they take)
-        hop_ms=float(job.plan.hop_ms or 0.0) if getattr(model, "emulated", False) else 0.0)
+        hop_ms=float(job.plan.hop_ms or 0.0) if getattr(model, "emulated", False) else 0.0,
+        draft_stop=job.plan.draft_stop)
 
 
 def records_from_logs(pjob, logs) -> list[list[SeqRecord]]:

@@ -18,7 +18,9 @@ are data (one message with the header on CPU runs; over per-pair NCCL groups on 
 Flow: stage 1 sends token s on as soon as its layers are done, then drafts s+1 with the exit head
 and starts on it, keeping at most k tokens in flight. The last stage verifies: a rejection bumps
 the epoch and carries the corrected token back to stage 1, which crops its cache and restarts from
-it; every message carries its epoch, so the last stage drops stale work, middle stages drop it when
+it; with a confidence stop τ (`PipelineJob.draft_stop`), a draft less confident than τ is not run
+on: stage 1 waits for its verdict, then runs the verdict's token (the draft, or the correction). Every
+message carries its epoch, so the last stage drops stale work, middle stages drop it when
 the shared epoch board says so, and any stage crops its cache lazily to the position of the next
 message it processes. Control receives are posted ahead (double buffering; the last stage's draft
 receives `draft_receives_ahead(k)` deep) so a message can land while the stage computes; a data
@@ -35,6 +37,7 @@ import torch
 
 from ppsd.exit_heads import SHARED
 from runtime.acceptance import ForcedTrace, Sampler
+from runtime.decoding import draft_confidence
 from runtime.emulate import stamp_sent, wait_due, wait_until
 from runtime.transport import (TAG_D, TAG_V, Header, Links, RecvRing, SendRing, TokenIn, TokenOut, control_ring_depth,
                                draft_receives_ahead)
@@ -95,6 +98,7 @@ class PipelineJob:
     launch: str | None = None
     hop_ms: float = 0.0  # emulated devices: every message delivered no earlier than its send + this
     warmup_tokens: int = 0  # > 0: a warm-up sequence is its prompt's start and this many new tokens (runtime/warmup.py)
+    draft_stop: float | None = None  # τ: after a draft less confident than this, stage 1 waits for its verdict
 
     @property
     def schedule(self) -> list[tuple[int, int]]:
@@ -165,7 +169,8 @@ class EpochBoard:
 @dataclass
 class _FirstState:
     """Stage 1's state within one sequence: the epoch it drafts in, the tokens in flight, the next
-    token x and its position s, whether its last pass was abandoned, and its busy time so far."""
+    token x and its position s, whether its last pass was abandoned, whether its last draft was unsure
+    (a confidence stop: wait for its verdict), and its busy time so far."""
 
     seq: int
     cache: object
@@ -176,6 +181,7 @@ class _FirstState:
     epoch: int = 0
     inflight: int = 1
     aborted: bool = False
+    unsure: bool = False
     busy: float = 0.0
 
 
@@ -314,15 +320,27 @@ class Stage:
         last_exit = h_exit[:, -1:]
         self._send_header(PREFILL, L - 1, 0, L, seq)
         self._send_payload(h_exit, last_exit if self.carry else None)
-        d, q = self.drafter.choose(sampler, last_exit)
+        d, q, unsure = self._draft(sampler, last_exit)
         self._send_draft(TOKEN, L - 1, 0, d, _q_of(q, d))
         self._event("prefill", t0, time.perf_counter(), d, length=L)
-        return _FirstState(seq, cache, sampler, torch.empty((1, 1), dtype=torch.long, device=self.dev), x=d, s=L)
+        return _FirstState(seq, cache, sampler, torch.empty((1, 1), dtype=torch.long, device=self.dev), x=d, s=L,
+                           unsure=unsure)
+
+    def _draft(self, sampler, h_exit: torch.Tensor) -> tuple[int, torch.Tensor | None, bool]:
+        """The exit head's draft from a layer-E state: (token, q or None, whether it is unsure: its
+        confidence, the top-1 probability, below the job's stop τ)."""
+        if self.job.draft_stop is None:
+            return (*self.drafter.choose(sampler, h_exit), False)
+        logits = self.drafter.logits(h_exit)[0, -1]
+        d, q = self.drafter.choose_logits(sampler, logits)
+        return d, q, float(draft_confidence(logits)) < self.job.draft_stop
 
     def _await_verdicts(self, st: _FirstState) -> bool:
         """Keep at most k tokens in flight: wait for the oldest verdict; after an abandoned pass, wait
-        until the rejection that caused it has arrived. False when the sequence is over."""
-        while st.inflight >= self.world or (st.aborted and st.inflight > 0):
+        until the rejection that caused it has arrived; after an unsure draft (a confidence stop), wait
+        for every verdict up to the one on that draft, which decides the next pass either way. False
+        when the sequence is over."""
+        while st.inflight >= self.world or ((st.aborted or st.unsure) and st.inflight > 0):
             v = self._arrive(self.v_in.take().tolist())
             self.v_in.post()
             st.inflight -= 1
@@ -334,6 +352,7 @@ class Stage:
                 st.inflight = 0
                 st.aborted = False
                 self.log.flushes += 1
+        st.unsure = False  # nothing in flight: the verdict on the unsure draft is in
         return True
 
     def _draft_pass(self, st: _FirstState) -> None:
@@ -360,12 +379,13 @@ class Stage:
             return
         sent = self._clock()
         self._send_header(TOKEN, st.s, st.epoch, 1, st.seq, h_exit, h_exit if self.carry else None)
-        d, q = self.drafter.choose(st.sampler, h_exit)
+        d, q, st.unsure = self._draft(st.sampler, h_exit)
         self._send_draft(TOKEN, st.s, st.epoch, d, _q_of(q, d))
         b = time.perf_counter()
         st.busy += b - a
         # where the pass handed its hidden state on: splits layers from the exit head
-        self._event("draft", a, b, st.x, pos=st.s, epoch=st.epoch, layers_ms=round((sent - a) * 1e3, 3))
+        self._event("draft", a, b, st.x, pos=st.s, epoch=st.epoch, layers_ms=round((sent - a) * 1e3, 3),
+                    **({"unsure": True} if st.unsure else {}))
         self._beat()
         st.inflight += 1
         st.x, st.s = d, st.s + 1

@@ -51,9 +51,10 @@ class Plan:
                  shared-memory epoch board lets stage 1 abandon a stale pass between layers) or
                  "torchrun" (stage 1 finishes stale passes and learns of a rejection only when its
                  in-flight cap makes it read the verdict); ignored by AR and EESD
-    draft_stop   τ, a confidence stop (EESD): a round stops drafting after the first draft whose
+    draft_stop   τ, a confidence stop: an EESD round stops drafting after the first draft whose
                  confidence (the top-1 probability of the exit head's distribution) is below τ, γ
-                 still the cap; None = always γ drafts (runtime "hf": transformers'
+                 still the cap; PPSD's stage 1 waits for the verdict on such a draft instead of
+                 running it (local launch); None = no stop (runtime "hf": transformers'
                  `assistant_confidence_threshold`, which None sets to 0)
     temperature  0 = greedy; T > 0 = sampled decoding, where every drawn token costs a softmax and a
                  multinomial over its vocabulary and the PPSD verifier, where it rejects a draft,
@@ -73,7 +74,7 @@ class Plan:
     temperature: float = 0.0
     runtime: str = "ppsd"  # "ppsd" (ppsd's own decoders) | "hf" (transformers' generate; sim/schemes/hf.py)
     schedule: str = "constant"  # hf EESD: transformers' num_assistant_tokens_schedule, "constant" | "heuristic"
-    draft_stop: float | None = None  # τ: stop a round's drafting below this confidence (EESD)
+    draft_stop: float | None = None  # τ: stop drafting below this confidence (EESD round, PPSD stage 1)
 
     def __post_init__(self):
         object.__setattr__(self, "mode", Mode.parse(self.mode))
@@ -91,9 +92,12 @@ class Plan:
         object.__setattr__(self, "temperature", t)
         if self.draft_stop is not None:
             object.__setattr__(self, "draft_stop", check_draft_stop(self.draft_stop))
-            if self.mode != Mode.EESD:
-                raise UserError("a confidence stop stops an EESD round's drafting (EESD only)",
-                                "drop --draft-stop-confidence, or use --mode eesd")
+            if self.mode not in (Mode.EESD, Mode.PPSD):
+                raise UserError("a confidence stop stops an EESD round's drafting or PPSD's stage 1",
+                                "drop --draft-stop-confidence, or use --mode eesd or ppsd")
+            if self.mode == Mode.PPSD and self.launch != "local":
+                raise UserError("a PPSD confidence stop runs with the local launch (stage 1 waits for a verdict "
+                                "the shared epoch board brings)", "drop --draft-stop-confidence or --launch torchrun")
         if self.stage_bounds is not None:
             object.__setattr__(self, "stage_bounds", tuple(int(b) for b in self.stage_bounds))
             object.__setattr__(self, "stages", len(self.stage_bounds) - 1)
@@ -320,7 +324,7 @@ class Result:
         }
         if p.runtime != "ppsd":  # another runtime's plan (additive: ppsd's own plans read as before)
             d["runtime"], d["schedule"], d["label"] = p.runtime, p.schedule, p.label()
-        if p.draft_stop is not None:  # EESD's confidence stop (additive, as above)
+        if p.draft_stop is not None:  # a confidence stop (additive, as above)
             d["draft_stop"], d["label"] = p.draft_stop, p.label()
         if timeline:
             d["timeline"] = [asdict(e) for e in self.timeline]

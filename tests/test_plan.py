@@ -64,13 +64,15 @@ def test_a_confidence_stop_outside_zero_one_is_refused(tau):
         Plan("eesd", exit_layer=8, draft_len=4, draft_stop=tau)
 
 
-def test_a_confidence_stop_is_eesds_and_reads_back():
+def test_a_confidence_stop_is_eesds_or_ppsds_and_reads_back():
     plan = Plan("eesd", exit_layer=8, draft_len=4, draft_stop=0.4)
     assert plan.slug() == "eesd-e8-g4-stop0.4" and plan.label() == "EESD E=8 γ=4 τ=0.4"
     back = Plan.from_dict(plan.to_dict())
     assert back.draft_stop == 0.4 and back.label() == plan.label()
     assert "draft_stop" not in Plan("eesd", exit_layer=8).to_dict()  # plans without one read as before
-    with pytest.raises(UserError, match="EESD only"):
-        Plan("ppsd", exit_layer=8, draft_stop=0.4)
+    with pytest.raises(UserError, match="use --mode eesd or ppsd"):
+        Plan("ar", draft_stop=0.4)
+    pp = Plan("ppsd", exit_layer=8, draft_stop=0.4)
+    assert Plan.from_dict(pp.to_dict()) == pp and pp.slug() == "ppsd-e8-k2-stop0.4"
     hf = Plan("eesd", exit_layer=8, draft_len=4, runtime="hf", draft_stop=0.4)  # transformers' own threshold
     assert hf.label() == "EESD E=8 γ=4 τ=0.4 [hf]" and hf.slug() == "eesd-e8-g4-stop0.4-hf"

@@ -92,6 +92,27 @@ def test_ppsd_greedy_matches_ar(tiny, tiny_ar, bounds):
         assert len(r.busy_s) == len(bounds) - 1
 
 
+@pytest.mark.parametrize("bounds, tau", [((0, 2, 6), 0.3), ((0, 3, 6), 0.9), ((0, 1, 3, 6), 0.5)])
+def test_ppsd_confidence_stop_matches_ar(tiny, tiny_ar, bounds, tau):
+    """Stage 1 waiting for the verdict on an unsure draft changes when it drafts, never the tokens."""
+    prompts, ar = tiny_ar
+    _, recs = _pipeline(tiny, prompts, bounds, draft_stop=tau, timeline_rep=0)
+    assert [r.tokens for r in recs] == ar
+    assert all(r.verified == len(r.tokens) for r in recs)
+
+
+def test_ppsd_with_every_draft_unsure_never_runs_ahead(tiny, tiny_ar):
+    """τ above every confidence: stage 1 waits for each verdict, so it never starts a pass that a
+    rejection abandons, and every draft it makes is marked unsure in the timeline."""
+    prompts, ar = tiny_ar
+    _, recs = _pipeline(tiny, prompts[:1], (0, 3, 6), draft_stop=0.999999, timeline_rep=0)
+    assert recs[0].tokens == ar[0]
+    stage1 = [e for e in recs[0].events if e.row == "stage 1"]
+    drafts = [e for e in stage1 if e.name == "draft"]
+    assert drafts and all(e.args.get("unsure") for e in drafts)
+    assert not any(e.name == "flush" for e in stage1)
+
+
 def test_ppsd_stops_at_eos_like_ar(tiny):
     """With an EOS id that AR emits, both stop at the same place."""
     p = tiny.encode_prompt(TEXTS[0])

@@ -70,7 +70,9 @@ def test_plan_json_and_text(prof, capsys):
     (SYN + ["--exit", "4", "--tokens", "0"], "at least 1"),
     (SYN + ["--exit", "4", "--hop-us", "-5"], ">= 0"),
     (SYN + ["--mode", "eesd", "--exit", "4", "--draft-stop-confidence", "1.2"], "outside (0, 1)"),
-    (SYN + ["--exit", "4", "--draft-stop-confidence", "0.4"], "EESD only"),
+    (SYN + ["--mode", "ar", "--draft-stop-confidence", "0.4"], "use --mode eesd or ppsd"),
+    (SYN + ["--exit", "4", "--draft-stop-confidence", "0.4"], "ppsd profile"),
+    (SYN + ["--exit", "4", "--launch", "torchrun", "--draft-stop-confidence", "0.4"], "local launch"),
     (SYN + ["--mode", "eesd", "--exit", "4", "--draft-stop-confidence", "0.4"], "ppsd profile"),
 ])
 def test_bad_input_one_line_exit_2(argv, needle, capsys):
@@ -105,7 +107,9 @@ def test_simulate_prices_a_confidence_stop(tmp_path, capsys):
                  "--draft-stops", "0.4,0.6", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r.get("draft_stop") for r in rows if r["mode"] == "eesd"} == {None, 0.4, 0.6}
-    assert sum(r.get("draft_stop") == 0.4 for r in rows) == 11 * 3  # every exit × every γ from 2
+    assert sum(r.get("draft_stop") == 0.4 and r["mode"] == "eesd" for r in rows) == 11 * 3  # every exit × γ >= 2
+    # and PPSD's stage 1 waits on unsure drafts: every exit once per stop
+    assert {r.get("draft_stop") for r in rows if r["mode"] == "ppsd"} == {None, 0.4, 0.6}
     assert main(["plan", "--profile", str(d), "--draft-stops", "0.4,1.5"]) == 2
     assert "outside (0, 1)" in capsys.readouterr().err
 

@@ -46,7 +46,9 @@ def test_confidence_stops_join_every_gamma():
     # (a stop at γ = 1 would be the fixed plan again: not swept)
     assert [(p.draft_len, p.draft_stop) for p in eesd] == [(1, None), (2, None), (4, None), (2, 0.3), (4, 0.3),
                                                           (2, 0.6), (4, 0.6)]
-    assert all(p.draft_stop is None for p in spec.plans_at(20, num_layers=30) if p.mode is Mode.PPSD)
+    # PPSD's stage 1 waits for the verdict on an unsure draft: every stop beside the plain pipeline
+    ppsd = [p for p in spec.plans_at(20, num_layers=30) if p.mode is Mode.PPSD]
+    assert [p.draft_stop for p in ppsd] == [None, 0.3, 0.6]
 
 
 @pytest.mark.parametrize("bad", [dict(gammas=(0, 1)), dict(gammas=(65,)), dict(devices=0), dict(hop_ms=-1.0),

@@ -24,10 +24,12 @@ def test_plan_items_carry_a_confidence_stop():
     from ppsd.errors import UserError
     from validation.plan_spec import parse_plan_items
 
-    items = parse_plan_items("eesd:24:6:stop=0.5;eesd:24:6:stop=0.8:head=trained;eesd:24:6", 30, [])
-    assert [i.plan.draft_stop for i in items] == [0.5, 0.8, None] and items[1].head == "trained"
+    items = parse_plan_items("eesd:24:6:stop=0.5;eesd:24:6:stop=0.8:head=trained;eesd:24:6;ppsd:15:2:stop=0.6",
+                             30, [])
+    assert [i.plan.draft_stop for i in items] == [0.5, 0.8, None, 0.6] and items[1].head == "trained"
+    assert items[3].plan.slug() == "ppsd-e15-k2-stop0.6"
     assert items[0].plan.slug() == "eesd-e24-g6-stop0.5" and "τ=0.5" in items[0].plan.label()
     for bad, words in (("eesd:24:6:stop=1.5", r"outside \(0, 1\)"), ("eesd:24:6:stop=x", r"outside \(0, 1\)"),
-                       ("ppsd:24:2:stop=0.5", "EESD only"), ("eesd:24:6:stop=0.5:alpha=0.9", "drop alpha=")):
+                       ("eesd:24:6:stop=0.5:alpha=0.9", "drop alpha=")):
         with pytest.raises(UserError, match=words):
             parse_plan_items(bad, 30, [])

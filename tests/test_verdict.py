@@ -25,7 +25,8 @@ def _result(mode: Mode, exit_layer: int | None, speedup: float, tp: float | None
     plan = {Mode.AR: lambda: Plan(Mode.AR),
             Mode.EESD: lambda: Plan(Mode.EESD, exit_layer=exit_layer, draft_len=draft_len, exit_head=head,
                                     draft_stop=stop),
-            Mode.PPSD: lambda: Plan(Mode.PPSD, exit_layer=exit_layer, stages=2, exit_head=head)}[mode]()
+            Mode.PPSD: lambda: Plan(Mode.PPSD, exit_layer=exit_layer, stages=2, exit_head=head,
+                                    draft_stop=stop)}[mode]()
     return Result(plan=plan, source="simulated", tokens=100, time_s=1.0 / speedup, tokens_per_s=20.0 * speedup,
                   speedup_vs_ar=speedup, speedup_vs_ar_tp=tp,
                   mean_accepted=1.0 if mode is Mode.AR else mean_accepted,
@@ -188,3 +189,8 @@ def test_the_verdict_weighs_the_best_confidence_stop_against_the_best_fixed_gamm
     assert "within the" in close.text.split("confidence stop")[1] and not close.to_json_dict()["confidence_stop"][
         "beyond_noise"]
     assert decide([_ar(), _result(Mode.EESD, 20, 1.2)]).stop_vs_fixed is None  # no stop swept: nothing said
+    # a PPSD stop is weighed against the best pipeline without one
+    pp = decide([_ar(), _result(Mode.PPSD, 15, 1.40, stop=0.5), _result(Mode.PPSD, 15, 1.30),
+                 _result(Mode.EESD, 20, 1.35)])
+    assert pp.stop_vs_fixed[1].plan.mode is Mode.PPSD and pp.stop_gain == pytest.approx(1.40 / 1.30 - 1)
+    assert "against the best PPSD plan without one, PPSD E=15" in pp.text

@@ -75,7 +75,7 @@ def parse_plan_spec(spec: str) -> list[PlanItem]:
             else:
                 raise UserError(f"--plans item {item!r}: unknown option {opt!r}",
                                 "the options are head=NAME (the exit head that drafts), alpha=A "
-                                "(forced acceptance, timing only) and stop=TAU (EESD's confidence stop; "
+                                "(forced acceptance, timing only) and stop=TAU (a confidence stop; "
                                 "stop=default: transformers' own threshold)")
         if stop is not None:
             if alpha is not None:

@@ -166,7 +166,7 @@ class Verdict:
     excluded: tuple = ()              # Exclusions: degenerate plans ranked above best_speculative
     head: str | None = None           # the exit head the recommendation drafts with (decide_over_heads)
     break_even: BreakEven | None = None  # the best speculative plan's break-even acceptance (with a profile)
-    # with confidence-stop plans in the sweep: (the best of them, the best fixed-γ EESD plan)
+    # with confidence-stop plans in the sweep: (the best of them, the best plan of its scheme without one)
     stop_vs_fixed: tuple | None = None
     text: str = ""                    # the one-line verdict every surface shows
     notes: tuple = field(default=())  # one line per degenerate plan passed over, saying why
@@ -207,8 +207,8 @@ class Verdict:
 
     @property
     def stop_gain(self) -> float | None:
-        """How much faster the best confidence-stop plan is than the best fixed-γ EESD plan (relative to
-        it; negative: slower); None without both."""
+        """How much faster the best confidence-stop plan is than the best plan of its scheme without a stop
+        (relative to it; negative: slower); None without both."""
         if self.stop_vs_fixed is None:
             return None
         stop, fixed = (self.score(r) for r in self.stop_vs_fixed)
@@ -251,8 +251,10 @@ def decide(results: Sequence[Result], profile=None, band: NoiseBand | None = Non
     be = None
     if best_spec is not None and profile is not None:
         be = break_even(profile, best_spec, mean_decode_context(profile))
-    stops = [r for r in usable if r.plan.mode is Mode.EESD and getattr(r.plan, "draft_stop", None) is not None]
-    fixed = [r for r in usable if r.plan.mode is Mode.EESD and getattr(r.plan, "draft_stop", None) is None]
+    # the best confidence stop (EESD or PPSD) against the best plan of its scheme without one
+    stops = [r for r in usable if getattr(r.plan, "draft_stop", None) is not None]
+    fixed = [r for r in usable if stops and r.plan.mode is stops[0].plan.mode
+             and getattr(r.plan, "draft_stop", None) is None]
     versus = (stops[0], fixed[0]) if stops and fixed else None
     v = Verdict(outcome, recommended, best_spec, by_mode, same_budget, budget, band, excluded, break_even=be,
                 stop_vs_fixed=versus)
@@ -324,8 +326,9 @@ def _with_text(v: Verdict) -> Verdict:
     if v.stop_vs_fixed is not None and v.stop_gain is not None:
         stop, fixed = v.stop_vs_fixed
         where = "beyond" if abs(v.stop_gain) > v.band.rel else "within"
+        other = "the best fixed γ" if fixed.plan.mode is Mode.EESD else f"the best {fixed.plan.mode.name} plan without one"
         text += (f"; the best confidence stop, {stop.plan.label()} ({v.score(stop):.2f}×), is {v.stop_gain:+.1%} "
-                 f"against the best fixed γ, {fixed.plan.label()} ({v.score(fixed):.2f}×), {where} the {band} "
+                 f"against {other}, {fixed.plan.label()} ({v.score(fixed):.2f}×), {where} the {band} "
                  "noise band")
     if v.excluded and v.outcome is not Outcome.NO_PLAN:
         e = v.excluded[0]

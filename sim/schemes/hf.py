@@ -48,7 +48,8 @@ from sim.model.cost_model import CostModel, cost_model
 from sim.model.streams import Stream
 from sim.schemes.ar import AR
 from sim.schemes.base import PlanLike, RunStats, seg_ends
-from sim.schemes.eesd import EESD, drafts_before_stop, require_confidence, stop_odds, stopped_time_per_token
+from sim.model.stops import drafts_before_stop, require_confidence, stop_odds
+from sim.schemes.eesd import EESD, stopped_time_per_token
 from sim.timeline import Event
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ppsd.errors import UserError
 from sim.model.cost_model import cost_model
+from sim.model.stops import stop_odds
 from sim.model.streams import Stream
 from ppsd.modes import Mode
 from sim.schemes.base import PlanLike, PlanSize, RunStats, Scheme, StagePart, exit_head_suffix
@@ -31,7 +32,6 @@ from sim.schemes.ppsd import event_model as _event_model
 from sim.schemes.ppsd import replay as _replay
 from sim.schemes.ppsd.partition import stage_bounds
 from sim.schemes.ppsd.stage_costs import PPSDCosts, ppsd_costs, stage_parts
-
 
 
 class PPSD(Scheme):
@@ -47,7 +47,8 @@ class PPSD(Scheme):
     def label(self, plan: PlanLike) -> str:
         bounds = "" if plan.stage_bounds is None else " [" + ",".join(map(str, plan.stage_bounds)) + "]"
         launch = "" if plan.launch == "local" else f" ({plan.launch})"
-        return f"PPSD E={plan.exit_layer} k={plan.num_stages}{bounds}{exit_head_suffix(plan.exit_head)}{launch}"
+        stop = "" if getattr(plan, "draft_stop", None) is None else f" τ={plan.draft_stop:g}"
+        return f"PPSD E={plan.exit_layer} k={plan.num_stages}{bounds}{stop}{exit_head_suffix(plan.exit_head)}{launch}"
 
     def num_stages(self, plan: PlanLike) -> int:
         return plan.stages
@@ -155,6 +156,11 @@ class PPSD(Scheme):
                                                 launch=costs.launch, cap=costs.cap)
 
         stage = [float(s[0]) for s in costs.stage]
+        if costs.draft_stop is not None:  # i.i.d. odds of the profile's (match, confidence) pairs at α
+            odds = stop_odds(profile, plan.exit_layer, plan.exit_head, costs.draft_stop)
+            return _closed_form.stopped_times_per_token(stage, costs.hop_ms, [odds.at(a) for a in alphas],
+                                                        costs.factors, costs.k, float(costs.exit_array()[0]),
+                                                        costs.jitter_cv, checkpoints=cps, cap=costs.cap)
         if not costs.reject_ms:  # one stage list for every α: the closed form shares its work between them
             return at(stage, alphas)
         # sampled: the verifier's pass depends on α (it recomputes q at a rejection)
@@ -166,5 +172,6 @@ class PPSD(Scheme):
         return whole_prefill_ms + (plan.num_stages - 1) * float(plan.hop_ms or 0.0)
 
     def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices, draft_stops=()):
-        return [replace(base, mode=self.mode, exit_layer=exit_layer, stages=k)
-                for k in range(2, min(int(devices), num_layers - exit_layer + 1) + 1)]
+        stops = draft_stops if base.launch == "local" else ()  # stage 1 hears its verdict on the board
+        return [replace(base, mode=self.mode, exit_layer=exit_layer, stages=k, draft_stop=tau)
+                for tau in (None, *stops) for k in range(2, min(int(devices), num_layers - exit_layer + 1) + 1)]

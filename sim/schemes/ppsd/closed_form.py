@@ -48,30 +48,67 @@ def cycle_schedule(stage_ms: Sequence[float], hop_ms: float, count: int,
     factors[min(devices, m + 1 + i)] (the co-run slowdown while the pipeline fills). exit_ms is the
     exit head's part of stage_ms[0]: the hidden state leaves stage 1 that much (slowed alike) before
     its pass ends, and the last stage's D(i) is at least stage 1's pass end + hop (the draft's arrival)."""
-    k = len(stage_ms)
-    devices = k if num_devices is None else num_devices
-    fac = [1.0] * (devices + 1) if factors is None else list(factors)
-
-    def f(i: int, m: int) -> float:
-        return corun_factor(fac, devices, i, m)
-
-    prev = [0.0] * k  # departure of the previous token from each stage
+    sched = _Schedule(stage_ms, hop_ms, factors, num_devices, exit_ms, cap)
+    prev = [0.0] * len(stage_ms)  # departure of the previous token from each stage
     ends, out = [], []
     for i in range(count):
-        s = prev[0]
-        if cap and i >= cap:
-            s = max(s, out[i - cap] + hop_ms)
-        end1 = s + stage_ms[0] * f(i, 0)
-        prev[0] = end1
-        t = end1 - exit_ms * f(i, 0)  # the hidden state leaves before the exit head
-        for m in range(1, k):
-            t = max(t + hop_ms, prev[m]) + stage_ms[m] * f(i, m)
-            if m == k - 1:
-                t = max(t, end1 + hop_ms)  # the draft must have arrived
-            prev[m] = t
+        end1, t = sched.advance(i, prev, out)
         ends.append(end1)
         out.append(t)
     return ends, out
+
+
+class _Schedule:
+    """One token's departures from every stage of a cycle (`cycle_schedule`'s recurrence), with the
+    co-run factor of each pass; `ahead_of(m)` (a cycle a confidence stop ends) gives how many stages
+    before m are busy with the token's successors, where fewer than m."""
+
+    def __init__(self, stage_ms, hop_ms, factors, num_devices, exit_ms, cap):
+        self.stage_ms, self.hop, self.exit_ms, self.cap = list(stage_ms), float(hop_ms), float(exit_ms), int(cap)
+        self.k = len(self.stage_ms)
+        self.devices = self.k if num_devices is None else num_devices
+        self.fac = [1.0] * (self.devices + 1) if factors is None else list(factors)
+
+    def advance(self, i: int, prev: list[float], out: list[float], ahead_of=None) -> tuple[float, float]:
+        """Token i's (stage-1 pass end, last-stage departure); `prev` (each stage's last departure) is
+        updated, `out` holds the earlier tokens' last-stage departures (the in-flight cap reads them)."""
+        f = lambda m: corun_factor(self.fac, self.devices, i, m, None if ahead_of is None else ahead_of(m))  # noqa: E731
+        s = prev[0]
+        if self.cap and i >= self.cap:
+            s = max(s, out[i - self.cap] + self.hop)
+        end1 = s + self.stage_ms[0] * f(0)
+        prev[0] = end1
+        t = end1 - self.exit_ms * f(0)  # the hidden state leaves before the exit head
+        for m in range(1, self.k):
+            t = max(t + self.hop, prev[m]) + self.stage_ms[m] * f(m)
+            if m == self.k - 1:
+                t = max(t, end1 + self.hop)  # the draft must have arrived
+            prev[m] = t
+        return end1, t
+
+
+def stopped_commits(stage_ms: Sequence[float], hop_ms: float, count: int,
+                    factors: Sequence[float] | None = None, num_devices: int | None = None,
+                    exit_ms: float = 0.0, cap: int = 0) -> np.ndarray:
+    """D_stop(a), a < count: when the last token of a cycle that a confidence stop ends after a + 1
+    tokens leaves the last stage. Stage 1 runs no pass after that token, so its last k − 1 tokens'
+    later passes find fewer stages busy before them (`corun_factor`'s `ahead`); the tokens before
+    run as in `cycle_schedule`, so each a replays only its last k − 1 tokens from there."""
+    sched = _Schedule(stage_ms, hop_ms, factors, num_devices, exit_ms, cap)
+    k = sched.k
+    prev = [0.0] * k
+    states, out = [], []  # the state before each token, and the plain last-stage departures
+    for i in range(count):
+        states.append(list(prev))
+        out.append(sched.advance(i, prev, out)[1])
+    commits = np.empty(count)
+    for a in range(count):
+        i0 = max(0, a - k + 2)  # tokens before i0 see every stage before them busy
+        p, o = list(states[i0]), out[:i0]
+        for i in range(i0, a + 1):
+            o.append(sched.advance(i, p, o, ahead_of=lambda m, i=i: min(m, a - i))[1])
+        commits[a] = o[a]
+    return commits
 
 
 def pipeline_departures(stage_ms: Sequence[float], hop_ms: float, count: int,
@@ -209,3 +246,32 @@ def _board_waits(stage_ms, ends, exit_ms, commit, hop_ms, factors, num_devices, 
     idx = np.minimum(idx, len(seg_s) - 1)
     w = board_wait(seg_s[idx], seg_e[idx], commit[:, None], hop_ms, sigma[:, None])
     return np.sum(np.where(inside, w, 0.0), axis=1)
+
+
+def stopped_times_per_token(stage_ms: Sequence[float], hop_ms: float, odds: Sequence, factors=None,
+                            num_devices: int | None = None, exit_ms: float = 0.0, jitter_cv: float = 0.0, *,
+                            checkpoints: Sequence[float] | None = None, cap: int | None = None) -> list[float]:
+    """Expected ms per committed token of PPSD with a confidence stop (local launch), one per i.i.d.
+    odds (`sim.model.stops.StopOdds`: a draft is unsure with probability `low`, matches with
+    `match_high` when it is not). A cycle goes on past a draft that is sure and matches (c =
+    (1 − low) · match_high); it ends in a rejection of a sure draft (probability (1 − low)(1 −
+    match_high)), priced as without a stop (`cycle_lengths`), or on an unsure draft (probability
+    low, whether it matches or not), where stage 1 waits for the verdict: D_stop(a) + hop
+    (`stopped_commits`, no stretch to leave). Time per token = E[L] · (1 − c)."""
+    k = len(stage_ms)
+    cap = k if cap is None else int(cap)
+    conts = [(1.0 - o.low) * o.match_high for o in odds]
+    count = max(_cycles_needed(min(c, 0.999), k) for c in conts) if conts else 0
+    kw = dict(checkpoints=checkpoints, launch="local", cap=cap)
+    rejected = cycle_lengths(stage_ms, hop_ms, count, factors, num_devices, exit_ms, jitter_cv, **kw)
+    stopped = stopped_commits(stage_ms, hop_ms, count, factors, num_devices, exit_ms, cap) + hop_ms
+    out = []
+    for o, c in zip(odds, conts):
+        if c >= 1.0 - 1e-12:  # never stops nor rejects: the fixed plan's pace at α = 1
+            out.append(time_per_token(stage_ms, hop_ms, 1.0, factors, num_devices, exit_ms, jitter_cv, **kw))
+            continue
+        n = _cycles_needed(min(c, 0.999), k)
+        go_on = c ** np.arange(n, dtype=float)
+        p_rej, p_stop = go_on * (1.0 - o.low) * (1.0 - o.match_high), go_on * o.low
+        out.append(float(np.sum(p_rej * rejected[:n] + p_stop * stopped[:n])) * (1.0 - c))
+    return out

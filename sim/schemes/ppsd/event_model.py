@@ -52,6 +52,11 @@ class _Pipeline:
         seg = stream.seg_start.tolist()
         self.gen_start = seg  # gen_start[j]: token j is a generation's first
         self.new_gen = seg[1:] + [True]  # new_gen[j]: token j+1 starts a new generation
+        # halt[j]: a confidence stop makes stage 1 wait for the verdict on token j's draft;
+        # cycle_end[s]: the last token of a cycle that starts at s (its first mismatch, stop or end)
+        halt = costs.halts(stream)
+        self.halt = halt.tolist()
+        self.cycle_end = _cycle_ends(stream.match, halt, np.asarray(self.new_gen))
         # the decode clock (clock.py): each generation's first and last commit, its first pass's start
         self.first_commits: list[float] = []
         self.last_commits: list[float] = []
@@ -90,8 +95,15 @@ class _Pipeline:
         self.rows = [f"stage {m + 1} (device {costs.placement[m]})" for m in range(k)]
 
     # a pass of one token through one stage; returns False when a flush cut it short
+    def _stops_after(self, j: int, i: int) -> int | None:
+        """The last token of the cycle token j (its i-th) belongs to, where a confidence stop ends that
+        cycle; None where a rejection or a new generation does (stage 1 drafts on behind it)."""
+        end = self.cycle_end[j - i] if j < self.t else self.t
+        return end if end < self.t - 1 and self.halt[end] else None
+
     def _pass(self, m: int, epoch: int, j: int, i: int):
-        f = self.costs.factor(i, m)
+        end = self._stops_after(j, i) if m else None
+        f = self.costs.factor(i, m, None if end is None else min(m, end - j))
         dur = self.cost[m][min(j, self.t - 1)] * f
         exit_dur = self.exit[min(j, self.t - 1)] * f if m == 0 else 0.0
         env = self.env
@@ -207,6 +219,12 @@ class _Pipeline:
             ok = yield from self._pass(0, epoch, j, i)  # sends the hidden state and the draft
             if not ok:
                 continue
+            if self._stops_after(j, i) == j:
+                # an unsure draft: stage 1 waits for its verdict (the commit restarts it from there)
+                try:
+                    yield self.env.event()
+                except simpy.Interrupt:
+                    continue
             j, i = j + 1, i + 1  # the draft of token j feeds token j+1 at once
 
     def _stage(self, m: int):
@@ -245,9 +263,10 @@ class _Pipeline:
             self.env.timeout(self.hop).callbacks.append(lambda _e, ev=ev: ev.succeed())
         else:
             ev.succeed()
-        if self.match[j] and not end_of_gen:
+        halted = self.halt[j]  # stage 1 is waiting for this verdict (a confidence stop)
+        if self.match[j] and not end_of_gen and not halted:
             return  # the pass already running on token j+1 stands
-        rejected = not end_of_gen
+        rejected = not end_of_gen and not self.match[j]
         self.rounds_a.append(i)
         self.rounds_rejected.append(rejected)
         old = self.epoch
@@ -256,7 +275,8 @@ class _Pipeline:
         self.view[self.k - 1] = self.epoch  # the last stage drops its queue at once
         if self.record:
             self.events.append(Event("flush", self.rows[-1], self.env.now / 1e3, 0.0, token=j + 1,
-                                     args={"reason": "mismatch" if rejected else "new generation"}))
+                                     args={"reason": "mismatch" if rejected else "new generation" if end_of_gen
+                                           else "confidence stop"}))
         now = self.env.now
         self.commit_at = now
         if self.local:
@@ -264,7 +284,7 @@ class _Pipeline:
             # and restarts when the verdict arrives (a hop) or it leaves that stretch, if later
             self.restart_to = (self.epoch, j + 1)
             self.view[0] = self.epoch
-            self.restart_at = now + self.hop + self._board_wait(now)
+            self.restart_at = now + self.hop + (0.0 if halted else self._board_wait(now))
             self.procs[0].interrupt("flush")
         else:
             self.pending = (old, i, self.epoch, j + 1)
@@ -311,6 +331,14 @@ class _Pipeline:
             dev[d] = dev.get(d, 0.0) + busy[m]
         return RunStats(decode, self.committed, self.rounds_a, self.rounds_rejected, busy, dev,
                         self.events, span_ms=end)
+
+
+def _cycle_ends(match: np.ndarray, halt: np.ndarray, new_gen: np.ndarray) -> list[int]:
+    """For every position s, the first j >= s whose draft is rejected or stopped on, or that ends its
+    generation: where a cycle that starts at s ends."""
+    ends = np.flatnonzero(~np.asarray(match, dtype=bool) | halt | new_gen)
+    t = len(match)
+    return np.append(ends, t)[np.searchsorted(ends, np.arange(t))].tolist()
 
 
 def run(stream: Stream, costs: PPSDCosts, record: bool = False) -> RunStats:

@@ -86,22 +86,24 @@ def _capped_departures(w, x, first, lens, h, k, cap):
 
 @dataclass
 class _Cycles:
-    """The stream cut into cycles (restart -> first rejection): where each starts, its accepted
-    drafts `a`, and whether it ended in a rejection."""
+    """The stream cut into cycles (restart -> first rejection or confidence stop): where each starts,
+    its accepted drafts `a`, whether it ended in a rejection, and whether in a stop (stage 1 waited
+    for the verdict on its last draft: no stale pass follows it)."""
 
     starts: np.ndarray
     a: np.ndarray
     rejected: np.ndarray
+    stopped: np.ndarray
 
     @classmethod
-    def of(cls, stream: Stream) -> _Cycles:
+    def of(cls, stream: Stream, halt: np.ndarray) -> _Cycles:
         t, match, seg = stream.tokens, stream.match, stream.seg_start
         restart = seg.copy()
-        restart[1:] |= ~match[:-1]  # a mismatch at j restarts the pipeline at j+1
+        restart[1:] |= ~match[:-1] | halt[:-1]  # a mismatch or a stop at j restarts the pipeline at j+1
         starts = np.flatnonzero(restart)
         ends = np.append(starts[1:], t) - 1
         nxt = np.minimum(ends + 1, t - 1)
-        return cls(starts, ends - starts, (~match[ends]) & (ends + 1 < t) & ~seg[nxt])
+        return cls(starts, ends - starts, (~match[ends]) & (ends + 1 < t) & ~seg[nxt], halt[ends] & (ends + 1 < t))
 
 
 @dataclass
@@ -123,7 +125,8 @@ def _replayed_passes(stream: Stream, costs: PPSDCosts, cyc: _Cycles, ftab: np.nd
     """Each cycle's passes with enough stale ones behind its last token. With the in-flight cap,
     stage 1 starts at most cap − 1 passes after the rejected token before the verdict on it (all that
     can have begun before the commit, and all that torchrun's stage 1 runs). Without a cap: enough to
-    cover the flush's trip, estimated from the costs and grown while short."""
+    cover the flush's trip, estimated from the costs and grown while short. A cycle a confidence stop
+    ends has none (stage 1 waits), and its last tokens' later passes find the stages before them idle."""
     t, k, h, cap = stream.tokens, costs.k, costs.hop_ms, costs.cap
     stage_cost = [np.asarray(c, dtype=float) for c in costs.stage_for(stream)]
     exit_cost = costs.exit_array()
@@ -134,13 +137,13 @@ def _replayed_passes(stream: Stream, costs: PPSDCosts, cyc: _Cycles, ftab: np.nd
         trip = sum(float(c.max()) for c in stage_cost[1:]) * float(ftab.max()) + k * h
         extra = min(k + 2, int(np.ceil(trip / w0)) + 2) if w0 > 0 else k + 2
     while True:
-        lens = cyc.a + 1 + extra
+        lens = cyc.a + 1 + np.where(cyc.stopped, 0, extra)
         cycle_of = np.repeat(np.arange(len(cyc.starts)), lens)
         first = np.concatenate([[0], np.cumsum(lens)[:-1]])
         i = np.arange(len(cycle_of)) - np.repeat(first, lens)
         j = np.minimum(np.repeat(cyc.starts, lens) + i, t - 1)
         ic = np.minimum(i, k)
-        w = [stage_cost[m][j] * ftab[m][ic] for m in range(k)]
+        w = [stage_cost[m][j] * _pass_factors(costs, cyc, lens, i, ic, m, ftab) for m in range(k)]
         x = exit_cost[j] * ftab[0][ic]
         dep = _scan_departures(w, x, first, lens, cycle_of, h, k)
         if cap:  # does the cap ever hold stage 1 back? then replay it token by token
@@ -150,10 +153,27 @@ def _replayed_passes(stream: Stream, costs: PPSDCosts, cyc: _Cycles, ftab: np.nd
                 dep = _capped_departures(w, x, first, lens, h, k, cap)
             break
         # (no cap) enough stale tokens replayed? the last one must leave stage 1 after the commit
-        if np.all(dep[0][first + lens - 1] >= dep[-1][first + cyc.a]) or extra > 4096:
+        flushed = ~cyc.stopped
+        if np.all(dep[0][(first + lens - 1)[flushed]] >= dep[-1][(first + cyc.a)[flushed]]) or extra > 4096:
             break
         extra *= 4
     return _Passes(lens, first, i, j, ic, w, x, dep)
+
+
+def _pass_factors(costs: PPSDCosts, cyc: _Cycles, lens: np.ndarray, i: np.ndarray, ic: np.ndarray, m: int,
+                  ftab: np.ndarray) -> np.ndarray:
+    """Each pass's co-run factor at stage m: the table's (`corun_table`), but where a confidence stop
+    ends the cycle, the passes of its last tokens at stage m find only min(m, a − i) stages before
+    them busy (`corun_factor`'s `ahead`)."""
+    f = ftab[m][ic]
+    if m == 0 or not cyc.stopped.any():
+        return f
+    ahead = np.repeat(cyc.a, lens) - i
+    tail = np.repeat(cyc.stopped, lens) & (ahead < m)
+    if tail.any():
+        f = f.copy()
+        f[tail] = [costs.factor(int(x), m, int(y)) for x, y in zip(i[tail], ahead[tail])]
+    return f
 
 
 def _restarts(costs: PPSDCosts, cyc: _Cycles, ps: _Passes, ftab: np.ndarray, commit: np.ndarray) -> np.ndarray:
@@ -179,7 +199,9 @@ def _restarts(costs: PPSDCosts, cyc: _Cycles, ps: _Passes, ftab: np.ndarray, com
         per = np.zeros(b[1:].shape)
         per[live] = board_wait(b[:-1][live], b[1:][live], cn[live], h, sn[live])
         wait[near] = per.sum(axis=0)
-    return commit + h + np.add.reduceat(wait, ps.first)
+    waits = np.add.reduceat(wait, ps.first)
+    waits[cyc.stopped] = 0.0  # stage 1 waited for this verdict: no stretch to leave
+    return commit + h + waits
 
 
 def _busy(costs: PPSDCosts, cyc: _Cycles, ps: _Passes, commit, restart_rel, g_first, gen_lengths) -> list[float]:
@@ -216,7 +238,7 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
     if costs.launch != "local" and not costs.cap:
         raise ValueError("under torchrun stage 1 reads verdicts only at its in-flight cap: give one")
     t, seg = stream.tokens, stream.seg_start
-    cyc = _Cycles.of(stream)
+    cyc = _Cycles.of(stream, costs.halts(stream))
     ftab = corun_table(costs.factors, costs.num_devices, costs.k, costs.k + 1)  # constant from i = k on
     ps = _replayed_passes(stream, costs, cyc, ftab)
     commit = ps.dep[-1][ps.first + cyc.a]  # each cycle's final commit, from its restart

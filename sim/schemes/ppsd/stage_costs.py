@@ -9,22 +9,29 @@ from functools import lru_cache
 
 import numpy as np
 
+from ppsd.errors import UserError
 from ppsd.statistics import expected_max_of
 from sim.model.cost_model import CostModel, corun_factors, cost_model
+from sim.model.stops import require_confidence
 from sim.model.streams import Stream
 from sim.schemes.base import PlanLike, StagePart
 
 
 
-def corun_factor(factors: Sequence, devices: int, index_in_cycle: int, stage: int) -> float:
+def corun_factor(factors: Sequence, devices: int, index_in_cycle: int, stage: int, ahead: int | None = None) -> float:
     """Co-run slowdown of the pass of the i-th token of a cycle at stage m (0-based; factors[b]: the
     slowdown with b devices busy, or factors[m][b] per stage: `stage_factors`). Stage 1 never idles
     (it drafts ahead), so when that token reaches stage m, stages 1..m are busy with it and its
     successors, and min(i, k-m-1) later stages with its predecessors: the pipeline is fully loaded
-    from its k-th token on. Stages sharing a device count once. The one rule every PPSD engine prices
-    a pass's slowdown by."""
+    from its k-th token on. Stages sharing a device count once. `ahead`: how many of the stages
+    before m are busy when that is fewer than m (a cycle that a confidence stop ends: stage 1 idles
+    after its last token, so that token's later passes find the stages before them empty; one device
+    per stage). The one rule every PPSD engine prices a pass's slowdown by."""
     row = factors[stage] if isinstance(factors[0], (list, tuple, np.ndarray)) else factors
-    busy = min(devices, stage + 1 + index_in_cycle)
+    if ahead is None or ahead >= stage:
+        busy = min(devices, stage + 1 + index_in_cycle)
+    else:
+        busy = min(devices, max(ahead, 0) + 1 + min(index_in_cycle, devices - stage - 1))
     return float(row[min(busy, len(row) - 1)])
 
 
@@ -186,6 +193,9 @@ class PPSDCosts:
     first_pass: Callable[[float], list[float]] | None = None
     # what the last stage adds to a pass whose draft it rejects (T > 0: all of q, the exit head again)
     reject_ms: float = 0.0
+    # τ: after a draft less confident than this, stage 1 waits for its verdict instead of running it
+    # (`halts`; a cycle ends there, and no stale pass follows it)
+    draft_stop: float | None = None
 
     def stage_for(self, stream: Stream) -> list[np.ndarray]:
         """`stage` with each generation's first token priced as its prefill (`first_pass` at the
@@ -234,9 +244,16 @@ class PPSDCosts:
     def num_devices(self) -> int:
         return len(set(self.placement))
 
-    def factor(self, index_in_cycle: int, stage: int) -> float:
+    def factor(self, index_in_cycle: int, stage: int, ahead: int | None = None) -> float:
         """Co-run slowdown of the pass of the i-th token of a cycle at stage m (`corun_factor`)."""
-        return corun_factor(self.factors, self.num_devices, index_in_cycle, stage)
+        return corun_factor(self.factors, self.num_devices, index_in_cycle, stage, ahead)
+
+    def halts(self, stream: Stream) -> np.ndarray:
+        """halt[j]: stage 1 waits for the verdict on token j's draft before its next pass (the draft is
+        less confident than the plan's stop τ); all False without a stop."""
+        if self.draft_stop is None:
+            return np.zeros(stream.tokens, dtype=bool)
+        return require_confidence(stream) < self.draft_stop
 
 
 def ppsd_costs(profile, plan: PlanLike, context: np.ndarray) -> PPSDCosts:
@@ -269,7 +286,21 @@ def ppsd_costs(profile, plan: PlanLike, context: np.ndarray) -> PPSDCosts:
                      jitter_cv=jitter,
                      checkpoints=stage1_checkpoints(cm, context, plan.stage_bounds[1]),
                      launch=plan.launch, overhead_ms=roles.first, first_pass=first_pass,
-                     reject_ms=cm.exit_head() if plan.sampled else 0.0)
+                     reject_ms=cm.exit_head() if plan.sampled else 0.0,
+                     draft_stop=_checked_stop(profile, plan, k, d))
+
+
+def _checked_stop(profile, plan: PlanLike, k: int, devices: int) -> float | None:
+    """The plan's confidence stop, where the engines price one: greedy traces with confidences, the
+    local launch (stage 1 hears of the verdict it waits for at once) and one device per stage."""
+    stop = getattr(plan, "draft_stop", None)
+    if stop is None:
+        return None
+    profile.require_confidence(plan.exit_head)
+    if plan.launch != "local" or devices < k:
+        raise UserError("a PPSD confidence stop is priced for the local launch with one device per stage",
+                        "drop --draft-stop-confidence, or --launch torchrun / the shared placement")
+    return float(stop)
 
 
 def loaded_factors(profile, stage: list[np.ndarray], devices: int) -> list[list[float]]:
