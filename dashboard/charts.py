@@ -286,6 +286,27 @@ def predicted_vs_measured(rows: pd.DataFrame) -> go.Figure:
     return fig
 
 
+# --- confidence stop -----------------------------------------------------------------------
+def stop_curve(points: pd.DataFrame) -> go.Figure:
+    """Speedup against the confidence stop τ for the selected EESD and PPSD plans, each plan without a
+    stop as a dashed line of its colour. points: columns mode ("EESD"/"PPSD"), plan, tau (None:
+    no stop), speedup."""
+    fig = _fig("Confidence stop: speedup against τ", "confidence stop τ", "speedup vs AR (×)", height=340)
+    colours = {"EESD": theme.MODE_COLOURS[Mode.EESD], "PPSD": theme.PPSD_COLOURS[0]}
+    for mode, sub in points.groupby("mode", sort=False):
+        stops = sub[sub["tau"].notna()].sort_values("tau")
+        fig.add_scatter(x=stops["tau"], y=stops["speedup"], mode="lines+markers", name=f"{mode} with a stop",
+                        line=dict(color=colours.get(mode)), customdata=stops["plan"],
+                        hovertemplate="%{customdata}: %{y:.3f}×<extra></extra>")
+        plain = sub[sub["tau"].isna()]
+        if len(plain):
+            fig.add_hline(y=float(plain["speedup"].iloc[0]), line_dash="dash", line_color=colours.get(mode),
+                          annotation_text=f"{plain['plan'].iloc[0]} (no stop)", annotation_position="top left")
+    fig.add_hline(y=1.0, line_dash="dot", line_color=theme.OKABE_ITO["black"], annotation_text="AR",
+                  annotation_position="bottom left")
+    return fig
+
+
 # --- exit heads side by side ----------------------------------------------------------------
 def heads_bars(comp: pd.DataFrame) -> go.Figure:
     """Best EESD and best PPSD speedup with each exit head (tables.head_comparison rows), AR = 1×."""

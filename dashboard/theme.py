@@ -57,9 +57,11 @@ def event_colour(name: str) -> str:
 GLOSSARY = {
     "exit_layer": "Exit layer E: the draft token is read from the hidden state after the first E decoder "
                   "layers, through the exit head (final norm + LM head). Lower E = cheaper but less accurate drafts.",
-    "draft_stop": "Confidence stop τ (EESD only): a round stops drafting after its first draft whose confidence (the "
-                  "exit head's top-1 probability) is below τ, γ still the cap. Fewer wasted drafts, shorter rounds; "
-                  "priced from the confidences the profile traced (`ppsd plan --draft-stops 0.3,0.5,0.7` sweeps it).",
+    "draft_stop": "Confidence stop τ: an EESD round stops drafting after its first draft whose confidence (the "
+                  "exit head's top-1 probability) is below τ, γ still the cap (fewer wasted drafts, shorter rounds); "
+                  "PPSD's stage 1 waits for the verdict on such a draft instead of running it (no pass to abandon, "
+                  "the verifier runs alone, but the pipeline drains). Priced from the confidences the profile traced "
+                  "(`ppsd plan --draft-stops 0.3,0.5,0.7` sweeps it).",
     "draft_len": "Draft length γ (EESD only): how many tokens are drafted before one verification pass of the "
                  "remaining layers checks them all at once.",
     "stages": "Stages k (PPSD only): the layers are cut into k pipeline stages; stage 1 ends at the exit layer "

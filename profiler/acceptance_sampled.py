@@ -122,9 +122,9 @@ def profile_sampled(adapter: ModelAdapter, prompts: list[Prompt], encoded: list[
                 on_generate(sum(max_new_tokens - len(g) for g in gens))
             for i, gen in zip(idx, gens):
                 states = layer_states(adapter, encoded[i], gen)
-                match, beta, agree, _ = exit_traces(adapter, states, gen, t)
+                match, beta, agree, conf = exit_traces(adapter, states, gen, t)
                 p = prompts[i]
-                res = PromptResult(p.prompt_id, p.category, p.text, encoded[i], gen, match, beta, agree)
+                res = PromptResult(p.prompt_id, p.category, p.text, encoded[i], gen, match, beta, agree, conf)
                 if sub is not None:
                     atomic_write_json(sub / f"{_safe(p.prompt_id)}.json", res.to_json())
                 done[i] = res
@@ -143,16 +143,20 @@ def _trajectories(sampled) -> list[dict[float, list[PromptResult]]]:
 
 
 def sampled_table(sampled, head: str = SHARED):
-    """The long table of schema.SAMPLED_COLUMNS + `trajectory`: head, prompt_id, category,
-    temperature, exit_layer, position, beta, trajectory (0, 1, ...: the index in `sampled` when it is
-    a list of `profile_sampled` results, one per seed)."""
+    """The long table of schema.SAMPLED_COLUMNS + `trajectory` (+ `confidence`): head, prompt_id,
+    category, temperature, exit_layer, position, beta, trajectory (0, 1, ...: the index in `sampled`
+    when it is a list of `profile_sampled` results, one per seed), and where every result has them,
+    each draft's confidence along the sampled trajectory (the top-1 probability of the exit head's
+    distribution at T = 1, what a confidence stop reads at any temperature)."""
     import pandas as pd
 
     from ppsd.profile import SAMPLED_COLUMNS, SAMPLED_OPTIONAL
 
-    columns = SAMPLED_COLUMNS + SAMPLED_OPTIONAL
+    runs = _trajectories(sampled)
+    confident = all(r.confidence is not None for by_t in runs for rs in by_t.values() for r in rs)
+    columns = SAMPLED_COLUMNS + [c for c in SAMPLED_OPTIONAL if confident or c != "confidence"]
     frames = []
-    for j, by_temperature in enumerate(_trajectories(sampled)):
+    for j, by_temperature in enumerate(runs):
         for t, results in sorted(by_temperature.items()):
             for r in results:
                 n_exits, g = r.beta.shape
@@ -161,7 +165,8 @@ def sampled_table(sampled, head: str = SHARED):
                 frames.append(pd.DataFrame({
                     "head": head, "prompt_id": r.prompt_id, "category": r.category, "temperature": float(t),
                     "exit_layer": np.repeat(np.arange(1, n_exits + 1), g),
-                    "position": np.tile(np.arange(g), n_exits), "beta": r.beta.reshape(-1), "trajectory": j}))
+                    "position": np.tile(np.arange(g), n_exits), "beta": r.beta.reshape(-1), "trajectory": j,
+                    **({"confidence": r.confidence.reshape(-1)} if confident else {})}))
     if not frames:
         return pd.DataFrame(columns=columns)
     return pd.concat(frames, ignore_index=True)[columns]

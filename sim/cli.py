@@ -112,8 +112,10 @@ def _register_plan(subparsers) -> None:
     q.add_argument("--max-draft-len", type=int, default=MAX_DRAFT_LEN, metavar="G",
                    help=f"EESD γ from 1 to G (default {MAX_DRAFT_LEN})")
     q.add_argument("--draft-stops", type=_floats, default=(), metavar="T1,T2,...",
-                   help="also try EESD with these confidence stops beside every γ (a round stops drafting after "
-                        "its first draft less confident than T; needs a profile traced with confidences)")
+                   help="also try these confidence stops beside every plan (EESD: a round stops drafting after "
+                        "its first draft less confident than T; PPSD: stage 1 waits for the verdict on such a draft; "
+                        "--runtime hf: transformers' assistant_confidence_threshold, its default 0.4); needs a "
+                        "profile traced with confidences")
     q.add_argument("--top", type=int, default=15, metavar="N", help="rows to print (default 15)")
     q.add_argument("--batch", type=int, default=None, metavar="B",
                    help="rank EESD plans at B sequences a batch against AR at B (the profile's latency.batch)")

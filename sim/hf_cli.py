@@ -34,13 +34,16 @@ def check_runtime_args(args, mode) -> None:
         raise UserError("--runtime hf is modelled for greedy decoding only", "drop --temperature")
 
 
-def sweep_hf(profile, *, gammas=range(1, 9), tokens: int = 2000, category=None, prompt_len=None, exits=None) -> list:
-    """transformers' AR and assisted generation at every traced exit × γ0 × {constant, heuristic},
-    best first (each plan replays the same trace-driven stream of its exit)."""
+def sweep_hf(profile, *, gammas=range(1, 9), tokens: int = 2000, category=None, prompt_len=None, exits=None,
+             draft_stops=()) -> list:
+    """transformers' AR and assisted generation at every traced exit × γ0 × {constant, heuristic} (×
+    each confidence threshold in `draft_stops`: `HFAssisted.sweep_plans`), best first (each plan replays
+    the same trace-driven stream of its exit)."""
     from sim import api
     from ppsd.modes import Mode
     from sim.plan import Plan
     from sim.model.streams import _traces
+    from sim.schemes.hf import HFAssisted
 
     if exits is None:
         exits = sorted(e for e in _traces(profile, "shared") if 1 <= e < profile.num_layers)
@@ -48,12 +51,14 @@ def sweep_hf(profile, *, gammas=range(1, 9), tokens: int = 2000, category=None, 
         raise UserError(f"profile {profile.path} has no acceptance traces", "re-run `ppsd profile` with acceptance")
     results = [api.simulate(profile, Plan(Mode.AR, runtime="hf"), tokens=tokens, category=category, engine="fast",
                             prompt_len=prompt_len)]
+    if draft_stops:
+        profile.require_confidence()
+    base = Plan(Mode.AR)
     for e in exits:
-        for schedule in SCHEDULES:
-            for g in gammas:
-                plan = Plan(Mode.EESD, exit_layer=e, draft_len=int(g), runtime="hf", schedule=schedule)
-                results.append(api.simulate(profile, plan, tokens=tokens, category=category, engine="fast",
-                                            prompt_len=prompt_len))
+        for plan in HFAssisted().sweep_plans(base, e, num_layers=profile.num_layers, gammas=[int(g) for g in gammas],
+                                             devices=1, draft_stops=tuple(draft_stops)):
+            results.append(api.simulate(profile, plan, tokens=tokens, category=category, engine="fast",
+                                        prompt_len=prompt_len))
     results.sort(key=lambda r: -(r.speedup_vs_ar or 0.0))
     return results
 
@@ -66,7 +71,7 @@ def plan_hf(args, profile) -> int:
     if args.temperature:
         raise UserError("--runtime hf is modelled for greedy decoding only", "drop --temperature")
     results = sweep_hf(profile, gammas=range(1, args.max_draft_len + 1), tokens=args.tokens, category=args.category,
-                       prompt_len=args.prompt_len)
+                       prompt_len=args.prompt_len, draft_stops=getattr(args, "draft_stops", ()))
     if args.json:
         print(json.dumps([r.to_json_dict() for r in results]))
         return 0

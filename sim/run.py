@@ -202,7 +202,7 @@ def sweep(profile, spec: SweepSpec | None = None, **settings) -> list[Result]:
         raise UserError(f"profile {profile.path} has no acceptance traces for exit layers 1..{n - 1}",
                         "re-run `ppsd profile` with acceptance measurement")
     if spec.draft_stops:
-        profile.require_confidence(spec.exit_head)
+        profile.require_confidence(spec.exit_head, spec.temperature)
 
     def stream_at(e, scale=1.0):  # a given α per exit replaces the recorded traces: seeded Bernoulli(α)
         if spec.alpha_by_exit is not None:

@@ -50,13 +50,21 @@ def test_beta_is_computed_along_the_sampled_trajectory_at_its_temperature(tiny):
         for r, ids in zip(results, encoded):
             assert r.beta.shape == (N - 1, len(r.token_ids))
             # the same numbers as one teacher-forced pass over this trajectory at this temperature
-            _, beta, _, _ = exit_traces(tiny, layer_states(tiny, ids, r.token_ids), r.token_ids, t)
+            states = layer_states(tiny, ids, r.token_ids)
+            _, beta, _, _ = exit_traces(tiny, states, r.token_ids, t)
             np.testing.assert_allclose(r.beta, beta, atol=1e-6)
+            # and each draft's confidence along it: the exit head's top-1 probability at T = 1, whatever T
+            from runtime.decoding import draft_confidence
+
+            with torch.inference_mode():
+                want = draft_confidence(tiny.head(states[:N - 1]).float()).numpy()
+            np.testing.assert_allclose(r.confidence, want, atol=1e-5)
             assert ((r.beta >= 0) & (r.beta <= 1 + 1e-6)).all()
     # the two temperatures sample different text, so their trajectories differ
     assert [r.token_ids for r in out[0.5]] != [r.token_ids for r in out[1.0]]
     table = sampled_table(out)
-    assert list(table.columns) == SAMPLED_COLUMNS + ["trajectory"] and set(table["trajectory"]) == {0}
+    assert list(table.columns) == SAMPLED_COLUMNS + ["trajectory", "confidence"] and set(table["trajectory"]) == {0}
+    assert table["confidence"].between(0, 1).all()
     assert sorted(table["temperature"].unique()) == [0.5, 1.0]
     assert len(table) == sum(r.beta.size for rs in out.values() for r in rs)
 
@@ -84,6 +92,10 @@ def test_profile_cli_records_the_temperatures(tmp_path, monkeypatch, capsys):
     sampled = prof.meta["acceptance"]["sampled"]
     assert sampled["temperatures"] == [0.5, 1.0] and set(sampled["tokens"]) == {"0.5", "1"}
     assert prof.sampled_acceptance["prompt_id"].nunique() == 3
+    # each draft's confidence along the sampled trajectories, so a confidence stop prices at T too
+    conf = prof.sampled_acceptance["confidence"]
+    assert conf.between(0, 1).all() and ((conf * 1000).round() - conf * 1000).abs().max() < 1e-6
+    assert prof.has_confidence("shared", 0.5) and prof.has_confidence("shared", 1.0)
     assert "sampled decoding: beta along sampled trajectories at T = 0.5, 1" in capsys.readouterr().out
     # a bad list is one line, exit 2
     rc = main(["profile", "--model", "tiny-llama", "--temperatures", "0.7,-1", "--out", str(tmp_path / "bad")])

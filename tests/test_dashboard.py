@@ -690,7 +690,8 @@ def test_validation_page_shows_a_batched_validation(monkeypatch, data_root, tmp_
 
 def test_planner_offers_a_confidence_stop_on_a_profile_with_confidences(monkeypatch, tmp_path):
     """The What-if page gets a τ control where the profile traced the drafts' confidences (and none
-    where it did not): the selected EESD plan stops its rounds at τ and its prediction moves."""
+    where it did not): the selected EESD plan stops its rounds at τ, the selected PPSD plan's stage 1
+    waits on unsure drafts, both predictions move, and a chart shows both against τ."""
     from dashboard_fixtures import SYNTH_LAYERS, synthetic_alpha
     from ppsd.profile.synthetic import write_synthetic_profile
 
@@ -705,16 +706,26 @@ def test_planner_offers_a_confidence_stop_on_a_profile_with_confidences(monkeypa
     def selected_eesd():
         return next(m for m in at.metric if m.label.startswith("selected: EESD"))
 
-    fixed = selected_eesd()
+    def selected_ppsd():
+        return next(m for m in at.metric if m.label.startswith("selected: PPSD"))
+
+    fixed, pipeline = selected_eesd(), selected_ppsd()
     assert "τ" not in fixed.label
-    _control(at, "confidence stop τ (EESD)").set_value(0.6).run()
+    _control(at, "confidence stop τ").set_value(0.6).run()
     assert not _problems(at)
     stopped = selected_eesd()
     assert "τ=0.6" in stopped.label and stopped.value != fixed.value
+    assert "τ=0.6" in selected_ppsd().label and selected_ppsd().value != pipeline.value  # stage 1 waits too
+    # the τ curve: both selected plans at every τ, each with its no-stop line
+    spec = _spec(at, "chart_stop")
+    for mode in ("EESD", "PPSD"):
+        curve = _trace(spec, f"{mode} with a stop")
+        assert len(_values(curve["x"])) == 8 and len(set(_values(curve["y"]))) > 1
+    assert sum("no stop" in str(a.get("text", "")) for a in spec["layout"]["annotations"]) == 2
 
 
 def test_planner_has_no_confidence_stop_without_confidences(monkeypatch, data_root):
     at = _app(monkeypatch, [data_root / "examples"])
     at.switch_page("views/planner.py").run()
     assert not _problems(at)
-    assert all(w.label != "confidence stop τ (EESD)" for w in at.select_slider)
+    assert all(w.label != "confidence stop τ" for w in at.select_slider)

@@ -116,6 +116,12 @@ def test_plan_hf_cli(profiles, capsys):
     assert {r.get("schedule") for r in rows if r["mode"] == "eesd"} == {"constant", "heuristic"}
     assert main(["plan", "--profile", str(new), "--runtime", "hf", "--max-draft-len", "2", "--tokens", "200"]) == 0
     assert "transformers' assisted generation" in capsys.readouterr().out
+    # transformers' confidence threshold swept beside each schedule (a constant γ0 = 1 stop is the plan again)
+    assert main(["plan", "--profile", str(new), "--runtime", "hf", "--max-draft-len", "2", "--tokens", "200",
+                 "--draft-stops", "0.4", "--json"]) == 0
+    stops = [r for r in json.loads(capsys.readouterr().out) if r.get("draft_stop") == 0.4]
+    assert {(r["schedule"], r["draft_len"]) for r in stops} == {("constant", 2), ("heuristic", 1), ("heuristic", 2)}
+    assert all(r["runtime"] == "hf" and "τ=0.4" in r["label"] for r in stops)
 
 
 def test_validate_hf_writes_hf_rows(profiles, tmp_path, capsys):

@@ -53,6 +53,37 @@ def test_eesd_sampling_distribution_equals_ar(tiny):
         assert p > 0.001, f"position {pos}: EESD sampling differs from AR (chi2={chi2:.1f}, p={p:.2g})"
 
 
+def _median_confidence(tiny, prompt, exit_layer):
+    """The middle of the exit head's draft confidences along one AR continuation: a τ that stops about
+    half the drafts."""
+    from profiler.acceptance import layer_states
+    from runtime.decoding import draft_confidence
+
+    cont = generate_ar(tiny, prompt, 8, Sampler.make(0, 0)).tokens
+    with torch.inference_mode():
+        conf = draft_confidence(tiny.head(layer_states(tiny, prompt, cont)[exit_layer - 1]).float())
+    return float(conf.median())
+
+
+def test_sampling_with_a_confidence_stop_keeps_ars_distribution(tiny):
+    """A confidence stop decides how many drafts a round makes (EESD) or whether stage 1 waits for a
+    verdict (PPSD), never how a draft is accepted: both still sample AR's distribution."""
+    prompt = tiny.encode_prompt("The quick brown fox")
+    n, temp = 400, TEMPERATURE
+    tau = _median_confidence(tiny, prompt, 2)
+    ar = [generate_ar(tiny, prompt, 3, Sampler.make(temp, 10_000 + i)).tokens for i in range(n)]
+    ee = [generate_eesd(tiny, prompt, 3, Sampler.make(temp, 50_000 + i), 2, 4, draft_stop=tau).tokens
+          for i in range(n)]
+    job = PipelineJob("tiny-llama", (0, 2, 6), [prompt] * n, [3] * n, temperature=temp, seed=7, warmup=0, repeats=1,
+                      timeout_s=60, draft_stop=tau)
+    pp = [r.tokens for r in records_from_logs(job, run_local(job, model=tiny))[0]]
+    for name, got in (("EESD", ee), ("PPSD", pp)):
+        for pos in (1, 2):
+            chi2, p, dof, _ = chi2_contingency(_table([s[pos] for s in ar], [s[pos] for s in got]))
+            assert dof >= 3, "the test needs several likely tokens to have power"
+            assert p > 0.001, f"position {pos}: {name} with a stop differs from AR (chi2={chi2:.1f}, p={p:.2g})"
+
+
 def test_sampling_without_residual_would_be_caught(tiny):
     """Power check: drafts accepted blindly (no min(1, p/q) test) give a detectably different distribution."""
     prompt = tiny.encode_prompt("The quick brown fox")

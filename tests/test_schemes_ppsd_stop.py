@@ -55,7 +55,8 @@ def test_hand_timing_a_stop_waits_for_the_verdict():
     # the decode clock runs from the first commit (3) to the last, scaled by L / (L − 1)
     assert plain.time_ms == pytest.approx((9 - 3) * 4 / 3)
     assert stopped.time_ms == pytest.approx((10 - 3) * 4 / 3)
-    assert stopped.rounds_a == [1, 1] and stopped.rounds_rejected == [False, False]
+    # (the stop's draft matched: its cycle keeps it, so the stop leaves acceptance as it was)
+    assert stopped.rounds_a == [2, 1] and stopped.rounds_rejected == [False, False]
     assert stopped.stage_busy_ms[0] < stopped.span_ms - 1.0  # stage 1 idled at the stop
 
 
@@ -153,6 +154,7 @@ def test_simulate_prices_a_ppsd_stop_from_the_profiles_traces(sure, tmp_path):
     assert a.time_s == pytest.approx(b.time_s, rel=1e-9) and a.details.rounds == b.details.rounds
     c = api.simulate(sure, plain, engine="fast")
     assert a.details.rounds > c.details.rounds and a.speedup_vs_ar != pytest.approx(c.speedup_vs_ar)
+    assert a.acceptance_rate == pytest.approx(c.acceptance_rate)  # every draft is judged either way
     assert "τ=0.5" in a.plan.label() and a.plan.slug() == "ppsd-e6-k2-stop0.5"
     cf = api.closed_form(sure, api.resolve_plan(stop, sure), 0.7)
     assert cf["speedup_vs_ar"] > 0
@@ -166,3 +168,38 @@ def test_a_ppsd_stop_needs_the_local_launch():
         Plan("ppsd", exit_layer=6, stages=2, draft_stop=0.5, launch="torchrun")
     with pytest.raises(UserError, match="confidence stop"):
         Plan("ar", draft_stop=0.5)
+
+
+@pytest.fixture(scope="module")
+def sampled_sure(tmp_path_factory):
+    return write_synthetic_profile(tmp_path_factory.mktemp("s"), alpha_by_exit=lambda e: 0.1 + 0.07 * e,
+                                   num_layers=12, layer_ms=2.0, head_ms=6.0, confidence=True,
+                                   beta_by_temperature={0.8: lambda e: 0.1 + 0.06 * e})
+
+
+@pytest.mark.parametrize("plan", [Plan("ppsd", exit_layer=6, stages=2, draft_stop=0.5, temperature=0.8),
+                                  Plan("eesd", exit_layer=6, draft_len=4, draft_stop=0.5, temperature=0.8)])
+def test_a_stop_under_sampling_reads_the_confidences_along_the_sampled_trajectories(sampled_sure, tmp_path, plan):
+    """At T > 0 the stream draws each match from β along the trajectories sampled at T and carries
+    their confidences; the engines agree, and the closed form reads β's odds there (the synthetic
+    table gives unsure positions a third of β: a stop's odds see it)."""
+    from dataclasses import replace
+
+    from sim.model.stops import stop_odds
+
+    a = api.simulate(sampled_sure, plan, engine="fast", temperature=0.8)
+    b = api.simulate(sampled_sure, plan, engine="event", temperature=0.8)
+    assert a.time_s == pytest.approx(b.time_s, rel=1e-9)
+    plain = api.simulate(sampled_sure, replace(plan, draft_stop=None), engine="fast", temperature=0.8)
+    assert a.speedup_vs_ar != pytest.approx(plain.speedup_vs_ar)
+    odds = stop_odds(sampled_sure, 6, "shared", 0.5, 0.8)
+    assert 0.4 < odds.low < 0.6 and odds.match_low == pytest.approx(odds.match_high / 3, rel=0.1)
+    assert api.closed_form(sampled_sure, api.resolve_plan(plan, sampled_sure), 0.5)["speedup_vs_ar"] > 0
+    # a profile whose sampled trajectories carry no confidences is refused at T, with the command
+    old = write_synthetic_profile(tmp_path / "old", alpha_by_exit=lambda e: 0.5, num_layers=12, confidence=True,
+                                  beta_by_temperature={0.8: lambda e: 0.5})
+    old._sampled = old.sampled_acceptance.drop(columns="confidence")  # as a file written before the column
+    old._views.clear()
+    assert old.has_confidence("shared") and not old.has_confidence("shared", 0.8)
+    with pytest.raises(UserError, match="--temperatures 0.8"):
+        api.simulate(old, plan, engine="fast", temperature=0.8)

@@ -158,10 +158,10 @@ def _plans(config: ValidateConfig, model, profile, predict, head: str, temperatu
             raise UserError(f"sampled validation uses one exit head ({head}); --plans asks for {h}",
                             "validate one head at a time with --exit-head NAME")
         if item.plan.draft_stop is not None:  # priced from the predicting traces' confidences
-            if temperature > 0 or config.emulated:
-                raise UserError("a confidence stop (stop=) is validated greedy, on the real model",
-                                "drop stop= from --plans, or --temperature / --emulate")
-            predict.require_confidence(h)
+            if config.emulated:
+                raise UserError("a confidence stop (stop=) is validated on the real model (an emulated one "
+                                "has no draft confidences)", "drop stop= from --plans, or --emulate")
+            predict.require_confidence(h, temperature)
         if config.emulated:
             from runtime import emulate as em
 

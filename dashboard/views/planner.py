@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import batch, cached, charts, tables, theme, ui
@@ -82,9 +83,10 @@ with left:
         exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
     gamma = st.slider("draft length γ (EESD)", 1, max(cached.DEFAULT_GAMMAS), 4, key=f"pl_gamma_{pk}",
                       help=theme.GLOSSARY["draft_len"])
-    tau = None  # EESD's confidence stop: priced from the traces' confidences, greedy, at the profiled acceptance
-    if profile.has_acceptance and profile.has_confidence(head) and temp == 0 and scale == 1.0:
-        pick_tau = st.select_slider("confidence stop τ (EESD)", STOP_OPTIONS, "off", key=f"pl_tau_{pk}_{head}",
+    tau = None  # a confidence stop: priced from the traces' confidences, greedy, at the profiled acceptance
+    STOPS = profile.has_acceptance and profile.has_confidence(head, temp) and scale == 1.0
+    if STOPS:
+        pick_tau = st.select_slider("confidence stop τ", STOP_OPTIONS, "off", key=f"pl_tau_{pk}_{head}",
                                     format_func=lambda t: t if t == "off" else f"{t:g}",
                                     help=theme.GLOSSARY["draft_stop"])
         tau = None if pick_tau == "off" else float(pick_tau)
@@ -99,11 +101,16 @@ table, best, reason, closed, preview = cached.plans(path, devices=devices, hop_m
 SHARED_TOKENS = 500
 
 
-def pick(mode: Mode) -> dict:
+def stop_for(mode: Mode, tau: float | None) -> float | None:
+    """The confidence stop a selected plan runs with: PPSD's only with one device per stage."""
+    return None if mode is Mode.PPSD and stages > devices else tau
+
+
+def pick(mode: Mode, tau: float | None = tau) -> dict:
     """The selected EESD or PPSD plan: a row of the cached sweep when it holds one, else one
-    cached simulation (e.g. more stages than devices, which the sweep leaves out; an EESD plan with a
+    cached simulation (e.g. more stages than devices, which the sweep leaves out; a plan with a
     confidence stop)."""
-    stop = tau if mode is Mode.EESD else None
+    stop = stop_for(mode, tau)
     row = tables.find_row(table, mode, exit_layer, draft_len=gamma, stages=stages) if stop is None else None
     if row is not None:
         return row.to_dict()
@@ -167,6 +174,18 @@ with right:
         st.caption(f"Simulator: the trace-driven sweep of this setting ({head_label(head)} head, up to {devices} "
                    "devices) says:")
         ui.show_verdict(cached.verdict(path, [head], devices, hop_key, scale, temp))
+
+if STOPS:
+    st.subheader("Confidence stop", help=theme.GLOSSARY["draft_stop"])
+    with ui.guard("confidence stop"):
+        points = [{"mode": m.name, "tau": t, **{k: v for k, v in pick(m, t).items() if k in ("plan", "speedup")}}
+                  for m in (Mode.EESD, Mode.PPSD) for t in [None, *STOP_OPTIONS[1:]]
+                  if t is None or stop_for(m, t) is not None]
+        st.plotly_chart(charts.stop_curve(pd.DataFrame(points)), key="chart_stop")
+        st.caption("The selected EESD and PPSD plans at every τ, priced from the confidences the profile traced "
+                   "(dashed: the same plan without a stop). EESD stops a round's drafting after an unsure draft; "
+                   "PPSD's stage 1 waits for the verdict on it instead of running it. `ppsd plan --draft-stops` "
+                   "sweeps τ beside every plan.")
 
 st.subheader("Where the selected PPSD plan spends a token", help=theme.GLOSSARY["stages"])
 with ui.guard("stage breakdown"):

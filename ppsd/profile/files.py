@@ -147,7 +147,10 @@ READABLE_VERSIONS = (1, 2)
 SAMPLED_FILE = "acceptance_sampled.csv.gz"
 SAMPLED_COLUMNS = ["head", "prompt_id", "category", "temperature", "exit_layer", "position", "beta"]
 SAMPLED_BETA_DECIMALS = 3  # beta is written rounded to this many decimals (see save_profile)
-SAMPLED_OPTIONAL = ["trajectory"]  # absent in older files: read as 0 (one trajectory per prompt)
+# trajectory: absent in older files, read as 0 (one trajectory per prompt); confidence: each draft's
+# confidence along the sampled trajectory (as the acceptance table's), absent in older files
+SAMPLED_OPTIONAL = ["trajectory", "confidence"]
+SAMPLED_CONFIDENCE_DECIMALS = 3
 TEMPERATURE_TOL = 1e-6  # a requested temperature matches a recorded one within this
 PROFILE_FILE = "profile.json"
 ACCEPTANCE_FILE = "acceptance.csv.gz"

@@ -12,8 +12,8 @@ import numpy as np
 from ppsd.errors import UserError
 from ppsd.paths import atomic_write_json, atomic_write_text
 from ppsd.profile.files import (ACCEPTANCE_FILE, GENERATIONS_FILE, PROFILE_FILE, READABLE_VERSIONS,
-                                SAMPLED_BETA_DECIMALS, acceptance_columns, SAMPLED_COLUMNS, SAMPLED_FILE, SAMPLED_OPTIONAL, SCHEMA_VERSION,
-                                malformed)
+                                SAMPLED_BETA_DECIMALS, SAMPLED_COLUMNS, SAMPLED_CONFIDENCE_DECIMALS, SAMPLED_FILE,
+                                SAMPLED_OPTIONAL, SCHEMA_VERSION, acceptance_columns, malformed)
 from ppsd.profile.profile import Profile
 from ppsd.profile.tables import StatTable
 
@@ -143,6 +143,8 @@ def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: 
         # beta to SAMPLED_BETA_DECIMALS: 44 prompts x 3 trajectories x 2 temperatures at 4 significant
         # digits made a 2.5 MB file; 3 decimals move any exit's mean beta by < 3e-5
         sampled = sampled.assign(beta=sampled["beta"].astype(float).round(SAMPLED_BETA_DECIMALS))
+        if "confidence" in sampled.columns:
+            sampled = sampled.assign(confidence=sampled["confidence"].astype(float).round(SAMPLED_CONFIDENCE_DECIMALS))
         sampled[columns].to_csv(buf, index=False, float_format="%.6g")
         atomic_write_bytes(out / SAMPLED_FILE, gzip.compress(buf.getvalue().encode(), mtime=0))
         acc = dict(meta.get("acceptance") or {})

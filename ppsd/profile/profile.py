@@ -463,18 +463,33 @@ class Profile:
         known = self.acceptance.groupby("head")["confidence"].apply(lambda c: bool(c.notna().all()))
         return frozenset(str(h) for h, ok in known.items() if ok)
 
-    def has_confidence(self, head: str = SHARED_HEAD) -> bool:
+    def has_confidence(self, head: str = SHARED_HEAD, temperature: float = 0.0) -> bool:
         """True when the acceptance traces of `head` carry each draft's confidence (the top-1 probability
-        of the exit head's distribution), which a confidence stop is priced from."""
-        return head in self.confident_heads
+        of the exit head's distribution), which a confidence stop is priced from: the greedy traces, or
+        at T > 0 the trajectories sampled at T."""
+        if not temperature or temperature <= 0:
+            return head in self.confident_heads
+        if self.beta_trajectory != "sampled":
+            return False
+        try:
+            rows = self.beta_rows(temperature, head)
+        except UserError:
+            return False
+        return "confidence" in rows.columns and bool(rows["confidence"].notna().all())
 
-    def require_confidence(self, head: str = SHARED_HEAD) -> None:
-        """UserError unless `has_confidence(head)`, with the command that records the confidences."""
-        if not self.has_confidence(head):
-            raise UserError(f"profile {self.path} has no draft confidences for exit head {head!r}, so a "
-                            "confidence stop cannot be priced from it",
-                            "trace the prompts again with this version: `ppsd profile --skip-latency --prompts "
-                            "FILE --out DIR` (with --heads H for trained heads), then --acceptance-from DIR")
+    def require_confidence(self, head: str = SHARED_HEAD, temperature: float = 0.0) -> None:
+        """UserError unless `has_confidence(head, temperature)`, with the command that records them."""
+        if self.has_confidence(head, temperature):
+            return
+        if temperature and temperature > 0:
+            raise UserError(f"profile {self.path} has no draft confidences along trajectories sampled at "
+                            f"T = {temperature:g} (exit head {head!r}), so a confidence stop cannot be priced "
+                            "there", "profile the sampled acceptance again with this version: `ppsd profile "
+                            f"--skip-latency --temperatures {temperature:g} --prompts FILE --out DIR`, or decode greedy")
+        raise UserError(f"profile {self.path} has no draft confidences for exit head {head!r}, so a "
+                        "confidence stop cannot be priced from it",
+                        "trace the prompts again with this version: `ppsd profile --skip-latency --prompts "
+                        "FILE --out DIR` (with --heads H for trained heads), then --acceptance-from DIR")
 
     def categories(self) -> list[str]:
         return sorted(self.acceptance["category"].unique().tolist())
@@ -562,8 +577,11 @@ class Profile:
         if "trajectory" in df.columns and df["trajectory"].nunique() > 1:
             # several sampled continuations of each prompt: a position's acceptance probability is the
             # mean over them (one trajectory alone moves a plan's acceptance by up to 0.08 by its seed)
+            # (and its confidence the mean too: a stop reads it against τ, an approximation where the
+            # trajectories part ways)
             keys = ["head", "prompt_id", "category", "temperature", "exit_layer", "position"]
-            df = df.groupby(keys, sort=False, as_index=False)["beta"].mean()
+            df = df.groupby(keys, sort=False, as_index=False)[[c for c in ("beta", "confidence")
+                                                              if c in df.columns]].mean()
         self._views[key] = df
         return df
 

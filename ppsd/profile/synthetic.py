@@ -125,12 +125,16 @@ def bernoulli_acceptance(num_layers: int, alpha_by_exit, prompts: int = 4, token
 
 
 def sampled_beta(num_layers: int, beta_by_temperature: dict, prompts: int = 4, tokens: int = 64,
-                 categories=("writing", "math"), seed: int = 0):
+                 categories=("writing", "math"), seed: int = 0, confidence: bool = False):
     """A sampled-trajectory β table (schema.SAMPLED_COLUMNS): at temperature T every position of exit
-    E has β = beta_by_temperature[T](E) (a callable or dict per T), jittered by ±0.02 (seeded)."""
+    E has β = beta_by_temperature[T](E) (a callable or dict per T), jittered by ±0.02 (seeded). With
+    `confidence`, each draft's confidence too (seeded apart): half the positions get a low β (β / 3)
+    and a confidence on [0, 0.5), the rest their β and a confidence on [0.5, 1), so a stop has
+    something to tell apart."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
+    sure = np.random.default_rng([seed, 11])
     rows = []
     for t, beta in sorted(beta_by_temperature.items()):
         for p in range(prompts):
@@ -138,9 +142,14 @@ def sampled_beta(num_layers: int, beta_by_temperature: dict, prompts: int = 4, t
             for e in range(1, num_layers):
                 b = beta(e) if callable(beta) else beta[e]
                 vals = np.clip(b + rng.uniform(-0.02, 0.02, tokens), 0.0, 1.0)
-                rows += [(SHARED, f"p{p}", cat, float(t), e, pos, float(v)) for pos, v in enumerate(vals)]
-    return pd.DataFrame(rows, columns=["head", "prompt_id", "category", "temperature", "exit_layer", "position",
-                                       "beta"])
+                conf = sure.random(tokens)
+                if confidence:
+                    vals = np.where(conf < 0.5, vals / 3.0, vals)
+                rows += [(SHARED, f"p{p}", cat, float(t), e, pos, float(v), float(q))
+                         for pos, (v, q) in enumerate(zip(vals, conf))]
+    df = pd.DataFrame(rows, columns=["head", "prompt_id", "category", "temperature", "exit_layer", "position",
+                                     "beta", "confidence"])
+    return df if confidence else df.drop(columns="confidence")
 
 
 def write_synthetic_profile(out_dir: str | Path, alpha_by_exit=None, seed: int = 0,
@@ -156,7 +165,8 @@ def write_synthetic_profile(out_dir: str | Path, alpha_by_exit=None, seed: int =
                               "num_prompts": int(acc["prompt_id"].nunique()),
                               "categories": sorted(acc["category"].unique().tolist()), "heads": [SHARED]}
         if beta_by_temperature:
-            sampled = sampled_beta(meta["model"]["num_layers"], beta_by_temperature, seed=seed + 1)
+            sampled = sampled_beta(meta["model"]["num_layers"], beta_by_temperature, seed=seed + 1,
+                                   confidence=confidence)
             meta["acceptance"]["sampled"] = {"seed": seed + 1, "max_new_tokens": 64, "heads": [SHARED],
                                              "trajectory": "synthetic"}
     save_profile(out_dir, meta, acceptance=acc, sampled=sampled)

@@ -29,7 +29,7 @@ class PromptTraces:
     sampled: bool = False
     categories: list[str] | None = None  # each prompt's category (None: not known)
     order: list[int] | None = None       # each prompt's rank in the profile's prompt order (None: as listed)
-    confidence: list[np.ndarray] | None = None  # each prompt's draft confidences (greedy traces that have them)
+    confidence: list[np.ndarray] | None = None  # each prompt's draft confidences (traces that have them)
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -89,7 +89,9 @@ def prompt_traces(profile, exit_layer: int, *, head: str = SHARED, prompt_ids: S
                         "predict from prompts the profile traced")
     rank = {str(g.get("prompt_id")): i for i, g in enumerate(profile.generations())}
     order = [rank.get(pid, len(rank) + i) for i, pid in enumerate(ids)]
-    confidence = conf if tr.confidence is not None and not sampled else None
+    # (the legacy β along the greedy trajectory at T > 0 has no confidences that belong to it)
+    own = not sampled or profile.beta_trajectory == "sampled"
+    confidence = conf if tr.confidence is not None and own else None
     return PromptTraces(int(exit_layer), ids, prob, ctx, sampled, cats, order, confidence)
 
 

@@ -49,19 +49,22 @@ def require_confidence(stream: Stream) -> np.ndarray:
     if stream.confidence is None:
         raise UserError(f"a confidence stop needs each draft's confidence, which a {stream.source!r} acceptance "
                         "stream does not carry",
-                        "simulate with --acceptance trace on a profile traced with confidences (greedy)")
+                        "simulate with --acceptance trace on a profile traced with confidences (greedy, or "
+                        "sampled trajectories at the temperature)")
     return np.asarray(stream.confidence, dtype=float)
 
 
-def stop_odds(profile, exit_layer: int, head: str, draft_stop: float) -> StopOdds:
-    """The i.i.d. odds of a confidence stop τ at an exit, over every traced position of the profile."""
-    profile.require_confidence(head)
-    df = profile.acceptance
+def stop_odds(profile, exit_layer: int, head: str, draft_stop: float, temperature: float = 0.0) -> StopOdds:
+    """The i.i.d. odds of a confidence stop τ at an exit, over every traced position of the profile:
+    greedy, its matches; at T > 0, the acceptance probability β along the trajectories sampled at T."""
+    profile.require_confidence(head, temperature)
+    sampled = bool(temperature and temperature > 0)
+    df = profile.beta_rows(temperature, head) if sampled else profile.acceptance
     df = df[(df["head"] == head) & (df["exit_layer"] == int(exit_layer))]
     if df.empty:
         raise UserError(f"profile {profile.path} has no acceptance trace for exit layer {exit_layer}",
                         "choose a traced exit layer")
     low = df["confidence"].to_numpy(dtype=float) < draft_stop
-    match = df["match"].to_numpy().astype(bool)
+    match = df["beta"].to_numpy(dtype=float) if sampled else df["match"].to_numpy().astype(float)
     rate = lambda sel: float(match[sel].mean()) if sel.any() else 0.0  # noqa: E731
     return StopOdds(float(low.mean()), rate(~low), rate(low))

@@ -154,10 +154,14 @@ def _sampled_traces(profile, head: str, temperature: float) -> dict[int, _Trace]
     df = profile.beta_rows(temperature, head).sort_values(["exit_layer", "prompt_id", "position"], kind="stable")
     ctx = _prompt_contexts(profile)
     c0 = float(profile.context_values[0])
+    # each draft's confidence along the sampled trajectory, where the profile recorded it for every row
+    confident = "confidence" in df.columns and bool(df["confidence"].notna().all())
     out: dict[int, _Trace] = {}
     for (ex, pid), g in df.groupby(["exit_layer", "prompt_id"], sort=True):
-        t = out.setdefault(int(ex), _Trace([], [], [], [], []))
+        t = out.setdefault(int(ex), _Trace([], [], [], [], [], [] if confident else None))
         beta = g["beta"].to_numpy(dtype=float)
+        if confident:
+            t.confidence.append(g["confidence"].to_numpy(dtype=float))
         t.prompt_ids.append(str(pid))
         t.categories.append(str(g["category"].iloc[0]))
         t.match.append(np.zeros(len(beta), dtype=bool))
@@ -239,7 +243,9 @@ def trace_stream(profile, exit_layer: int, *, tokens: int | None = None, categor
             p = min(1.0, (alpha_scale - 1.0) * a / (1.0 - a))
             match = match | (rng.random(len(match)) < p)
         source = "trace-scaled"
-    conf = np.concatenate(segs_q) if tr.confidence is not None and not sampled and source != "beta" else None
+    # confidences from the greedy traces or the trajectories sampled at T (the legacy greedy-trajectory β
+    # at T > 0 has none that belong to it)
+    conf = np.concatenate(segs_q) if tr.confidence is not None and source != "beta" else None
     if tokens is not None:
         match, context, seg = match[:tokens], context[:tokens], seg[:tokens]
         conf = None if conf is None else conf[:tokens]

@@ -41,8 +41,9 @@ class SweepSpec:
     budget         same-budget comparison within this many cores / GPUs (None: the profile's most)
     prompt_len     prompt tokens before each generation (None: the profile's prompts)
     alpha_by_exit  {exit layer: α}: seeded Bernoulli(α) streams at exactly these exits instead of the traces
-    draft_stops    EESD confidence stops τ tried beside every γ (`Plan.draft_stop`; greedy traces with
-                   confidences); () = fixed γ only
+    draft_stops    confidence stops τ tried beside every plan (`Plan.draft_stop`: EESD at γ >= 2, PPSD with
+                   the local launch, transformers' threshold with --runtime hf; greedy traces with
+                   confidences); () = no stop
     """
 
     devices: int = DEFAULT_DEVICES
@@ -84,9 +85,9 @@ class SweepSpec:
 
             for tau in self.draft_stops:
                 check_draft_stop(tau)
-            if self.temperature > 0 or self.alpha_by_exit is not None:
-                raise UserError("confidence stops are priced from greedy traces' confidences",
-                                "drop --draft-stops, or --temperature / the given acceptance")
+            if self.alpha_by_exit is not None:
+                raise UserError("confidence stops are priced from the traces' confidences",
+                                "drop --draft-stops, or the given acceptance")
         return self
 
     def base_plan(self) -> Plan:

@@ -191,7 +191,7 @@ class EESD(Scheme):
     def unit_costs(self, profile, plan: PlanLike, context: np.ndarray) -> EESDCosts:
         stop = getattr(plan, "draft_stop", None)
         if stop is not None:
-            profile.require_confidence(plan.exit_head)
+            profile.require_confidence(plan.exit_head, plan.temperature)
         return EESDCosts(cost_model(profile, plan.exit_head), plan.exit_layer, plan.draft_len, plan.sampled, stop)
 
     def event_model(self, stream: Stream, costs: EESDCosts, record: bool = False) -> RunStats:
@@ -274,7 +274,7 @@ class EESD(Scheme):
         g = plan.draft_len
         draft = float(costs.draft(c)[0])
         if costs.draft_stop is not None:  # i.i.d. odds of the profile's (match, confidence) pairs at α
-            odds = stop_odds(profile, plan.exit_layer, plan.exit_head, costs.draft_stop)
+            odds = stop_odds(profile, plan.exit_layer, plan.exit_head, costs.draft_stop, plan.temperature)
             verify_at = lru_cache(maxsize=None)(lambda n: float(costs.verify(c, n)[0]))
             return [stopped_time_per_token(draft, verify_at, odds.at(float(a)), g) for a in alphas]
         verify = float(costs.verify(c, g)[0])

@@ -265,8 +265,12 @@ class HFAssisted(EESD):
     def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices, draft_stops=()):
         if base.exit_head != "shared":
             return []
-        return [replace(base, mode=self.mode, exit_layer=exit_layer, draft_len=g, runtime="hf", schedule=s)
-                for s in ("constant", "heuristic") for g in gammas]
+        # transformers' assistant_confidence_threshold beside each schedule and γ0 (at a constant γ0 = 1 a
+        # stop is the plan without one again; the heuristic schedule grows γ past it)
+        return [replace(base, mode=self.mode, exit_layer=exit_layer, draft_len=g, runtime="hf", schedule=s,
+                        draft_stop=tau)
+                for tau in (None, *draft_stops) for s in ("constant", "heuristic") for g in gammas
+                if tau is None or g >= 2 or s == "heuristic"]
 
 
 class HFAR(AR):

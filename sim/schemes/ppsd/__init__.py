@@ -157,10 +157,16 @@ class PPSD(Scheme):
 
         stage = [float(s[0]) for s in costs.stage]
         if costs.draft_stop is not None:  # i.i.d. odds of the profile's (match, confidence) pairs at α
-            odds = stop_odds(profile, plan.exit_layer, plan.exit_head, costs.draft_stop)
-            return _closed_form.stopped_times_per_token(stage, costs.hop_ms, [odds.at(a) for a in alphas],
-                                                        costs.factors, costs.k, float(costs.exit_array()[0]),
-                                                        costs.jitter_cv, checkpoints=cps, cap=costs.cap)
+            odds = stop_odds(profile, plan.exit_layer, plan.exit_head, costs.draft_stop, plan.temperature)
+
+            def stopped(stage, alphas):
+                return _closed_form.stopped_times_per_token(stage, costs.hop_ms, [odds.at(a) for a in alphas],
+                                                            costs.factors, costs.k, float(costs.exit_array()[0]),
+                                                            costs.jitter_cv, checkpoints=cps, cap=costs.cap)
+
+            if not costs.reject_ms:
+                return stopped(stage, alphas)
+            return [stopped(stage[:-1] + [float(costs.expected_last(a)[0])], [a])[0] for a in alphas]
         if not costs.reject_ms:  # one stage list for every α: the closed form shares its work between them
             return at(stage, alphas)
         # sampled: the verifier's pass depends on α (it recomputes q at a rejection)

@@ -267,7 +267,7 @@ class _Pipeline:
         if self.match[j] and not end_of_gen and not halted:
             return  # the pass already running on token j+1 stands
         rejected = not end_of_gen and not self.match[j]
-        self.rounds_a.append(i)
+        self.rounds_a.append(i + int(halted and self.match[j] and not end_of_gen))  # a stop keeps a matching draft
         self.rounds_rejected.append(rejected)
         old = self.epoch
         self.epoch += 1

@@ -256,4 +256,7 @@ def replay(stream: Stream, costs: PPSDCosts) -> RunStats:
     dev: dict[int, float] = {}
     for m, d in enumerate(costs.placement):
         dev[d] = dev.get(d, 0.0) + busy[m]
-    return RunStats(total, t, cyc.a.tolist(), cyc.rejected.tolist(), busy, dev, span_ms=float(np.sum(dur)))
+    # a cycle a stop ends on a draft that matched kept that draft too (every draft is judged, as without a stop)
+    nxt = np.minimum(cyc.starts + cyc.a + 1, t - 1)
+    kept = cyc.a + (cyc.stopped & stream.match[cyc.starts + cyc.a] & ~seg[nxt])
+    return RunStats(total, t, kept.tolist(), cyc.rejected.tolist(), busy, dev, span_ms=float(np.sum(dur)))
