@@ -90,6 +90,9 @@ def check_draft_stop_args(args) -> None:
                         "add --mode eesd or --mode ppsd")
     if args.batch != 1:
         raise UserError("batched decoding drafts without a confidence stop", "drop --draft-stop-confidence or --batch")
+    if Mode.parse(args.mode) == Mode.PPSD and getattr(args, "launch", None) == "torchrun":
+        raise UserError("a PPSD confidence stop runs with the local launch (stage 1 waits for a verdict the shared "
+                        "epoch board brings)", "drop --draft-stop-confidence or --launch torchrun")
     if args.emulate:
         raise UserError("an emulated model has no draft confidences", "drop --emulate or --draft-stop-confidence")
 

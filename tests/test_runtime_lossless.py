@@ -113,6 +113,20 @@ def test_ppsd_with_every_draft_unsure_never_runs_ahead(tiny, tiny_ar):
     assert not any(e.name == "flush" for e in stage1)
 
 
+@pytest.mark.parametrize("extra, words", [
+    (["--mode", "ppsd", "--launch", "torchrun"], "local launch"),
+    (["--mode", "ar"], "add --mode eesd or --mode ppsd"),
+    (["--mode", "ppsd", "--batch", "2"], "batched decoding"),
+])
+def test_run_refuses_a_stop_where_it_does_not_run(extra, words, capsys):
+    """`ppsd run --draft-stop-confidence` outside a stop's reach: one line, exit 2, before any model loads."""
+    from ppsd.cli import main
+
+    assert main(["run", "--model", "tiny-llama", "--exit", "3", "--draft-stop-confidence", "0.5", *extra]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+
+
 def test_ppsd_stops_at_eos_like_ar(tiny):
     """With an EOS id that AR emits, both stop at the same place."""
     p = tiny.encode_prompt(TEXTS[0])

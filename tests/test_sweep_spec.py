@@ -53,7 +53,7 @@ def test_confidence_stops_join_every_gamma():
 
 @pytest.mark.parametrize("bad", [dict(gammas=(0, 1)), dict(gammas=(65,)), dict(devices=0), dict(hop_ms=-1.0),
                                  dict(alpha_scale=-0.5), dict(draft_stops=(1.2,)),
-                                 dict(draft_stops=(0.5,), temperature=0.7)])
+                                 dict(draft_stops=(0.5,), alpha_by_exit={10: 0.5})])
 def test_a_setting_out_of_range_is_a_user_error(bad):
     with pytest.raises(UserError):
         SweepSpec(**bad).check(30)

@@ -19,6 +19,9 @@ PPSD   renewal argument over "cycles" (restart → first rejection): a cycle tha
        length (D(a) + hop, or the end of the exit head the correction finds stage 1 in).
        Balanced stages, free hops, no heads, no slowdown: D(a) = (k + a)τ, which gives
        S = 1 / (1 − α(1 − E/N)).
+       With a confidence stop a cycle also ends at an unsure draft (`stopped_times_per_token`): it
+       lasts D_stop(a) + hop, D_stop the commit of its last token when stage 1 has run nothing
+       behind it (`stopped_commits`).
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ The model in words
   it in its exit head (one matmul that cannot be cut), it finishes that head (the stale draft is
   not sent) and the corrected token enters when the head ends. With timing jitter (the profile's
   pipeline probe) the entry time is the expectation over where the flush lands (sim/model/restart.py).
+- A confidence stop (`PPSDCosts.draft_stop`): after a draft less confident than τ stage 1 runs
+  nothing until the verdict on it, which restarts it a hop after the commit whether the draft
+  matched or not (a new cycle; no stretch to leave, no stale work); the later passes of that
+  cycle's last tokens find the stages before them idle.
 - Co-run slowdown: stages working at the same time on one machine share memory bandwidth. The
   i-th token after a restart, at stage m, runs while min(devices, m + i) stages compute (stage 1
   always drafts ahead, so the pipeline is full from its k-th token on) and its pass is slowed by the

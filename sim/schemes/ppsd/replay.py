@@ -8,7 +8,8 @@ Same stream, same costs, same rules; only the bookkeeping differs: the stream sp
   segmented scan. A cycle ends when the flush reaches stage 1 (final commit + hop), or when the
   exit head stage 1 is then running ends (it cannot be cut; with jitter, after the expected wait).
   Stale tokens (drafted behind the mismatch) are replayed too, clipped at the flush, for busy-time
-  accounting and to find that head.
+  accounting and to find that head. A confidence stop ends a cycle too: stage 1 runs nothing behind
+  the unsure draft, so the cycle has no stale token and ends at its commit + hop.
 Tested equal to the event model (tests/test_sim_schemes_ppsd.py).
 """
 
