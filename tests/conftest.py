@@ -69,3 +69,13 @@ def tiny():
 def prompts(tiny):
     """`BATCH_TEXTS` encoded: four prompts of different lengths."""
     return [tiny.encode_prompt(t) for t in BATCH_TEXTS]
+
+
+@pytest.fixture(scope="session")
+def sure(tmp_path_factory):
+    """A synthetic 12-layer profile whose traces carry each draft's confidence (what a confidence stop
+    is priced from): acceptance 0.1 + 0.07 E, layers 2 ms, head 6 ms."""
+    from ppsd.profile.synthetic import write_synthetic_profile
+
+    return write_synthetic_profile(tmp_path_factory.mktemp("sure"), alpha_by_exit=lambda e: 0.1 + 0.07 * e,
+                                   num_layers=12, layer_ms=2.0, head_ms=6.0, confidence=True)

@@ -10,6 +10,7 @@ from sim import api
 from sim.model.streams import Stream
 from sim.plan import Plan
 from sim.schemes import eesd, scheme
+from engine_checks import simulate_both_engines
 
 
 class FlatCosts:
@@ -101,18 +102,10 @@ def test_a_stream_without_confidences_is_refused():
         scheme("eesd").replay(s, FlatCosts(3, 0.5))
 
 
-@pytest.fixture(scope="module")
-def sure(tmp_path_factory):
-    return write_synthetic_profile(tmp_path_factory.mktemp("c"), alpha_by_exit=lambda e: 0.1 + 0.07 * e,
-                                   num_layers=12, layer_ms=2.0, head_ms=6.0, confidence=True)
-
-
 def test_simulate_prices_a_stop_from_the_profiles_traces(sure, tmp_path):
     fixed = Plan("eesd", exit_layer=8, draft_len=6)
     stop = Plan("eesd", exit_layer=8, draft_len=6, draft_stop=0.5)
-    a = api.simulate(sure, stop, engine="fast")
-    b = api.simulate(sure, stop, engine="event")
-    assert a.time_s == pytest.approx(b.time_s, rel=1e-9) and a.details.rounds == b.details.rounds
+    a = simulate_both_engines(sure, stop)
     c = api.simulate(sure, fixed, engine="fast")
     assert a.details.rounds > c.details.rounds  # shorter rounds
     assert a.speedup_vs_ar != pytest.approx(c.speedup_vs_ar)

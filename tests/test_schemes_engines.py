@@ -11,11 +11,10 @@ from ppsd.profile.synthetic import synthetic_meta, write_synthetic_profile
 from sim import api
 from sim.schemes import eesd
 from sim.schemes import scheme
-from sim.schemes.ppsd import event_model as ppsd_event
-from sim.schemes.ppsd import replay as ppsd_replay
 from sim.schemes.ppsd.stage_costs import PPSDCosts, stage_factors
 from sim.plan import Plan
 from sim.model.streams import Stream
+from engine_checks import assert_ppsd_engines_agree
 
 
 def stream(bits, gens=None):
@@ -59,14 +58,7 @@ def ppsd_both(bits, stage=(1.0, 2.0), hop=0.0, gens=None, factors=None, exit=0.0
     costs = PPSDCosts([np.full(len(bits), c) for c in stage], hop, tuple(range(k)), factors or [1.0] * (k + 1),
                       exit_ms=np.full(len(bits), exit), jitter_cv=jitter, checkpoints=cps, launch=launch,
                       inflight_cap=cap, first_pass=None if first_pass is None else (lambda L: list(first_pass)))
-    a = ppsd_event.run(s, costs)
-    b = ppsd_replay.replay(s, costs)
-    assert a.rounds_a == b.rounds_a and a.rounds_rejected == b.rounds_rejected
-    # (the replay's segmented sums subtract running totals: ~1e-12 relative on long streams)
-    assert a.time_ms == pytest.approx(b.time_ms, rel=1e-11, abs=1e-9)
-    assert a.span_ms == pytest.approx(b.span_ms, rel=1e-11, abs=1e-9)
-    assert a.stage_busy_ms == pytest.approx(b.stage_busy_ms, rel=1e-9, abs=1e-9)
-    return a
+    return assert_ppsd_engines_agree(s, costs)
 
 
 # --- trace-driven token counts equal a hand count (EESD γ = 3) -------------------------------------

@@ -15,9 +15,9 @@ from sim.model.stops import StopOdds
 from sim.model.streams import Stream
 from sim.plan import Plan
 from sim.schemes.ppsd import closed_form as ppsd_cf
-from sim.schemes.ppsd import event_model as ppsd_event
 from sim.schemes.ppsd import replay as ppsd_replay
 from sim.schemes.ppsd.stage_costs import PPSDCosts, corun_factor, stage_factors
+from engine_checks import assert_ppsd_engines_agree, simulate_both_engines
 
 
 def stream(bits, conf, gens=()):
@@ -34,14 +34,7 @@ def costs_of(t, stage, hop=0.0, factors=None, exit=0.0, jitter=0.0, checkpoints=
                      exit_ms=np.full(t, exit), jitter_cv=jitter, checkpoints=cps, inflight_cap=cap, draft_stop=tau)
 
 
-def both(s, costs):
-    a = ppsd_event.run(s, costs)
-    b = ppsd_replay.replay(s, costs)
-    assert a.rounds_a == b.rounds_a and a.rounds_rejected == b.rounds_rejected
-    assert a.time_ms == pytest.approx(b.time_ms, rel=1e-11, abs=1e-9)
-    assert a.span_ms == pytest.approx(b.span_ms, rel=1e-11, abs=1e-9)
-    assert a.stage_busy_ms == pytest.approx(b.stage_busy_ms, rel=1e-9, abs=1e-9)
-    return a
+both = assert_ppsd_engines_agree
 
 
 def test_hand_timing_a_stop_waits_for_the_verdict():
@@ -140,18 +133,10 @@ def test_stopped_commits_are_exact_per_cycle():
         assert st.span_ms == pytest.approx(d[a] + hop + alone, rel=1e-12)
 
 
-@pytest.fixture(scope="module")
-def sure(tmp_path_factory):
-    return write_synthetic_profile(tmp_path_factory.mktemp("p"), alpha_by_exit=lambda e: 0.1 + 0.07 * e,
-                                   num_layers=12, layer_ms=2.0, head_ms=6.0, confidence=True)
-
-
 def test_simulate_prices_a_ppsd_stop_from_the_profiles_traces(sure, tmp_path):
     plain = Plan("ppsd", exit_layer=6, stages=2)
     stop = Plan("ppsd", exit_layer=6, stages=2, draft_stop=0.5)
-    a = api.simulate(sure, stop, engine="fast")
-    b = api.simulate(sure, stop, engine="event")
-    assert a.time_s == pytest.approx(b.time_s, rel=1e-9) and a.details.rounds == b.details.rounds
+    a = simulate_both_engines(sure, stop)
     c = api.simulate(sure, plain, engine="fast")
     assert a.details.rounds > c.details.rounds and a.speedup_vs_ar != pytest.approx(c.speedup_vs_ar)
     assert a.acceptance_rate == pytest.approx(c.acceptance_rate)  # every draft is judged either way
@@ -187,9 +172,7 @@ def test_a_stop_under_sampling_reads_the_confidences_along_the_sampled_trajector
 
     from sim.model.stops import stop_odds
 
-    a = api.simulate(sampled_sure, plan, engine="fast", temperature=0.8)
-    b = api.simulate(sampled_sure, plan, engine="event", temperature=0.8)
-    assert a.time_s == pytest.approx(b.time_s, rel=1e-9)
+    a = simulate_both_engines(sampled_sure, plan, temperature=0.8)
     plain = api.simulate(sampled_sure, replace(plan, draft_stop=None), engine="fast", temperature=0.8)
     assert a.speedup_vs_ar != pytest.approx(plain.speedup_vs_ar)
     odds = stop_odds(sampled_sure, 6, "shared", 0.5, 0.8)
