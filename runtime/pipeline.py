@@ -559,9 +559,12 @@ class Stage:
 
     def _verify(self, pos: int, epoch: int, out: torch.Tensor, exit_state, a: float, prefill: bool = False) -> None:
         st, job, model = self.state, self.job, self.model
+        t_layers = self._clock() if self.record else 0.0
         logits = model.head(out)[0, -1]
+        t_head = self._clock() if self.record else 0.0
         sampler: Sampler = st["sampler"]
         d, q_d = self._draft_for(pos, epoch)
+        t_draft = time.perf_counter() if self.record else 0.0
         # sampling: the acceptance test needs only q(d), which came with the draft; all of q (the
         # exit head again, on the layer-E state) only for the residual of a rejection
         q_full = None
@@ -601,7 +604,9 @@ class Stage:
             self._event("prefill", a, b, tok)
         else:
             st["busy"] += b - a
-            self._event("verify", a, b, tok, pos=pos, accepted=bool(ok))
+            # where the pass went: its layers, the LM head, the wait for the draft, then the verdict's send
+            self._event("verify", a, b, tok, pos=pos, accepted=bool(ok), layers_ms=round((t_layers - a) * 1e3, 3),
+                        head_ms=round((t_head - t_layers) * 1e3, 3), draft_wait_ms=round((t_draft - t_head) * 1e3, 3))
         st["t_last"] = b
         self._beat()
         if done:

@@ -111,6 +111,11 @@ def test_ppsd_with_every_draft_unsure_never_runs_ahead(tiny, tiny_ar):
     drafts = [e for e in stage1 if e.name == "draft"]
     assert drafts and all(e.args.get("unsure") for e in drafts)
     assert not any(e.name == "flush" for e in stage1)
+    # the last stage's passes say where they went: layers, LM head, the wait for the draft (then the verdict)
+    verifies = [e for e in recs[0].events if e.name == "verify"]
+    assert verifies and all(e.args["layers_ms"] > 0 and e.args["head_ms"] > 0 and e.args["draft_wait_ms"] >= 0
+                            and e.args["layers_ms"] + e.args["head_ms"] + e.args["draft_wait_ms"] <= e.dur_s * 1e3 + 1e-3
+                            for e in verifies)
 
 
 @pytest.mark.parametrize("extra, words", [
