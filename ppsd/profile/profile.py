@@ -471,11 +471,15 @@ class Profile:
             return head in self.confident_heads
         if self.beta_trajectory != "sampled":
             return False
-        try:
-            rows = self.beta_rows(temperature, head)
-        except UserError:
-            return False
-        return "confidence" in rows.columns and bool(rows["confidence"].notna().all())
+        key = ("confident", float(temperature), head)  # read once: every plan priced at T asks
+        if key not in self._views:
+            try:
+                rows = self.beta_rows(temperature, head)
+            except UserError:
+                rows = None
+            self._views[key] = rows is not None and "confidence" in rows.columns and bool(
+                rows["confidence"].notna().all())
+        return self._views[key]
 
     def require_confidence(self, head: str = SHARED_HEAD, temperature: float = 0.0) -> None:
         """UserError unless `has_confidence(head, temperature)`, with the command that records them."""

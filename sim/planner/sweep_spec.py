@@ -42,8 +42,8 @@ class SweepSpec:
     prompt_len     prompt tokens before each generation (None: the profile's prompts)
     alpha_by_exit  {exit layer: α}: seeded Bernoulli(α) streams at exactly these exits instead of the traces
     draft_stops    confidence stops τ tried beside every plan (`Plan.draft_stop`: EESD at γ >= 2, PPSD with
-                   the local launch, transformers' threshold with --runtime hf; greedy traces with
-                   confidences); () = no stop
+                   the local launch, transformers' threshold with --runtime hf; traces with confidences,
+                   greedy or sampled at the temperature); () = no stop
     """
 
     devices: int = DEFAULT_DEVICES

@@ -150,23 +150,20 @@ class PPSD(Scheme):
         cps = None if costs.checkpoints is None else [float(c[0]) for c in costs.checkpoints]
         alphas = [float(a) for a in alphas]
 
+        # with a confidence stop: the i.i.d. odds of the profile's (match, confidence) pairs, at each α
+        odds = (None if costs.draft_stop is None else
+                stop_odds(profile, plan.exit_layer, plan.exit_head, costs.draft_stop, plan.temperature))
+
         def at(stage, alphas):
-            return _closed_form.times_per_token(stage, costs.hop_ms, alphas, costs.factors, costs.k,
-                                                float(costs.exit_array()[0]), costs.jitter_cv, checkpoints=cps,
-                                                launch=costs.launch, cap=costs.cap)
+            exit_ms = float(costs.exit_array()[0])
+            if odds is not None:
+                return _closed_form.stopped_times_per_token(stage, costs.hop_ms, [odds.at(a) for a in alphas],
+                                                            costs.factors, costs.k, exit_ms, costs.jitter_cv,
+                                                            checkpoints=cps, cap=costs.cap)
+            return _closed_form.times_per_token(stage, costs.hop_ms, alphas, costs.factors, costs.k, exit_ms,
+                                                costs.jitter_cv, checkpoints=cps, launch=costs.launch, cap=costs.cap)
 
         stage = [float(s[0]) for s in costs.stage]
-        if costs.draft_stop is not None:  # i.i.d. odds of the profile's (match, confidence) pairs at α
-            odds = stop_odds(profile, plan.exit_layer, plan.exit_head, costs.draft_stop, plan.temperature)
-
-            def stopped(stage, alphas):
-                return _closed_form.stopped_times_per_token(stage, costs.hop_ms, [odds.at(a) for a in alphas],
-                                                            costs.factors, costs.k, float(costs.exit_array()[0]),
-                                                            costs.jitter_cv, checkpoints=cps, cap=costs.cap)
-
-            if not costs.reject_ms:
-                return stopped(stage, alphas)
-            return [stopped(stage[:-1] + [float(costs.expected_last(a)[0])], [a])[0] for a in alphas]
         if not costs.reject_ms:  # one stage list for every α: the closed form shares its work between them
             return at(stage, alphas)
         # sampled: the verifier's pass depends on α (it recomputes q at a rejection)

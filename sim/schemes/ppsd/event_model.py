@@ -98,13 +98,13 @@ class _Pipeline:
         self.committed = 0
         self.rows = [f"stage {m + 1} (device {costs.placement[m]})" for m in range(k)]
 
-    # a pass of one token through one stage; returns False when a flush cut it short
     def _stops_after(self, j: int, i: int) -> int | None:
         """The last token of the cycle token j (its i-th) belongs to, where a confidence stop ends that
         cycle; None where a rejection or a new generation does (stage 1 drafts on behind it)."""
         end = self.cycle_end[j - i] if j < self.t else self.t
         return end if end < self.t - 1 and self.halt[end] else None
 
+    # a pass of one token through one stage; returns False when a flush cut it short
     def _pass(self, m: int, epoch: int, j: int, i: int):
         end = self._stops_after(j, i) if m else None
         f = self.costs.factor(i, m, None if end is None else min(m, end - j))

@@ -292,15 +292,15 @@ def ppsd_costs(profile, plan: PlanLike, context: np.ndarray) -> PPSDCosts:
 
 def _checked_stop(profile, plan: PlanLike, k: int, devices: int) -> float | None:
     """The plan's confidence stop, where the engines price one: traces with confidences (greedy, or
-    sampled at the plan's temperature), the local launch (stage 1 hears of the verdict it waits for at
-    once) and one device per stage."""
+    sampled at the plan's temperature) and one device per stage (the local launch a `Plan` with a
+    stop already has)."""
     stop = getattr(plan, "draft_stop", None)
     if stop is None:
         return None
     profile.require_confidence(plan.exit_head, plan.temperature)
-    if plan.launch != "local" or devices < k:
-        raise UserError("a PPSD confidence stop is priced for the local launch with one device per stage",
-                        "drop --draft-stop-confidence, or --launch torchrun / the shared placement")
+    if devices < k:
+        raise UserError("a PPSD confidence stop is priced with one device per stage",
+                        "drop --draft-stop-confidence or the shared placement")
     return float(stop)
 
 
