@@ -9,6 +9,11 @@ sitting (`latency.pipeline.runtime`, `Profile.corun_slowdown`, `Profile.pipeline
 stage's slowdown against the mean says how the co-run cost splits between the roles
 (`Profile.corun_stage_bias`), and each stage's pass-to-pass jitter what the lock step of two tokens
 in flight waits out beyond the slower stage (`Profile.lockstep_jitter_cv`).
+
+Each round also runs the pipeline cut where its last stage waits for every draft (`waiting_exit_layer`:
+stage 1 the longer, as in the plans users run): a last stage that sleeps on each hidden state and then
+runs beside stage 1 runs its pass slower than in a balanced pipeline, and what it costs there is the
+verifier's slowdown in such plans (`latency.pipeline.runtime.waiting`, `Profile.waiting_last_stage_slowdown`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,15 @@ PROMPT_LEN = 64
 STEPS = 8         # decode steps timed piece by piece (and whole) per round
 
 
+def waiting_exit_layer(num_layers: int) -> int | None:
+    """Where to cut a two-stage pipeline so that its last stage waits for every draft: a fifth of the
+    layers (at least one) after the cut, so stage 1's pass is the longer; None where no cut past the
+    middle leaves the last stage a layer."""
+    n = int(num_layers)
+    cut = n - max(1, round(n / 5))
+    return cut if n // 2 < cut < n else None
+
+
 def stage_prices(laps: np.ndarray, exit_layer: int, scale: float) -> list[float]:
     """Each stage's pass alone from one step's pieces ([embedding, position setup, layer 0..N-1, head],
     ms), scaled by `scale`: stage 1 embeds, runs layers [0, E) and the exit head (the LM head); stage 2
@@ -43,6 +57,7 @@ class RuntimeProbe:
     def __init__(self, adapter, tokens: int = TOKENS, prompt_len: int = PROMPT_LEN):
         self.adapter, self.tokens, self.prompt_len = adapter, int(tokens), int(prompt_len)
         self.exit_layer = adapter.num_layers // 2
+        self.waiting_exit = waiting_exit_layer(adapter.num_layers)
         gen = torch.Generator().manual_seed(0)
         self.prompt = torch.randint(0, adapter.vocab_size, (self.prompt_len,), generator=gen).tolist()
         self.context = self.prompt_len + self.tokens // 2
@@ -50,6 +65,7 @@ class RuntimeProbe:
         self.ids = torch.randint(0, adapter.vocab_size, (1, 1), generator=gen).to(adapter.device)
         self.clock = StepClock(adapter.device)
         self.rounds: list[dict] = []
+        self.waiting: list[dict] = []
 
     @torch.inference_mode()
     def round(self) -> None:
@@ -59,12 +75,18 @@ class RuntimeProbe:
         a, c = self.adapter, self.context
         laps = np.median([timed_step(a, self.cache, self.ids, c, self.clock) for _ in range(STEPS)], axis=0)
         whole = statistics.median(whole_step_ms(a, self.cache, self.ids, c) for _ in range(STEPS))
-        alone = stage_prices(laps, self.exit_layer, whole / float(laps.sum()))
+        scale = whole / float(laps.sum())
+        alone = stage_prices(laps, self.exit_layer, scale)
         series = stage_passes_ms(a, self.exit_layer, self.prompt, self.tokens)
         passes = [statistics.median(p) for p in series]
         self.rounds.append({"slowdown_per_stage": [round(p / q, 4) for p, q in zip(passes, alone)],
                             "pass_ms": [round(p, 3) for p in passes], "alone_ms": [round(q, 3) for q in alone],
                             "pass_jitter_cv": round(float(np.mean([short_jitter_cv(p) for p in series])), 5)})
+        if self.waiting_exit is not None:  # the same pieces price the cut where the last stage waits
+            alone = stage_prices(laps, self.waiting_exit, scale)
+            passes = [statistics.median(p) for p in stage_passes_ms(a, self.waiting_exit, self.prompt, self.tokens)]
+            self.waiting.append({"slowdown_per_stage": [round(p / q, 4) for p, q in zip(passes, alone)],
+                                 "pass_ms": [round(p, 3) for p in passes], "alone_ms": [round(q, 3) for q in alone]})
 
     def summary(self) -> dict | None:
         if not self.rounds:
@@ -75,7 +97,16 @@ class RuntimeProbe:
                 "round_kept": kept, "rounds": self.rounds, "slowdown_cv": mad_log_sd(slow),
                 "pass_jitter_cv": float(np.median([r["pass_jitter_cv"] for r in self.rounds])),
                 "exit_layer": self.exit_layer, "tokens": self.tokens, "prompt_len": self.prompt_len,
-                "context": self.context, "method": METHOD}
+                "context": self.context, "method": METHOD, **self._waiting_block()}
+
+    def _waiting_block(self) -> dict:
+        """{"waiting": ...} where the rounds ran the cut whose last stage waits: its median over the rounds
+        of the last stage's pass over the same pass priced from the round's pieces."""
+        if not self.waiting:
+            return {}
+        last = float(np.median([r["slowdown_per_stage"][1] for r in self.waiting]))
+        return {"waiting": {"exit_layer": self.waiting_exit, "last_stage_slowdown": round(last, 4),
+                            "rounds": self.waiting, "method": WAITING_METHOD}}
 
 
 METHOD = ("the runtime's own two-stage pipeline (forked stage processes, runtime/pipeline.py) with every draft "
@@ -84,6 +115,11 @@ METHOD = ("the runtime's own two-stage pipeline (forked stage processes, runtime
           "slowdown_cv: the rounds' log spread by their median absolute deviation (a burst in one round moves "
           "neither); pass_jitter_cv: each stage's pass-to-pass spread (ppsd.statistics.short_jitter_cv), mean of "
           "the stages, median round: the independent jitter a lock step waits out")
+
+
+WAITING_METHOD = ("the same pipeline cut at waiting_exit_layer (a fifth of the layers in the last stage), so the last "
+                  "stage waits for every draft; last_stage_slowdown: the median over the rounds of its pass over the "
+                  "same pass priced from the round's pieces")
 
 
 def measure_runtime_probe(adapter, rounds: int = ROUNDS, tokens: int = TOKENS, prompt_len: int = PROMPT_LEN,

@@ -281,6 +281,12 @@ def test_smoke_embedded_model(tmp_path, monkeypatch):
     assert 0.0 <= run["pass_jitter_cv"] < 0.5 and all("pass_jitter_cv" in r for r in run["rounds"])
     assert prof.lockstep_jitter_cv() == pytest.approx(run["pass_jitter_cv"])
     assert len(prof.corun_stage_bias(2)) == 2 and min(prof.corun_stage_bias(2)) > 0.5
+    # and cut where the last stage waits for every draft: what the verifier's pass costs in such plans
+    waiting = run["waiting"]
+    assert waiting["exit_layer"] == 24 and len(waiting["rounds"]) == len(run["rounds"])
+    assert all(r["alone_ms"][0] > r["alone_ms"][1] > 0 for r in waiting["rounds"])  # stage 1 the longer
+    assert 0.5 < waiting["last_stage_slowdown"] < 3.0
+    assert prof.waiting_last_stage_slowdown() == pytest.approx(waiting["last_stage_slowdown"])
     df = prof.acceptance
     assert sorted(df["exit_layer"].unique()) == list(range(1, 30))
     assert prof.meta["acceptance"]["chat_template"]

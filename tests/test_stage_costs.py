@@ -10,7 +10,9 @@ from ppsd.profile.synthetic import write_synthetic_profile
 from ppsd.statistics import expected_max
 from sim import api
 from sim.plan import Plan
+from profiler.runtime_probe import waiting_exit_layer
 from sim.schemes.ppsd.stage_costs import lockstep_factor, loaded_factors, ppsd_costs, stage_factors
+from tests.engine_checks import simulate_both_engines
 
 
 @pytest.fixture(scope="module")
@@ -20,13 +22,16 @@ def base(tmp_path_factory):
                                    per_token_fraction=0.05)
 
 
-def with_runtime_probe(profile, per_stage=(1.25, 1.35), jitter=0.05):
-    """The profile with a runtime probe: its rounds' per-stage slowdowns and the passes' jitter."""
+def with_runtime_probe(profile, per_stage=(1.25, 1.35), jitter=0.05, waiting=None):
+    """The profile with a runtime probe: its rounds' per-stage slowdowns and the passes' jitter, and with
+    `waiting` the last stage's slowdown at the cut where it waits for every draft."""
     meta = copy.deepcopy(profile.meta)
     out = dataclasses.replace(profile, meta=meta)
     rounds = [{"slowdown_per_stage": list(per_stage)}] * 3
     out.latency["pipeline"] = {"slowdown": 1.3, "runtime": {"slowdown": float(np.mean(per_stage)), "rounds": rounds,
                                                              "pass_jitter_cv": jitter}}
+    if waiting is not None:
+        out.latency["pipeline"]["runtime"]["waiting"] = {"exit_layer": 10, "last_stage_slowdown": waiting}
     return out
 
 
@@ -85,3 +90,43 @@ def test_jitter_slows_a_balanced_pipeline_in_every_engine(base):
     plan = api.resolve_plan(plan, base)
     assert (api.closed_form(jittery, plan, 0.9, 64.0)["time_per_token_ms"]
             > api.closed_form(steady, plan, 0.9, 64.0)["time_per_token_ms"] * 1.005)
+
+
+def test_the_waiting_cut_leaves_the_last_stage_a_fifth_of_the_layers():
+    assert waiting_exit_layer(30) == 24 and waiting_exit_layer(32) == 26 and waiting_exit_layer(12) == 10
+    assert waiting_exit_layer(3) == 2 and waiting_exit_layer(2) is None and waiting_exit_layer(1) is None
+
+
+def test_a_last_stage_that_waits_is_priced_at_the_waiting_cut(base):
+    """Where the last stage is the shorter it sleeps on every hidden state, and its pass costs what the
+    runtime probe's waiting cut measured, whether stage 1 runs beside it or not; where it binds, or in a
+    longer pipeline, the co-run shares stand."""
+    plain = with_runtime_probe(base, per_stage=(1.2, 1.3), jitter=0.0)
+    waits = with_runtime_probe(base, per_stage=(1.2, 1.3), jitter=0.0, waiting=1.45)
+    assert plain.waiting_last_stage_slowdown() is None and waits.waiting_last_stage_slowdown() == 1.45
+
+    def factors(profile, exit_layer, stages=2):
+        bounds = None if stages == 2 else (0, 4, 8, 12)
+        plan = api.resolve_plan(Plan("ppsd", exit_layer=exit_layer, stages=stages, stage_bounds=bounds), profile)
+        return ppsd_costs(profile, plan, np.array([64.0]))
+
+    short_last = factors(waits, 10)  # stage 1: 10 layers and the exit head; the last: 2 layers and the LM head
+    assert np.median(short_last.stage[1]) < np.median(short_last.stage[0])
+    assert short_last.factors[1][1:] == pytest.approx([1.45, 1.45])
+    assert short_last.factors[0] == pytest.approx(factors(plain, 10).factors[0])  # stage 1 as before
+    long_last = factors(waits, 3)
+    assert np.median(long_last.stage[1]) > np.median(long_last.stage[0])
+    assert long_last.factors == factors(plain, 3).factors  # the last stage binds: it never waits
+    assert factors(waits, 4, stages=3).factors == factors(plain, 4, stages=3).factors
+
+
+def test_the_waiting_last_stage_slows_a_plan_alike_in_every_engine(base):
+    plan = Plan("ppsd", exit_layer=10, stages=2)
+    plain = with_runtime_probe(base, per_stage=(1.2, 1.3), jitter=0.0)
+    waits = with_runtime_probe(base, per_stage=(1.2, 1.3), jitter=0.0, waiting=1.6)
+    a = simulate_both_engines(plain, plan, tokens=1500, acceptance="bernoulli", alpha=0.6)
+    b = simulate_both_engines(waits, plan, tokens=1500, acceptance="bernoulli", alpha=0.6)
+    assert b.time_s > a.time_s * 1.01  # every rejection waits for the last stage's verdict
+    resolved = api.resolve_plan(plan, base)
+    assert (api.closed_form(waits, resolved, 0.6, 64.0)["time_per_token_ms"]
+            > api.closed_form(plain, resolved, 0.6, 64.0)["time_per_token_ms"] * 1.01)

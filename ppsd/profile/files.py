@@ -56,6 +56,11 @@ profile.json (schema_version 2; 1 still loads: it only lacks acceptance.sampled)
               2-process point, its rounds' per-stage slowdowns split it between the roles
               (Profile.corun_stage_bias) and pass_jitter_cv (each stage's pass-to-pass spread, absent
               in older profiles: 0) prices the lock step's wait (Profile.lockstep_jitter_cv).
+              Its optional waiting {exit_layer, last_stage_slowdown, rounds [{slowdown_per_stage,
+              pass_ms, alone_ms}], method}: the same pipeline cut where its last stage waits for every
+              draft (profiler/runtime_probe.waiting_exit_layer); a two-stage plan whose last stage is
+              the shorter prices that stage's passes at last_stage_slowdown
+              (Profile.waiting_last_stage_slowdown; absent in older profiles: the co-run shares).
     control_plane: optional (absent: no fixed cost per pass, the hop alone) {method, stages:
               {"<k>": {pass_overhead_ms, transit_ms, ...}}}: what a stage pass of a k-stage PPSD
               pipeline costs beyond its layers and heads (host sync, sends and receives, the stage

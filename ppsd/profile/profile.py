@@ -184,6 +184,15 @@ class Profile:
         out[-1] = float(np.median([s[1] / np.mean(s) for s in per]))
         return out
 
+    def waiting_last_stage_slowdown(self) -> float | None:
+        """The last stage's pass in a two-stage pipeline whose last stage waits for every draft, over the
+        same pass priced from the tables (the runtime probe's `waiting` cut): it sleeps on each hidden
+        state, then runs beside stage 1, and runs slower than its share of a balanced pipeline's co-run
+        slowdown says. None without that measurement (profiles before it price as they did)."""
+        waiting = (self.pipeline.get("runtime") or {}).get("waiting") or {}
+        value = waiting.get("last_stage_slowdown")
+        return float(value) if value else None
+
     def lockstep_jitter_cv(self) -> float:
         """Pass-to-pass relative jitter of a stage in the runtime's own pipeline (the runtime probe's
         `pass_jitter_cv`): with its tokens in flight capped, each period of a PPSD pipeline waits for

@@ -308,7 +308,8 @@ def loaded_factors(profile, stage: list[np.ndarray], devices: int) -> list[list[
     """Per-stage co-run factors of a pipeline with one device per stage (`stage_factors`): the profile's
     co-run slowdown, each role's share of it, and the lock step's wait priced at the stages' median
     passes once the pipeline is loaded. Stages sharing a device queue instead of waiting in lock step
-    (the event model serialises them): their factors carry no lock step."""
+    (the event model serialises them): their factors carry no lock step. A two-stage pipeline whose
+    last stage is the shorter waits in that stage before every pass: `waiting_last_stage`."""
     base = corun_factors(profile, devices)
     k = len(stage)
     bias = profile.corun_stage_bias(k)
@@ -317,4 +318,21 @@ def loaded_factors(profile, stage: list[np.ndarray], devices: int) -> list[list[
         loaded = base[min(devices, len(base) - 1)]
         means = [float(np.median(s)) * loaded * bias[m] for m, s in enumerate(stage)]
         lock = lockstep_factor(means, profile.lockstep_jitter_cv())
-    return stage_factors(base, bias, lock)
+    factors = stage_factors(base, bias, lock)
+    return waiting_last_stage(profile, factors, stage, devices, lock)
+
+
+def waiting_last_stage(profile, factors: list[list[float]], stage: list[np.ndarray], devices: int,
+                       lock: float) -> list[list[float]]:
+    """`factors` with the last stage's row at the profile's `waiting_last_stage_slowdown` where a two-stage
+    pipeline on two devices has its last stage the shorter: that stage then sleeps on each hidden state
+    before its pass, and the runtime probe's cut where it does so measures what its pass costs. The same
+    figure holds when stage 1 sits idle beside it (the pass that ends a cycle a confidence stop cut):
+    the runtime's timelines show such passes no faster than co-running ones, the wake after the wait
+    costing what running alone saves. Unchanged without that measurement."""
+    wait = profile.waiting_last_stage_slowdown()
+    if wait is None or len(stage) != 2 or devices != 2 or np.median(stage[1]) >= np.median(stage[0]):
+        return factors
+    out = [list(row) for row in factors]
+    out[1] = [1.0] + [wait * (lock if b >= 2 else 1.0) for b in range(1, len(out[1]))]
+    return out
