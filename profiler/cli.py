@@ -749,6 +749,12 @@ def _print_runtime_probe(console, profile, run: dict) -> None:
               if "pass_jitter_cv" in run else "no pass-to-pass jitter recorded (the lock step priced at the slower "
               "stage; re-profile to price its wait)")
     console.print(f"  stage shares of it {shares}, {jitter}")
+    waiting = run.get("waiting")
+    if waiting:
+        each = " / ".join(f"{r['slowdown_per_stage'][1]:.3f}" for r in waiting["rounds"])
+        console.print(f"  cut at {waiting['exit_layer']}, where the last stage waits for every draft: its pass "
+                      f"{waiting['last_stage_slowdown']:.3f}x its pieces (rounds {each}), what a two-stage plan "
+                      "whose last stage is the shorter prices that stage at")
 
 
 def print_summary(profile) -> None:
