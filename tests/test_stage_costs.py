@@ -104,6 +104,9 @@ def test_a_last_stage_that_waits_is_priced_at_the_waiting_cut(base):
     plain = with_runtime_probe(base, per_stage=(1.2, 1.3), jitter=0.0)
     waits = with_runtime_probe(base, per_stage=(1.2, 1.3), jitter=0.0, waiting=1.45)
     assert plain.waiting_last_stage_slowdown() is None and waits.waiting_last_stage_slowdown() == 1.45
+    retimed = copy.deepcopy(waits)
+    retimed.latency["corun"] = {**retimed.latency.get("corun", {}), "now_over_profile": 1.1}
+    assert retimed.waiting_last_stage_slowdown() == pytest.approx(1.45 * 1.1)  # as every co-run figure
 
     def factors(profile, exit_layer, stages=2):
         bounds = None if stages == 2 else (0, 4, 8, 12)

@@ -188,10 +188,13 @@ class Profile:
         """The last stage's pass in a two-stage pipeline whose last stage waits for every draft, over the
         same pass priced from the tables (the runtime probe's `waiting` cut): it sleeps on each hidden
         state, then runs beside stage 1, and runs slower than its share of a balanced pipeline's co-run
-        slowdown says. None without that measurement (profiles before it price as they did)."""
+        slowdown says; a `retimed` profile scales it as every co-run figure. None without that measurement
+        (profiles before it price as they did)."""
         waiting = (self.pipeline.get("runtime") or {}).get("waiting") or {}
         value = waiting.get("last_stage_slowdown")
-        return float(value) if value else None
+        if not value:
+            return None
+        return float(value) * float((self.latency.get("corun") or {}).get("now_over_profile", 1.0))
 
     def lockstep_jitter_cv(self) -> float:
         """Pass-to-pass relative jitter of a stage in the runtime's own pipeline (the runtime probe's

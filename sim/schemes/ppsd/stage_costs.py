@@ -327,9 +327,9 @@ def waiting_last_stage(profile, factors: list[list[float]], stage: list[np.ndarr
     """`factors` with the last stage's row at the profile's `waiting_last_stage_slowdown` where a two-stage
     pipeline on two devices has its last stage the shorter: that stage then sleeps on each hidden state
     before its pass, and the runtime probe's cut where it does so measures what its pass costs. The same
-    figure holds when stage 1 sits idle beside it (the pass that ends a cycle a confidence stop cut):
-    the runtime's timelines show such passes no faster than co-running ones, the wake after the wait
-    costing what running alone saves. Unchanged without that measurement."""
+    figure holds when stage 1 sits idle beside it (the pass that ends a cycle a confidence stop cut): the
+    runtime's timelines show such passes no faster than co-running ones. Unchanged without that
+    measurement."""
     wait = profile.waiting_last_stage_slowdown()
     if wait is None or len(stage) != 2 or devices != 2 or np.median(stage[1]) >= np.median(stage[0]):
         return factors
