@@ -50,6 +50,13 @@ def stage_prices(laps: np.ndarray, exit_layer: int, scale: float) -> list[float]
             scale * float(setup + layers[exit_layer:].sum() + head)]
 
 
+def _against_pieces(series: list[list[float]], alone: list[float]) -> dict:
+    """One pipeline run's figures: each stage's median pass, its price from the round's pieces, and the ratio."""
+    passes = [statistics.median(p) for p in series]
+    return {"slowdown_per_stage": [round(p / q, 4) for p, q in zip(passes, alone)],
+            "pass_ms": [round(p, 3) for p in passes], "alone_ms": [round(q, 3) for q in alone]}
+
+
 class RuntimeProbe:
     """The probe's rounds, taken one at a time (`round`), e.g. between the latency grid's rounds so that
     they see the same mix of a shared machine's states as the tables; `summary()` is the block."""
@@ -76,17 +83,12 @@ class RuntimeProbe:
         laps = np.median([timed_step(a, self.cache, self.ids, c, self.clock) for _ in range(STEPS)], axis=0)
         whole = statistics.median(whole_step_ms(a, self.cache, self.ids, c) for _ in range(STEPS))
         scale = whole / float(laps.sum())
-        alone = stage_prices(laps, self.exit_layer, scale)
         series = stage_passes_ms(a, self.exit_layer, self.prompt, self.tokens)
-        passes = [statistics.median(p) for p in series]
-        self.rounds.append({"slowdown_per_stage": [round(p / q, 4) for p, q in zip(passes, alone)],
-                            "pass_ms": [round(p, 3) for p in passes], "alone_ms": [round(q, 3) for q in alone],
+        self.rounds.append({**_against_pieces(series, stage_prices(laps, self.exit_layer, scale)),
                             "pass_jitter_cv": round(float(np.mean([short_jitter_cv(p) for p in series])), 5)})
         if self.waiting_exit is not None:  # the same pieces price the cut where the last stage waits
-            alone = stage_prices(laps, self.waiting_exit, scale)
-            passes = [statistics.median(p) for p in stage_passes_ms(a, self.waiting_exit, self.prompt, self.tokens)]
-            self.waiting.append({"slowdown_per_stage": [round(p / q, 4) for p, q in zip(passes, alone)],
-                                 "pass_ms": [round(p, 3) for p in passes], "alone_ms": [round(q, 3) for q in alone]})
+            series = stage_passes_ms(a, self.waiting_exit, self.prompt, self.tokens)
+            self.waiting.append(_against_pieces(series, stage_prices(laps, self.waiting_exit, scale)))
 
     def summary(self) -> dict | None:
         if not self.rounds:
