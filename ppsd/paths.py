@@ -13,7 +13,9 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = PROJECT_ROOT / "examples"
 RUNS_DIR = PROJECT_ROOT / "runs"
 # Spec-Bench prompts are read by path from the shared folder beside the checkout, never copied.
-SPEC_BENCH_PATH = PROJECT_ROOT.parent / "shared" / "datasets" / "spec_bench" / "question.jsonl"
+SHARED_DIR = PROJECT_ROOT.parent / "shared"  # data read by path, never copied in
+SPEC_BENCH_PATH = SHARED_DIR / "datasets" / "spec_bench" / "question.jsonl"
+AZURE_CONV_TRACE = SHARED_DIR / "datasets" / "azure_llm_inference_2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
 def cache_dir() -> Path:
