@@ -4,12 +4,14 @@ here over an early-exit self-draft whose cost the batch cost model prices)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 from ppsd.errors import UserError
 from sim.serve.policies.base import AR_STEP, ServePolicy, Speculation, ints
 
 MAX_GAMMA = 8
+ALPHA_DIGITS = 3  # the acceptance seen is read to this many decimals (decisions repeat, and are remembered)
 
 
 def expected_tokens(alpha: float, draft_len: int) -> float:
@@ -34,8 +36,13 @@ def best_gamma(cost, live: int, context: float, exit_layer: int, alpha: float, m
 
 @dataclass(frozen=True)
 class GoodputPolicy(ServePolicy):
+    """γ each iteration by `best_gamma` at the acceptance seen so far (to `ALPHA_DIGITS` decimals); decisions
+    are remembered per cost model, live count and width, as a served run asks the same ones often."""
+
     exit_layer: int
     max_gamma: int = MAX_GAMMA
+    _seen: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, init=False, repr=False,
+                                             compare=False, hash=False)
     name = "goodput"
 
     def __post_init__(self):
@@ -46,8 +53,16 @@ class GoodputPolicy(ServePolicy):
         if cost is None:
             raise UserError("the goodput policy needs the profile's batch cost tables",
                             "give a profile with latency.batch (ppsd profile add-batch)")
-        g = best_gamma(cost, live, context, self.exit_layer, seen.alpha, self.max_gamma)
-        return Speculation(self.exit_layer, g) if g > 0 else AR_STEP
+        alpha = round(seen.alpha, ALPHA_DIGITS)
+        memo = self._seen.get(cost)
+        if memo is None:
+            memo = self._seen[cost] = {}
+        key = (live, context, alpha)
+        got = memo.get(key)
+        if got is None:
+            g = best_gamma(cost, live, context, self.exit_layer, alpha, self.max_gamma)
+            got = memo[key] = Speculation(self.exit_layer, g) if g > 0 else AR_STEP
+        return got
 
     def spec(self) -> str:
         return f"goodput:{self.exit_layer}:{self.max_gamma}"
