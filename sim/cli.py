@@ -16,6 +16,7 @@ from sim.planner.sweep_spec import DEFAULT_TOKENS, MAX_DRAFT_LEN, SweepSpec
 
 
 from sim.hf_cli import add_runtime_options, check_runtime_args, plan_hf
+from sim.serve.cli import add_plan_options, add_simulate_options
 
 def _ints(text: str) -> tuple[int, ...]:
     try:
@@ -82,6 +83,7 @@ def register(subparsers) -> None:
     add_runtime_options(p)
     p.add_argument("--trace-out", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     _add_interval_options(p)
+    add_simulate_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=simulate_cmd)
     _register_plan(subparsers)
@@ -126,6 +128,7 @@ def _register_plan(subparsers) -> None:
     q.add_argument("--draft-len", type=int, metavar="G",
                    help="the γ --acceptance-rate / --mean-accepted (or the curve) was measured at; the sweep still "
                         "tries every γ")
+    add_plan_options(q)
     q.add_argument("--json", action="store_true", help="print a JSON array of result objects, best first")
     q.set_defaults(func=plan_cmd)
 
@@ -242,6 +245,10 @@ def simulate_cmd(args) -> int:
     from sim.plan import Plan
     from sim.timeline import write_chrome_trace
 
+    if args.serve:
+        from sim.serve.cli import serve_cmd
+
+        return serve_cmd(args)
     if (args.profile is None) == (args.synthetic_layers is None):
         raise UserError("give exactly one of --profile DIR or --synthetic-layers N",
                         "e.g. --synthetic-layers 30 --layer-ms 2.8 --head-ms 12.6 --alpha 0.6")
@@ -367,6 +374,10 @@ def plan_cmd(args) -> int:
         raise UserError(f"--devices {args.devices} must be at least 1", "give --devices between 1 and the layer count")
     if not 1 <= args.max_draft_len <= 64:
         raise UserError(f"--max-draft-len {args.max_draft_len} is out of range", "give between 1 and 64")
+    if args.rate is not None:
+        from sim.serve.cli import plan_rate_cmd
+
+        return plan_rate_cmd(args)
     profile = _load(args.profile, args.acceptance_from)
     if args.batch not in (None, 1):
         from sim.batch.cli import plan_batch

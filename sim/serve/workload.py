@@ -41,6 +41,21 @@ class PromptInfo:
     own_output_tokens: int | None = None
 
 
+def profile_prompts(profile) -> list[PromptInfo]:
+    """The prompts a profile traced (its generations), each with its own generation's length: the prompt set
+    the simulator serves when none is given."""
+    out = []
+    for g in profile.generations():
+        tokens = g.get("prompt_tokens")
+        length = len(tokens) if isinstance(tokens, (list, tuple)) else (tokens or g.get("prompt_len") or 0)
+        out.append(PromptInfo(str(g.get("prompt_id")), str(g.get("category", "")), max(int(length), 1),
+                              str(g.get("prompt", "")), len(g.get("token_ids") or []) or None))
+    if not out:
+        raise UserError(f"profile {profile.path} recorded no generations to take prompts from",
+                        "give a profile made by `ppsd profile` with acceptance traces")
+    return out
+
+
 @dataclass(frozen=True)
 class TraceRow:
     arrival_s: float
