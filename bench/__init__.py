@@ -2,6 +2,7 @@
 says how); `python -m bench` (`make bench`) runs the speed benchmarks and prints their headline figures.
 
     bench_sim          the simulator's speed: `ppsd plan` end to end and a 10k-token event run
+    bench_serve_sim    the serving simulator's speed: 10,000 requests of one policy, `ppsd plan --rate`
     bench_dashboard    the What-if planner's response to each control change, cold and warm
     bench_runtime      2-stage PPSD with every draft accepted against AR, and against its stage-time bound
     bench_emulate      PPSD plans on emulated devices: emulated against simulated, and the control plane's cost

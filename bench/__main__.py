@@ -1,8 +1,9 @@
 """The speed benchmarks in turn, then their headline figures: `python -m bench` (what `make bench` runs).
 
-    .venv/bin/python -m bench [bench_sim] [bench_dashboard]
+    .venv/bin/python -m bench [bench_sim] [bench_serve_sim] [bench_dashboard]
 
   bench_sim        the simulator: `ppsd plan` end to end and in process, a 10k-token event run (seconds)
+  bench_serve_sim  the serving simulator: 10,000 requests of one policy, `ppsd plan --rate` (seconds)
   bench_dashboard  the What-if planner's response to each control change, cold and warm (a minute or two)
 
 Each runs as `python -m bench.NAME` from the project root, its output shown as it comes; the `FIGURE`
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("bench_sim", "bench_dashboard")
+BENCHMARKS = ("bench_sim", "bench_serve_sim", "bench_dashboard")
 HEADLINE = "FIGURE "  # how a benchmark marks a headline figure
 
 
@@ -38,7 +39,7 @@ def run_one(name: str) -> tuple[int, list[str]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", metavar="NAME",
-                    help=f"benchmarks to run, in order: {', '.join(BENCHMARKS)} (default: both)")
+                    help=f"benchmarks to run, in order: {', '.join(BENCHMARKS)} (default: all)")
     args = ap.parse_args(argv)
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:

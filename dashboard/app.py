@@ -33,6 +33,7 @@ PAGES = [
     st.Page(PAGES_DIR / "planner.py", title="What-if planner", icon=":material/tune:"),
     st.Page(PAGES_DIR / "timeline.py", title="Timeline", icon=":material/view_timeline:"),
     st.Page(PAGES_DIR / "validation.py", title="Validation", icon=":material/fact_check:"),
+    st.Page(PAGES_DIR / "traffic.py", title="Under traffic", icon=":material/traffic:"),
     st.Page(PAGES_DIR / "profile_model.py", title="Profile a model", icon=":material/play_circle:"),
 ]
 
