@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 from ppsd.errors import UserError
 from ppsd.paths import atomic_write_json
@@ -108,7 +109,7 @@ def _workload(profile, args):
         rate = None if args.request_rate is None else check_rate(args.request_rate)
         cap = DEFAULT_TRACE_CAP if args.output_len is None else args.output_len
         return trace_workload(prompts, read_trace(args.trace), count=args.num_prompts, seed=args.seed, rate=rate,
-                              start_s=args.trace_start, output_cap=cap, source=str(args.trace))
+                              start_s=args.trace_start, output_cap=cap, source=Path(args.trace).name)
     if args.request_rate is None:
         raise UserError("--serve needs an arrival process", "give --request-rate R (or --trace FILE, --workload FILE)")
     rate = args.request_rate if math.isinf(args.request_rate) and args.request_rate > 0 else check_rate(args.request_rate)
