@@ -5,6 +5,7 @@ where speculation stops paying."""
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -16,7 +17,9 @@ from sim.batch.costs import batch_costs
 from sim.batch.replay import generations, replay_batches
 from sim.model.streams import trace_stream
 from sim.serve import acceptance as acc
+from sim.serve.costs import ServeCosts
 from sim.serve.metrics import Slo
+from sim.serve.policies import AcceptanceSeen, parse_policy
 from sim.serve.predict import predict_serving, simulate_serving
 from sim.serve.requests import ServeRequest
 from sim.serve.scheduler import SchedulerConfig
@@ -113,6 +116,9 @@ def test_the_goodput_policy_stops_speculating_when_the_batch_is_large(synth):
     fixed = simulate_serving(synth, Workload(reqs, "t", 0, math.inf), "eesd:2:3", SchedulerConfig(max_batch=8))
     ar = simulate_serving(synth, Workload(reqs, "t", 0, math.inf), "ar", SchedulerConfig(max_batch=8))
     assert run.metrics.duration_s < min(fixed.metrics.duration_s, ar.metrics.duration_s)
+    policy = parse_policy("goodput:2")
+    policy.decide(1, 64.0, AcceptanceSeen(0.8), ServeCosts(synth))  # remembers a decision, and still pickles
+    assert pickle.loads(pickle.dumps(policy)) == policy
 
 
 def test_a_rejected_ppsd_draft_costs_its_sequence_a_tick(synth, tmp_path):

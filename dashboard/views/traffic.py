@@ -33,7 +33,7 @@ def _capacity(path: str, stamp: float, max_batch: int) -> float:
     return ar_capacity(p, profile_prompts(p), SchedulerConfig(max_batch=max_batch))
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)  # (policies hold weak references: not pickled)
+@st.cache_resource(show_spinner=False, max_entries=16)  # shared, not copied: it holds every request's timing
 def _view(path: str, stamp: float, rate: float, slo: str, max_batch: int, num_prompts: int, replications: int):
     from dashboard.sweep_cache import profile as load
 

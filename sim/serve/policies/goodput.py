@@ -54,9 +54,10 @@ class GoodputPolicy(ServePolicy):
             raise UserError("the goodput policy needs the profile's batch cost tables",
                             "give a profile with latency.batch (ppsd profile add-batch)")
         alpha = round(seen.alpha, ALPHA_DIGITS)
-        memo = self._seen.get(cost)
-        if memo is None:
-            memo = self._seen[cost] = {}
+        try:
+            memo = self._seen.setdefault(cost, {})
+        except TypeError:  # a cost model that cannot be hashed or weakly referenced: decide afresh each time
+            memo = {}
         key = (live, context, alpha)
         got = memo.get(key)
         if got is None:
@@ -66,6 +67,9 @@ class GoodputPolicy(ServePolicy):
 
     def spec(self) -> str:
         return f"goodput:{self.exit_layer}:{self.max_gamma}"
+
+    def __reduce__(self):  # pickled without its remembered decisions (weak references do not pickle)
+        return type(self), (self.exit_layer, self.max_gamma)
 
     @classmethod
     def from_args(cls, args):
