@@ -21,11 +21,13 @@ none where every sequence turned its slot into a hole), an EESD round appends γ
 trailing slots every sequence rejected (it widens by the most any sequence kept), a leaving row is dropped
 and the width resets when the batch empties. Every decode iteration is priced at that width.
 
-Speculation, per live sequence (`acceptance.py` says which trace judges it; a request's decode position
+Speculation, per live sequence (a request's `rounds` count the decode iterations that committed tokens to it,
+AR steps included, as the real loop counts them) (`acceptance.py` says which trace judges it; a request's decode position
 j reads its trace at j, wrapping round past the trace's end):
   AR      one token each
   EESD    γ drafts (never more than the sequence furthest from its budget can still use, as the runtime
-          caps them); each keeps its accepted prefix and the verifier's token
+          caps them; capped to none, an AR step); each keeps its accepted prefix and the verifier's token;
+          the drafts judged are those up to the first rejection (what the acceptance seen counts)
   PPSD    the batched two-stage pipeline in lock step (`sim/batch/replay.py: replay_ppsd_group`): a
           sequence's first tick after it joins is stage 1 only for it (no stage-2 work, nothing
           committed); each later tick commits stage 2's token, and a rejected draft makes its next tick
@@ -162,12 +164,13 @@ class ServeEngine:
 
     @staticmethod
     def _capped(spec: Speculation, decoded: list[_Seq]) -> Speculation:
-        """EESD never drafts past what the sequence furthest from its budget can still commit."""
+        """EESD never drafts past what the sequence furthest from its budget can still commit; a round capped
+        to no draft is an AR step (as the real loop runs it)."""
         if spec.exit_layer is None or spec.pipelined or not decoded:
             return spec
         most = max(s.request.output_tokens - 1 - s.pos for s in decoded)
         g = max(0, min(spec.draft_len, most - 1))
-        return spec if g == spec.draft_len else Speculation(spec.exit_layer, g)
+        return spec if g == spec.draft_len else Speculation(spec.exit_layer, g) if g else AR_STEP
 
     def _decode_ms(self, spec: Speculation, decoded: list[_Seq]) -> float:
         n = len(decoded)
@@ -204,10 +207,10 @@ class ServeEngine:
             return self._commit_tick(decoded)
         now, sched = self.env.now, self.sched
         g = spec.draft_len if spec.exit_layer is not None else 0
-        speculative = spec.exit_layer is not None
-        widest = committed = accepted_all = 0
+        widest = committed = accepted_all = judged_all = 0
         for seq in decoded:
             accepted = min(seq.run[seq.pos], g) if g else 0
+            judged = accepted + (accepted < g)  # the drafts up to the first rejection
             kept = accepted + 1
             widest = max(widest, kept)
             rid = seq.request.request_id
@@ -216,15 +219,15 @@ class ServeEngine:
             committed += got
             timing = seq.timing
             timing.deliver(now, got)
-            if speculative:
-                timing.drafted += g
-                timing.accepted += accepted
-                timing.rounds += 1
-                accepted_all += accepted
+            timing.rounds += 1
+            timing.drafted += judged
+            timing.accepted += accepted
+            accepted_all += accepted
+            judged_all += judged
             if rid not in sched.running:
                 self._leave(seq, now)
-        if speculative:
-            self.seen.record(g * len(decoded), accepted_all)
+        if g:
+            self.seen.record(judged_all, accepted_all)
         if self.seqs:
             self.width += widest
         return committed

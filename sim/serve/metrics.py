@@ -96,7 +96,7 @@ class ServeMetrics:
     request_goodput: float | None = None
     slo: str | None = None
     acceptance_rate: float | None = None  # drafts accepted over drafts judged, all requests
-    mean_accepted_length: float | None = None  # tokens a request commits per verification round, mean
+    mean_accepted_length: float | None = None  # tokens a request commits per decode iteration, mean
 
     def to_json_dict(self) -> dict:
         """vLLM's flat names: mean_ttft_ms, median_ttft_ms, p90_ttft_ms, p99_ttft_ms, ..."""

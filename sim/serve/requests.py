@@ -41,9 +41,9 @@ class RequestTiming:
     finish_s: float | None = None
     token_times: list[float] = field(default_factory=list)
     token_counts: list[int] = field(default_factory=list)
-    drafted: int = 0  # drafts the verifier judged for this request
+    drafted: int = 0  # drafts the verifier judged for this request (a round's, up to its first rejection)
     accepted: int = 0  # drafts it accepted
-    rounds: int = 0  # verification rounds (EESD) or ticks (PPSD) that committed tokens to it
+    rounds: int = 0  # decode iterations that committed tokens to it (AR steps, EESD rounds, PPSD ticks)
     error: str = ""  # a failed request (a real run): why; failed requests count in no latency
 
     @property
@@ -78,7 +78,7 @@ class RequestTiming:
 
     @property
     def mean_accepted_length(self) -> float | None:
-        """Tokens committed per verification round (accepted drafts plus the verifier's own token)."""
+        """Tokens committed per decode iteration that committed any (accepted drafts plus the verifier's token)."""
         return (self.output_tokens - 1) / self.rounds if self.rounds else None
 
     def deliver(self, now_s: float, count: int) -> None:
