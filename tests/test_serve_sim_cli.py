@@ -116,3 +116,15 @@ def test_bad_plan_rate_input_is_one_line_exit_2(synth, capsys, extra, says):
     assert main(["plan", "--profile", synth, *extra]) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_json_stays_strict_when_every_request_arrives_at_once(synth, capsys):
+    assert main(["simulate", "--serve", "--profile", synth, "--request-rate", "inf", "--num-prompts", "6",
+                 "--output-len", "1", "--replications", "2", "--json"]) == 0
+
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    d = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert d["rate"] is None and d["predicted_tpot_p50_ms"] is None  # one-token answers have no TPOT
+    assert d["metrics"]["completed"] == 6

@@ -63,6 +63,18 @@ def add_plan_options(q) -> None:
     g.add_argument("--seed", type=int, default=0, metavar="S")
 
 
+def strict(obj):
+    """`obj` with every non-finite number as None: JSON that any parser reads (a rate of inf, a TPOT of no
+    request)."""
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
 def _load(path, acceptance_from: str | None = None):
     from ppsd.profile import load_profile
 
@@ -158,9 +170,9 @@ def serve_cmd(args) -> int:
     if args.workload_out:
         workload.save(args.workload_out)
     if args.save_result:
-        atomic_write_json(args.save_result, {**doc, "requests": [r.to_json_dict() for r in pred.run.records]})
+        atomic_write_json(args.save_result, strict({**doc, "requests": [r.to_json_dict() for r in pred.run.records]}))
     if args.json:
-        print(json.dumps(doc))
+        print(json.dumps(strict(doc)))
         return 0
     _print_run(profile, policy, workload, config, pred)
     return 0
@@ -227,9 +239,9 @@ def _sweep(profile, args, config, policy, slo, rates) -> int:
                        replications=args.replications, seed=args.seed, slo=slo, head=args.exit_head)
     doc = {**sweep.to_json_dict(), "config": _config_dict(config), "model": profile.model_id}
     if args.save_result:
-        atomic_write_json(args.save_result, doc)
+        atomic_write_json(args.save_result, strict(doc))
     if args.json:
-        print(json.dumps(doc))
+        print(json.dumps(strict(doc)))
         return 0
     spec = policy.spec()
     if spec == "ar":
@@ -267,7 +279,7 @@ def plan_rate_cmd(args) -> int:
     plan = plan_serving(profile, profile_prompts(profile), rate, config, burstiness=burstiness, slo=slo,
                         num_prompts=num, output_len=args.output_len, seed=args.seed, head=heads[0])
     if args.json:
-        print(json.dumps(plan.to_json_dict()))
+        print(json.dumps(strict(plan.to_json_dict())))
         return 0
     print(f"{profile.model_id} on {profile.device_name} at {rate:g} req/s (burstiness {burstiness:g}), max batch "
           f"{config.max_batch}: policies ranked by {plan.ranked_by}" + (f" under SLO {slo.spec()}" if slo else ""))
