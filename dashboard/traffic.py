@@ -74,7 +74,8 @@ def words(sweep: LoadSweep, plan: ServePlan) -> list[str]:
     else:
         first = (f"At {plan.rate:.3g} requests a second{slo}, serve with {chosen.policy.spec()}: median TPOT "
                  f"{h['tpot_p50_ms']:.1f} ms against AR's {a['tpot_p50_ms']:.1f} ms, median end to end "
-                 f"{h['e2e_p50_ms'] / 1000:.2f} s against {a['e2e_p50_ms'] / 1000:.2f} s.")
+                 f"{h['e2e_p50_ms'] / 1000:.2f} s against {a['e2e_p50_ms'] / 1000:.2f} s."
+                 + ("" if chosen.policy.runs_real else " (Simulated only: `ppsd serve` does not run it.)"))
     out = [first]
     for spec, figs in sweep.crossovers.items():
         out.append(figs["tpot_p50_ms"].words() + "; " + figs["tpot_p99_ms"].words().split(": ", 1)[1] + ".")
