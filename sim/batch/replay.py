@@ -57,13 +57,17 @@ class Sequences:
     position it has committed to, whether its next PPSD tick is stale, the live ones and the cache's width.
     The replay below and the event model (`events.py`) move them by the same rules."""
 
-    def __init__(self, group: list[tuple[np.ndarray, float]]):
+    def __init__(self, group: list[tuple[np.ndarray, float]], crop_leading: bool = False):
         self.match = [m for m, _ in group]
         self.length = [len(m) for m in self.match]  # decode positions a sequence commits
         self.pos = [0] * len(group)
         self.stale = [False] * len(group)
         self.width = max(c for _, c in group)
         self.live = [i for i in range(len(group)) if self.length[i] > 0]
+        # the serving runtime's rule (`crop_leading`): a leaving row takes with it the leading columns no live
+        # row attends to; `start[i]` is the column, from the rectangle's left edge, where sequence i's prompt begins
+        self.crop_leading = crop_leading
+        self.start = [self.width - c for _, c in group]
 
     def draft_len(self, draft_len: int) -> int:
         """γ this round: never past what the sequence furthest from its end can still commit."""
@@ -104,6 +108,10 @@ class Sequences:
             out.sequence_ms.append(clock)
             out.sequence_tokens.append(self.length[i])
         self.live = [i for i in self.live if self.pos[i] < self.length[i]]
+        if self.crop_leading and self.live:
+            cropped = min(self.start[i] for i in self.live)
+            self.width -= cropped
+            self.start = [x - cropped for x in self.start]
 
     def finish(self, clock: float, out: BatchRun) -> None:
         out.tokens += sum(self.length)
@@ -111,10 +119,10 @@ class Sequences:
 
 
 def replay_group(costs: BatchCosts, group: list[tuple[np.ndarray, float]], exit_layer: int | None,
-                 draft_len: int, out: BatchRun, both_cores: bool = False) -> None:
+                 draft_len: int, out: BatchRun, both_cores: bool = False, crop_leading: bool = False) -> None:
     """One batch of generations to the end (AR when `exit_layer` is None; `both_cores`: AR on two threads),
     added to `out`."""
-    seqs = Sequences(group)
+    seqs = Sequences(group, crop_leading)
     clock = 0.0
     ar_step = costs.ar_step_both_cores if both_cores else costs.ar_step
     while seqs.live:
@@ -127,11 +135,11 @@ def replay_group(costs: BatchCosts, group: list[tuple[np.ndarray, float]], exit_
 
 
 def replay_ppsd_group(costs: BatchCosts, group: list[tuple[np.ndarray, float]], exit_layer: int,
-                      out: BatchRun) -> None:
+                      out: BatchRun, crop_leading: bool = False) -> None:
     """One batch of generations through batched PPSD (runtime/batched_pipeline.py) to the end, added to `out`.
     The first tick feeds every first token (stage 1 alone); then every tick (`BatchCosts.ppsd_tick`) moves the
     sequences by `Sequences.commit_tick`."""
-    seqs = Sequences(group)
+    seqs = Sequences(group, crop_leading)
     clock = costs.ppsd_tick(len(group), seqs.width, exit_layer, both=False)
     seqs.width += 1
     while seqs.live:
@@ -142,16 +150,17 @@ def replay_ppsd_group(costs: BatchCosts, group: list[tuple[np.ndarray, float]], 
 
 
 def replay_batches(costs: BatchCosts, stream, batch: int, exit_layer: int | None, draft_len: int = 1,
-                   pipelined: bool = False, both_cores: bool = False) -> BatchRun:
+                   pipelined: bool = False, both_cores: bool = False, crop_leading: bool = False) -> BatchRun:
     """Every generation of `stream`, `batch` at a time (the last group may be smaller); `pipelined`: batched
-    PPSD at `exit_layer` (`draft_len` unused); `both_cores`: AR on two threads."""
+    PPSD at `exit_layer` (`draft_len` unused); `both_cores`: AR on two threads; `crop_leading`: the serving
+    runtime's cache rule (a leaving row takes the leading columns no live row attends to)."""
     gens = generations(stream)
     out = BatchRun()
     for k in range(0, len(gens), batch):
         if pipelined:
-            replay_ppsd_group(costs, gens[k: k + batch], exit_layer, out)
+            replay_ppsd_group(costs, gens[k: k + batch], exit_layer, out, crop_leading)
         else:
-            replay_group(costs, gens[k: k + batch], exit_layer, draft_len, out, both_cores)
+            replay_group(costs, gens[k: k + batch], exit_layer, draft_len, out, both_cores, crop_leading)
     return out
 
 

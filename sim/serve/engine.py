@@ -14,12 +14,14 @@ Prefill first (what the real loop runs): each admitted prompt is prefilled alone
 another, and its first token goes out when its own prefill ends. Chunked prefill (simulated only): the
 iteration's decode and its prompt chunks end together.
 
-The cache is one rectangle, as the batched runtime keeps it (`runtime/batched.py`; the batch replay's
-`Sequences.width` follows it): a joining request is left-padded to the rectangle's width (which widens to
-its prompt when that is longer), an AR step or a PPSD tick appends a slot for every sequence (a tick
-none where every sequence turned its slot into a hole), an EESD round appends γ + 1 and crops the
-trailing slots every sequence rejected (it widens by the most any sequence kept), a leaving row is dropped
-and the width resets when the batch empties. Every decode iteration is priced at that width.
+The cache is one rectangle, as the serving runtime keeps it (`runtime/serve/engine.py` over
+`runtime/batched.py`; the batch replay's `Sequences.width` follows the same appends): a joining request is
+left-padded to the rectangle's width (which widens to its prompt when that is longer), an AR step or a
+PPSD tick appends a slot for every sequence (a tick none where every sequence turned its slot into a hole),
+an EESD round appends γ + 1 and crops the trailing slots every sequence rejected (it widens by the most any
+sequence kept), a leaving row is dropped together with the leading columns no remaining row attends to
+(the columns older rows held), and the width resets when the batch empties. So the width is the span of
+the oldest live row, not the history of the batch, and every decode iteration is priced at it.
 
 Speculation, per live sequence (a request's `rounds` count the decode iterations that committed tokens to it,
 AR steps included, as the real loop counts them) (`acceptance.py` says which trace judges it; a request's decode position
@@ -65,7 +67,7 @@ class IterationRecord(NamedTuple):
 class _Seq:
     """A request in the running batch, as the engine advances it."""
 
-    __slots__ = ("request", "timing", "match", "run", "pos", "stale", "fresh")
+    __slots__ = ("request", "timing", "match", "run", "pos", "stale", "fresh", "start")
 
     def __init__(self, request: ServeRequest, timing: RequestTiming, acceptance: RequestAcceptance | None):
         self.request, self.timing = request, timing
@@ -74,6 +76,7 @@ class _Seq:
         self.pos = 0  # decode positions committed
         self.stale = False  # PPSD: its next tick works on a rejected draft
         self.fresh = True  # PPSD: its first tick (stage 1 only) is still to come
+        self.start = 0  # the rectangle's column (counted from the engine's first) where its prompt begins
 
 
 class ServeEngine:
@@ -91,6 +94,7 @@ class ServeEngine:
         self.timings = {r.request_id: RequestTiming(r.request_id, r.arrival_s, r.prompt_tokens) for r in requests}
         self.seqs: dict[int, _Seq] = {}  # the rectangle's rows, by request id
         self.width = 0
+        self.right = 0  # the rectangle's right edge, in columns counted from the engine's first
         self.log: list[IterationRecord] = []
         self.wake: simpy.Event | None = None
         self.arrived = 0
@@ -192,8 +196,9 @@ class ServeEngine:
             timing.finish_s = now
             return 1
         request = self.sched.running[rid].request
-        self.seqs[rid] = _Seq(request, timing, self.acceptance)
+        seq = self.seqs[rid] = _Seq(request, timing, self.acceptance)
         self.width = max(self.width, request.prompt_tokens)  # left-padded to the rectangle, or widening it
+        seq.start = self.right - request.prompt_tokens
         return 1
 
     def _leave(self, seq: _Seq, now: float) -> None:
@@ -201,6 +206,8 @@ class ServeEngine:
         del self.seqs[seq.request.request_id]
         if not self.seqs:
             self.width = 0  # the rectangle resets when the batch empties
+        else:  # the leading columns no remaining row attends to are cropped
+            self.width = self.right - min(s.start for s in self.seqs.values())
 
     def _commit(self, spec: Speculation, decoded: list[_Seq]) -> int:
         if spec.pipelined:
@@ -229,8 +236,13 @@ class ServeEngine:
         if g:
             self.seen.record(judged_all, accepted_all)
         if self.seqs:
-            self.width += widest
+            self._append(widest)
         return committed
+
+    def _append(self, columns: int) -> None:
+        """Every row gains `columns` slots at the right edge."""
+        self.width += columns
+        self.right += columns
 
     def _commit_tick(self, decoded: list[_Seq]) -> int:
         now, sched = self.env.now, self.sched
@@ -261,5 +273,5 @@ class ServeEngine:
                 self._leave(seq, now)
         self.seen.record(judged, hits)
         if self.seqs and holes < len(decoded):
-            self.width += 1
+            self._append(1)
         return committed
