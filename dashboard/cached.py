@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard import sweep_cache, tables, ui
+from dashboard import answer, sweep_cache, tables, ui
 from ppsd.exit_heads import SHARED
 from ppsd.profile import PROFILE_FILE
 from sim.plan import Plan
@@ -79,8 +79,8 @@ def _answer(fields: tuple, devices: int, preview: bool) -> Answer:
     results, closed = _results(k, devices, preview)
     best, reason = api.recommend(results, sweep_cache.profile(k.path, k.stamp))
     if preview:
-        reason = (f"closed-form preview (i.i.d. acceptance at the smallest context): "
-                  f"{tables.short_label(best.plan.label())} at {best.speedup_vs_ar:.2f}× AR; the trace-driven "
+        reason = (f"textbook-formula preview (every draft accepted alike, at the shortest context): "
+                  f"{tables.short_label(best.plan.label())} at {best.speedup_vs_ar:.2f}× AR on one thread; the "
                   "simulation of this setting follows in a moment")
     return tables.results_table(results), tables.result_row(best), reason, tables.closed_curves(closed)
 
@@ -159,24 +159,26 @@ def best_over_heads(path: str, heads: list[str], devices: int | None = None) -> 
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _head_comparison(head_keys: tuple, devices: int) -> pd.DataFrame:
-    from sim.planner import heads as sim_heads
+def _heads_table(head_keys: tuple, devices: int):
     from sim.planner import closed_forms as planning
 
+    v = _verdict(head_keys, devices)
     by_head = _by_head(head_keys, devices)
     path, stamp = head_keys[0][0][:2]
-    rows = sim_heads.comparison(sweep_cache.profile(path, stamp), by_head)
-    sources = {h: "closed form (simulating…)" if any(planning.is_closed_form(r) for r in res) else "simulated"
-               for h, res in by_head.items()}
-    return tables.head_comparison(rows, sources)
+    b = answer.basis(v)
+    table = tables.heads_by_verdict(by_head, v, b, sweep_cache.profile(path, stamp))
+    table["figures"] = ["textbook formula, simulating…" if any(planning.is_closed_form(r) for r in by_head[h])
+                        else "simulated" for h in table["head"]]
+    return table, b
 
 
-def head_comparison(path: str, heads: list[str], devices: int | None = None, hop_ms: float | None = None,
-                    alpha_scale: float = 1.0, temperature: float = 0.0, exact: bool = True) -> pd.DataFrame:
-    """One row per exit head (`sim.planner.heads.comparison`): the best plan drafting with each. exact=False
-    shows a head not swept at this setting yet by its closed-form preview (source column says so)."""
+def heads_table(path: str, heads: list[str], devices: int | None = None, hop_ms: float | None = None,
+                alpha_scale: float = 1.0, temperature: float = 0.0, exact: bool = True):
+    """(one row per exit head: its best EESD and PPSD plan by the verdict's figure over these heads, and that
+    figure's Basis). exact=False shows a head not swept at this setting yet by its textbook-formula preview
+    (column `figures` says so)."""
     devices = _devices(path, devices)
-    return _head_comparison(_head_keys(path, heads, hop_ms, alpha_scale, temperature, devices, exact), devices)
+    return _heads_table(_head_keys(path, heads, hop_ms, alpha_scale, temperature, devices, exact), devices)
 
 
 def warm(path: str, hop_options, scale_options, temperature_options, hop_ms, alpha_scale, temperature,

@@ -100,6 +100,18 @@ def default_profile(labels: list[str]) -> str | None:
     return labels[0] if labels else None
 
 
+def acceptance_only(meta: dict) -> bool:
+    """Whether a profile folder holds acceptance traces only (`ppsd profile --skip-latency`: its latency is a
+    quick n = 1 measurement, `timing.quick`): a source for *Acceptance from*, never a profile to plan on."""
+    return bool((meta.get("timing") or {}).get("quick"))
+
+
+def plannable(sources: dict[str, str], metas: dict[str, dict | None]) -> dict[str, str]:
+    """The sources ({label: path}) a user may plan on: every one but the acceptance-only folders (their
+    profile.json content in `metas`, by path; a folder without one is kept, its load then says what is wrong)."""
+    return {label: p for label, p in sources.items() if not acceptance_only(metas.get(p) or {})}
+
+
 def source_summary(meta: dict) -> dict[str, str]:
     """The facts every page header shows about a profile: model, device, date, versions."""
     model = meta.get("model") or {}
@@ -183,6 +195,8 @@ class ValidationInfo:
     profile: str | None  # the profile it validated, as `ppsd validate --profile` was given it
     created: str         # ISO time ("" when unknown)
     emulated: bool       # `ppsd validate --emulate`: devices emulated from the profile, not real decoding
+    sampled: bool = False        # `ppsd validate --temperature T` (T > 0): sampled decoding, not greedy
+    out_of_sample: bool = False  # the measured prompts were none of the predicting ones
 
 
 def validation_info(path: Path) -> ValidationInfo:
@@ -193,7 +207,12 @@ def validation_info(path: Path) -> ValidationInfo:
     except (OSError, ValueError, UnicodeDecodeError):
         doc = {}
     doc = doc if isinstance(doc, dict) else {}
-    return ValidationInfo(Path(path), doc.get("profile"), str(doc.get("created") or ""), bool(doc.get("emulated")))
+    try:
+        sampled = float(doc.get("temperature") or 0.0) > 0
+    except (TypeError, ValueError):
+        sampled = False
+    return ValidationInfo(Path(path), doc.get("profile"), str(doc.get("created") or ""), bool(doc.get("emulated")),
+                          sampled, bool(doc.get("out_of_sample")))
 
 
 def belongs_to(info: ValidationInfo, profile_path: str | Path | None, roots: list[Path] | None = None) -> bool:
@@ -211,15 +230,17 @@ def belongs_to(info: ValidationInfo, profile_path: str | Path | None, roots: lis
 
 def validation_order(folders: list[Path], profile_path: str | Path | None,
                      profile_created: str | None = None, roots: list[Path] | None = None) -> list[ValidationInfo]:
-    """The picker's order: the selected profile's real (not emulated) validations first, those made
-    from this version of it (created after the profile) before older ones, newest first; then its
-    emulated runs; then everything else, real before emulated, newest first. The page opens on the
-    first, so it shows what the profile's predictions measured on real hardware whenever there is one."""
+    """The picker's order: the selected profile's real (not emulated) greedy validations first, those made
+    from this version of it (created after the profile) before older ones, out of sample before in sample,
+    newest first; then its sampled ones (T > 0), then its emulated runs; then everything else in the same
+    order. The page opens on the first: what the profile's greedy predictions measured on real hardware, on
+    prompts they were not made from, whenever there is such a run (the validation the README quotes)."""
     def key(info: ValidationInfo):
         mine = belongs_to(info, profile_path, roots)
         current = bool(profile_created) and info.created >= str(profile_created)
         # newest first inside each group: negate the ISO time character by character
-        return (not mine, info.emulated, not current, [-ord(c) for c in info.created])
+        return (not mine, info.emulated, info.sampled, not current, not info.out_of_sample,
+                [-ord(c) for c in info.created])
 
     return sorted((validation_info(p) for p in folders), key=key)
 

@@ -35,13 +35,15 @@ def check_table(doc: dict) -> pd.DataFrame:
     for row in doc.get("pairs") or []:
         p = row["ppsd_eesd"]
         for schedule, h in (row.get("hf") or {}).items():
-            out.append({"exit_layer": row["exit_layer"], "draft_len": row["draft_len"], "schedule": schedule,
-                        "ppsd_tokens_per_s": p["tokens_per_s"], "hf_tokens_per_s": h["tokens_per_s"],
-                        "ppsd_over_hf": h["ppsd_over_hf"],
-                        "ppsd_acceptance_rate": p.get("acceptance_rate"), "hf_acceptance_rate": h.get("acceptance_rate"),
-                        "ppsd_speedup_vs_own_ar": p["speedup_vs_own_ar"], "hf_speedup_vs_own_ar": h["speedup_vs_own_ar"],
-                        "hf_predicted_speedup": h.get("predicted_speedup"),
-                        "lossless": bool(p.get("outputs_match_ar")) and bool(h.get("outputs_match_ar"))})
+            out.append({"exit layer": row["exit_layer"], "draft length γ": row["draft_len"], "schedule": schedule,
+                        "ppsd tokens/s": p["tokens_per_s"], "transformers tokens/s": h["tokens_per_s"],
+                        "ppsd ÷ transformers": h["ppsd_over_hf"],
+                        "ppsd acceptance": p.get("acceptance_rate"), "transformers acceptance": h.get("acceptance_rate"),
+                        "ppsd × its own AR": p["speedup_vs_own_ar"],
+                        "transformers × its own AR": h["speedup_vs_own_ar"],
+                        "transformers predicted ×": h.get("predicted_speedup"),
+                        "same output as AR": "yes" if bool(p.get("outputs_match_ar")) and bool(h.get("outputs_match_ar"))
+                        else "no"})
     return pd.DataFrame(out)
 
 

@@ -37,6 +37,13 @@ EVENT_COLOURS = {
     "idle": "#BBBBBB",
 }
 OTHER_EVENT_COLOUR = "#888888"
+# the simulator's and the runtime's event names, in the words a timeline's legend shows
+EVENT_WORDS = {"stale pass": "wasted pass (overtaken by a rejection)", "draft hop": "draft sent to the last stage",
+               "flush": "flush (work dropped after a rejection)", "round": "round (drafts and their check)"}
+
+
+def event_words(name: str) -> str:
+    return EVENT_WORDS.get(name, name)
 
 
 def curve_colour(mode: Mode, k: int) -> str:
@@ -76,20 +83,21 @@ GLOSSARY = {
                    "token); T > 0 = sampling, where a draft is accepted with probability β.",
     "acceptance": "Acceptance α: the fraction of positions where the exit-layer draft equals the full model's "
                   "greedy token. β: with sampling, the probability that the draft is accepted.",
-    "speedup": "Speedup: decoding tokens/s of the plan divided by plain autoregressive (AR) tokens/s on the same "
-               "profile (×). Below 1× the scheme is slower than not speculating at all.",
+    "speedup": "Speedup: decoding tokens/s of the plan divided by plain autoregressive (AR) tokens/s (×), against "
+               "AR on every core where the profile timed it (the same budget), else AR on one thread. Below 1× the "
+               "plan is slower than not speculating at all.",
     "ar": "AR: plain autoregressive decoding, one full forward pass per token.",
     "eesd": "EESD: early-exit self-speculative decoding; draft γ tokens with the first E layers, then verify "
             "them with the rest of the model.",
     "ppsd": "PPSD: pipeline-parallel self-speculative decoding; stage 1 drafts while later stages verify, "
             "a rejection flushes the tokens in flight.",
-    "closed_form": "Closed form: the textbook formula with i.i.d. acceptance α and balanced stages "
+    "closed_form": "Textbook formula: every draft accepted with the same chance α, balanced stages "
                    "(EESD: Leviathan et al. 2023; PPSD: 1 / (1 − α(1 − E/N))), drawn dashed for comparison.",
     "exit_head": "Exit head: what turns the exit layer's hidden state into a draft token. 'naive (shared)' = the "
                  "model's own final norm + LM head; 'trained' = a self-distilled adapter before them (higher α); "
                  "'vocab<V>' = the trained adapter with only the V most frequent tokens' LM-head rows (cheaper "
                  "drafts; a token outside them counts as a rejection, so output stays lossless).",
-    "mape": "MAPE: mean absolute percentage error of predicted against measured speedup over all plans.",
+    "mape": "Error (MAPE): the mean absolute percentage error of predicted against measured speedup over all plans.",
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard import data
+from dashboard import answer, data, theme
 from dashboard.tables import short_label
 from ppsd.errors import UserError
 from ppsd.profile import PROFILE_FILE, Profile, load_profile
@@ -64,14 +64,20 @@ def discovered_profiles() -> list[str]:
 discovered_profiles.clear = _discovered.clear  # the Profile-a-model page clears it when a run ends
 
 
-def source_options() -> dict[str, str]:
-    """{label: path} of every selectable profile: the reference profile, the rest of examples, then runs, then
-    uploads."""
+def found_sources() -> dict[str, str]:
+    """{label: path} of every discovered profile folder, acceptance-only ones included: the reference profile,
+    the rest of examples, then runs, then uploads."""
     found = {data.display_name(Path(p)): p for p in discovered_profiles()}
     opts = {label: found[label] for label in data.reference_first(list(found))}
     for label, p in (st.session_state.get(UPLOADS_KEY) or {}).items():
         opts[f"uploaded: {label}"] = p
     return opts
+
+
+def source_options() -> dict[str, str]:
+    """{label: path} of every selectable profile: those with latency tables (an acceptance-only folder,
+    `ppsd profile --skip-latency`, is offered under *Acceptance from* only, `data.acceptance_only`)."""
+    return data.plannable(found_sources(), profile_metas())
 
 
 def sidebar_sources() -> None:
@@ -95,12 +101,14 @@ def sidebar_sources() -> None:
             st.session_state.pop(PROFILE_KEY, None)
             return
         labels = list(opts)
+        from_url(labels)
         if st.session_state.get(PROFILE_KEY) not in labels:
             st.session_state[PROFILE_KEY] = data.default_profile(labels)
         label = st.selectbox("Profile", labels, key=PROFILE_KEY,
                              help="Profile folders found under " + ", ".join(str(r) for r in data.data_roots())
-                             + ", plus uploads.")
-        sources = [OWN_PROMPTS, *acceptance_sources(opts[label], opts)]
+                             + ", plus uploads. Folders holding acceptance only (`ppsd profile --skip-latency`) are "
+                               "offered under *Acceptance from*.")
+        sources = [OWN_PROMPTS, *acceptance_sources(opts[label], found_sources())]
         if st.session_state.get(ACCEPTANCE_KEY) not in sources:
             st.session_state[ACCEPTANCE_KEY] = OWN_PROMPTS
         st.selectbox("Acceptance from", sources, key=ACCEPTANCE_KEY,
@@ -111,11 +119,22 @@ def sidebar_sources() -> None:
             show_source_facts(load(opts[label]), compact=True)
 
 
+URL_PROFILE = "profile"  # ?profile=examples/NAME opens the dashboard on that profile (a link to share)
+
+
+def from_url(labels: list[str]) -> None:
+    """Select the profile a link names (`?profile=LABEL`) once per link, so the picker still moves after."""
+    wanted = st.query_params.get(URL_PROFILE)
+    if wanted and wanted in labels and st.session_state.get("_profile_from_url") != wanted:
+        st.session_state[PROFILE_KEY] = wanted
+        st.session_state["_profile_from_url"] = wanted
+
+
 def selected_path() -> str | None:
     """The selected profile's folder; with another profile chosen as the acceptance source, a folder
     pricing it for that profile's prompts (`acceptance_view`)."""
     path = selected_base_path()
-    source = source_options().get(st.session_state.get(ACCEPTANCE_KEY) or "")
+    source = found_sources().get(st.session_state.get(ACCEPTANCE_KEY) or "")
     return acceptance_view(path, source) if path and source and source != path else path
 
 
@@ -214,6 +233,10 @@ def page_header(title: str, profile: Profile | None = None, blurb: str | None = 
         facts = data.source_summary(profile.meta)
         badge = " :orange-badge[estimated]" if facts["kind"] == "estimated" else ""
         st.markdown(f"{facts['model']} · {facts['device']} · {facts['date']}{badge}")
+        if data.acceptance_only(profile.meta):
+            st.warning("This folder holds acceptance traces only (`ppsd profile --skip-latency`): its latency is a "
+                       "quick sketch, not a profile to plan on. Pick a measured profile and choose this folder under "
+                       "*Acceptance from*.", icon=":material/warning:")
         if profile.acceptance_source:
             st.caption(f":material/swap_horiz: Acceptance from `{profile.acceptance_source}` "
                        f"({len(profile.generations())} prompts); latency from the selected profile.")
@@ -236,11 +259,57 @@ def profile_metas() -> dict[str, dict | None]:
     return out
 
 
-def heads_table_columns() -> dict:
-    """Number formats of the exit-head comparison table (Overview and planner share it)."""
+def heads_table_columns(comp=None) -> dict:
+    """Number formats of the exit-head table (Overview and planner share it): speedups as ×, α and costs."""
     num = st.column_config.NumberColumn
-    return {"draft head (ms)": num(format="%.2f"), "best α": num(format="%.3f"), "EESD ×": num(format="%.2f×"),
-            "PPSD ×": num(format="%.2f×"), "speedup": num(format="%.2f×"), "tokens/s": num(format="%.1f")}
+    cols = {"draft head (ms)": num("draft cost (ms)", format="%.2f",
+                                   help="What one draft's exit head costs (the head alone, for one token).")}
+    for c in (comp.columns if comp is not None else []):
+        if c.endswith(" α"):
+            cols[c] = num(format="%.2f", help="The plan's acceptance α: " + answer.GLOSSARY["acceptance α"])
+        elif "×" in c:
+            cols[c] = num(format="%.2f×")
+    return cols
+
+
+def plan_table_columns(basis) -> dict:
+    """Formats and help of `tables.top_plans`' columns."""
+    num = st.column_config.NumberColumn
+    cols = {basis.header: num(format="%.2f×", help=f"Speedup against {basis.baseline}: the figure the verdict "
+                                                    "decides by. " + theme.GLOSSARY["speedup"]),
+            "90% interval": st.column_config.TextColumn(help="Where the speedup of a run over 8 prompts like the "
+                                                             "profile's falls, 9 times in 10."),
+            "tokens/s": num(format="%.1f", help=f"Decoding speed as the plan runs against {basis.baseline}."),
+            "acceptance α": num(format="%.2f", help=answer.GLOSSARY["acceptance α"]),
+            "tokens a round": num(format="%.2f", help="Tokens committed per verification round."),
+            "exit layer": num(format="%d", help=theme.GLOSSARY["exit_layer"]),
+            "stages (layers)": st.column_config.TextColumn(help="The layers each pipeline stage runs.")}
+    if basis.other_column:
+        cols[basis.other_header] = num(format="%.2f×", help=f"The same plan against {basis.one_unit}.")
+    return cols
+
+
+def verdict_metrics(verdict) -> None:
+    """The Overview's figures, short enough never to be cut: the recommendation's speedup against the verdict's
+    baseline (the one-thread figure beneath), its tokens/s beside the baseline's, where it stops paying, and
+    the noise band. The plan's name is the headline's (`answer.headline`), never a metric."""
+    b = answer.basis(verdict)
+    rec = verdict.recommended
+    speculative = rec.plan.mode.speculative
+    one = rec.speedup_vs_ar if speculative else 1.0 / b.one_unit_level
+    m = st.columns(4)
+    m[0].metric(f"speedup vs {b.baseline}", theme.fmt_x(verdict.score(rec) if speculative else 1.0),
+                f"{one:.2f}× vs {b.one_unit}" if b.same_budget else None, delta_color="off", delta_arrow="off",
+                help=theme.GLOSSARY["speedup"] + " " + ("Same budget: " + answer.GLOSSARY["same budget"]
+                                                       if b.same_budget else ""))
+    tps, base = verdict.tokens_per_s(rec), verdict.baseline_tokens_per_s
+    m[1].metric("tokens/s" + (f" on {b.budget}" if b.same_budget else ""), "–" if tps is None else f"{tps:.1f}",
+                None if base is None or not speculative else f"AR: {base:.1f}", delta_color="off", delta_arrow="off",
+                help=f"Decoding speed of the recommendation as it runs against {b.baseline}"
+                     + ("" if speculative else f" (plain AR; on one {b.unit}: {rec.tokens_per_s:.1f})") + ".")
+    break_even_metric(m[2], verdict)
+    m[3].metric("noise band", f"±{verdict.band.rel:.1%}", "within it: a tie", delta_color="off", delta_arrow="off",
+                help=answer.band_words(verdict))
 
 
 def break_even_metric(slot, verdict) -> None:
@@ -248,27 +317,31 @@ def break_even_metric(slot, verdict) -> None:
     verdict's baseline (sim/planner/break_even.py), the acceptance it was priced at beneath."""
     be, spec = verdict.break_even, verdict.best_speculative
     alpha = verdict.break_even_alpha
+    label = "break-even acceptance α"
     if spec is None or be is None:
-        slot.metric("pays while acceptance ≥", "–")
+        slot.metric(label, "no plan", help="No speculative plan drafts usefully here, so none has a break-even.")
         return
-    value = "n/a" if be.note else ("never" if alpha is None else f"{alpha:.2f}")
-    slot.metric("pays while acceptance ≥", value,
+    value = "not priced" if be.note else ("never" if alpha is None else f"{alpha:.2f}")
+    slot.metric(label, value,
                 f"profiled {be.priced:.2f}" if be.priced is not None else None, delta_color="off", delta_arrow="off",
-                help=f"{short_label(spec.plan.label())} ties {verdict.baseline} at this acceptance (the share of "
-                     "drafts that match): your traffic may draft this much worse than the profile's prompts before "
-                     "the plan stops paying. 'never': not even with every draft accepted. Re-price on your own "
-                     "prompts with `ppsd plan --acceptance-from DIR`.")
+                help=f"Break-even: {answer.GLOSSARY['break-even']} Here: {short_label(spec.plan.label())} ties "
+                     f"{verdict.baseline} at this acceptance. 'never': not even with every draft accepted. Re-price "
+                     "on your own prompts with the sidebar's *Acceptance from* (`ppsd plan --acceptance-from DIR`).")
 
 
 def show_verdict(verdict) -> None:
     """The verdict box every page shows the same way: `sim.planner.verdict.Verdict.text` (word for word what
-    `ppsd plan` prints), green for a win, blue for a tie, orange when AR stays ahead; beneath it the
-    noise band it was judged with and the degenerate plans it passed over."""
+    `ppsd plan` prints), green for a win, blue for a tie, orange when AR stays ahead; beneath it the noise
+    band in plain words, the plans passed over, and the glossary of the words it uses."""
     from sim.planner.verdict import Outcome
 
     box = {Outcome.WIN: st.success, Outcome.TIE: st.info}.get(verdict.outcome, st.warning)
     box(verdict.text, icon=":material/balance:")
-    st.caption(f"Noise band {verdict.band.describe()}: a plan within it of {verdict.baseline} is a tie, "
-               "and AR stays the recommendation." + (" Not named best, degenerate: " + "; ".join(verdict.notes[:3])
-                                                    + (f"; and {len(verdict.notes) - 3} more" if len(verdict.notes) > 3
-                                                       else "") + "." if verdict.notes else ""))
+    st.caption(" ".join(t for t in (answer.band_words(verdict), answer.passed_over(verdict)) if t))
+    glossary()
+
+
+def glossary() -> None:
+    """The few words the verdict cannot do without, in plain words."""
+    with st.expander("What the words mean: same budget, noise band, acceptance α, break-even"):
+        st.markdown(answer.glossary_markdown())

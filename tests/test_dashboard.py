@@ -69,6 +69,11 @@ def _values(v) -> list[float]:
     return [float(x) for x in v]
 
 
+def _headline(at: AppTest) -> str:
+    """The Overview's first line: what to run, how much faster, against what."""
+    return next(m.value for m in at.markdown if m.value.startswith("#### **Run "))
+
+
 def _control(at: AppTest, label: str):
     return next(w for w in [*at.slider, *at.select_slider] if w.label == label)
 
@@ -117,10 +122,12 @@ def test_overview_states_ppsd_plans_verdict_on_the_example_profile(monkeypatch, 
     at = _app(monkeypatch, [EXAMPLE.parent], "examples/smollm2-135m-cpu")
     assert not _problems(at)
     rec = v["recommended"]
-    assert at.metric[0].value == rec["label"].split(" [")[0]
-    assert at.metric[1].value == f"{rec['speedup_vs_ar']:.2f}×"
-    if v["metric"] == "speedup_vs_ar_tp":
-        assert at.metric[2].value == f"{rec['speedup_vs_ar_tp']:.2f}×" and v["budget"] in at.metric[2].label
+    # the first lines: what to run, how much faster, against what (the verdict's baseline and figure)
+    headline = _headline(at)
+    what = tables.short_label(rec["label"]) if rec["mode"] != "ar" else f"plain {v['baseline']}"
+    assert headline.startswith(f"#### **Run {what}**"), headline
+    assert at.metric[0].label == f"speedup vs {v['baseline']}"
+    assert at.metric[0].value == (f"{rec[v['metric']]:.2f}×" if rec["mode"] != "ar" else "1.00×")
     boxes = [e.value for e in [*at.success, *at.info, *at.warning]]
     assert v["text"] in boxes, boxes
     captions = " ".join(c.value for c in at.caption)
@@ -185,9 +192,8 @@ def test_overview_recommendation_matches_the_simulator(monkeypatch, data_root):
 
     at = _app(monkeypatch, [data_root / "examples"])
     best, _ = api.recommend(api.sweep(load_profile(data_root / "examples" / "synth")))
-    shown = at.metric[0].value
-    assert shown == best.plan.label().split(" [")[0]
-    assert at.metric[1].value == f"{best.speedup_vs_ar:.2f}×"
+    assert f"**Run {tables.short_label(best.plan.label())}**" in _headline(at)  # the headline
+    assert at.metric[0].value == f"{best.speedup_vs_ar:.2f}×"  # a synthetic profile has no thread tables
 
 
 def test_planner_controls_change_the_plotted_data(monkeypatch, data_root):
@@ -255,7 +261,7 @@ def test_planner_answers_a_warmed_control_change_from_the_cache(monkeypatch, dat
         assert not _problems(at), label
         assert len(foreground) == before, f"{label} -> {value} swept in the foreground: {foreground[before:]}"
         shown = " ".join(str(m.value) for m in [*at.caption, *at.markdown, *at.info])
-        assert "closed-form preview" not in shown, f"{label} -> {value} is still a preview after warming"
+        assert "Preview:" not in shown, f"{label} -> {value} is still a preview after warming"
     assert sweep_cache.CACHE.failures == failures_before, sweep_cache.CACHE.last_error
 
 
@@ -426,7 +432,7 @@ def test_planner_answers_an_unswept_setting_from_the_closed_forms_then_refines(m
         _control(at, "hop latency (ms)").set_value(5.0).run()
         assert not _problems(at)
         captions = " ".join(c.value for c in at.caption)
-        assert "Preview: closed-form preview" in captions, captions
+        assert "Preview: textbook-formula preview" in captions, captions
         preview = _trace(_spec(at, "chart_speedup"), "PPSD k = 2")["y"]
         del cache.warm  # the page's own warming again: it sweeps the setting on screen first
         at.run()
@@ -448,7 +454,8 @@ def test_exit_heads_side_by_side_match_ppsd_plan(monkeypatch, heads_root):
     best, _ = api.recommend(heads.merge(heads.sweep_heads(profile)))
     at = _app(monkeypatch, [heads_root], "examples/synth-heads")
     assert not _problems(at)
-    assert at.metric[0].value == best.plan.label().split(" [")[0]  # the Overview recommends what `ppsd plan` does
+    # the Overview recommends what `ppsd plan` does
+    assert f"**Run {tables.short_label(best.plan.label())}**" in _headline(at)
     bars = _spec(at, "chart_heads_overview")
     assert set(bars["data"][0]["x"]) == {"naive (shared)", "trained", "vocab4096"}
     assert len(at.dataframe[0].value) == 3
@@ -573,7 +580,7 @@ def test_validation_page_shows_the_rounds_and_their_noise_floor(monkeypatch, tmp
     text = " ".join(m.value for m in at.markdown)
     assert "**3 rounds**" in text and "11.5%" in text and "**2.7%**" in text
     table = at.dataframe[0].value
-    cells = list(table["measured_speedup_rounds"])
+    cells = list(table["measured × per round"])
     assert cells[1] == "1.00 / 1.05 / 1.15" and not isinstance(cells[0], str)  # AR has no rounds of its own
 
 
@@ -582,7 +589,8 @@ def test_validation_page_warns_of_a_flagged_corun_drift(monkeypatch, tmp_path):
 
     at = _validation_page(monkeypatch, tmp_path, "validate-corun", lambda doc: doc.update(corun_summary(1.05, [1.21, 1.23])))
     warned = " ".join(w.value for w in at.warning)
-    assert "two co-running processes slowed each other 1.220x" in warned and "1.23x" in warned and "re-profile" in warned
+    assert "two processes running at once slowed each other 1.22×" in warned and "1.05×" in warned
+    assert "re-profile" in warned
 
 
 def test_validation_page_shows_the_retimed_and_the_profile_priced_error(monkeypatch, tmp_path):
@@ -598,7 +606,7 @@ def test_validation_page_shows_the_retimed_and_the_profile_priced_error(monkeypa
     text = " ".join(m.value for m in at.markdown)
     assert "timed right before it ran" in text and "**12.5%**" in text
     table = at.dataframe[0].value
-    assert "predicted_speedup_profile" in table.columns and "speedup_error_profile_pct" in table.columns
+    assert "predicted at the profile's prices ×" in table.columns and "error at the profile's prices" in table.columns
 
 
 def test_overview_shows_break_even_and_reprices_on_another_profiles_prompts(monkeypatch, tmp_path):
@@ -616,7 +624,7 @@ def test_overview_shows_break_even_and_reprices_on_another_profiles_prompts(monk
     labels = at.sidebar.selectbox(key="profile_path").options
     at.sidebar.selectbox(key="profile_path").set_value(next(o for o in labels if "synth" in o and "traffic" not in o)).run()
     assert not _problems(at)
-    metric = next(m for m in at.metric if m.label == "pays while acceptance ≥")
+    metric = next(m for m in at.metric if m.label == "break-even acceptance α")
     own = float(metric.value)
     assert 0.0 < own < 1.0 and "profiled" in metric.delta
     assert "acceptance ≥" in " ".join(s.value for s in [*at.success, *at.info, *at.warning])
@@ -625,7 +633,7 @@ def test_overview_shows_break_even_and_reprices_on_another_profiles_prompts(monk
     source.set_value(next(o for o in source.options if "traffic" in o)).run()
     assert not _problems(at)
     assert any("Acceptance from" in c.value for c in at.caption)
-    metric = next(m for m in at.metric if m.label == "pays while acceptance ≥")
+    metric = next(m for m in at.metric if m.label == "break-even acceptance α")
     assert "profiled 0.9" in metric.delta  # the traffic's acceptance, the selected profile's latency
 
 
@@ -653,17 +661,17 @@ def test_overview_and_whatif_say_up_to_which_batch_size_speculation_pays(monkeyp
     assert not _problems(at)
     upto = pays_up_to(curve(batched))
     said = " ".join(m.value for m in at.markdown)
-    assert (f"EESD pays up to batch **{upto}**" if upto else "EESD does not pay even for one sequence") in said
+    assert (f"EESD pays up to batch **{upto}**" if upto else "EESD is slower than AR at every batch size") in said
     ppsd_upto = pays_up_to(curve(batched, scheme=Mode.PPSD))
-    assert (f"PPSD pays up to batch **{ppsd_upto}**" if ppsd_upto else "PPSD does not pay even for one sequence") in said
+    assert (f"PPSD pays up to batch **{ppsd_upto}**" if ppsd_upto else "PPSD is slower than AR at every batch size") in said
     at.switch_page("views/planner.py").run()
     assert not _problems(at)
     slider = next(s for s in at.select_slider if s.key.startswith("pl_batch_"))
     assert list(slider.options) == ["1", "2", "4", "8"]
     slider.set_value(8).run()
     assert not _problems(at)
-    table = next(d.value for d in at.dataframe if "speedup vs AR at this batch" in d.value.columns)
-    assert len(table) and table["speedup vs AR at this batch"].is_monotonic_decreasing
+    table = next(d.value for d in at.dataframe if "× AR at this batch size" in d.value.columns)
+    assert len(table) and table["× AR at this batch size"].is_monotonic_decreasing
     assert set(table["scheme"]) == {"EESD", "PPSD"}
 
 
@@ -683,8 +691,8 @@ def test_validation_page_shows_a_batched_validation(monkeypatch, data_root, tmp_
     at = _app(monkeypatch, [data_root / "runs", tmp_path / "runs"])
     at.switch_page("views/validation.py").run()
     assert not _problems(at)
-    assert any(m.label == "MAPE, speedup" and m.value == f"{doc['summary']['mape_pct']:.1f}%" for m in at.metric)
-    table = next(d.value for d in at.dataframe if "measured_speedup_vs_ar_tp" in d.value.columns)
+    assert any(m.label == "speedup error (MAPE)" and m.value == f"{doc['summary']['mape_pct']:.1f}%" for m in at.metric)
+    table = next(d.value for d in at.dataframe if "measured × AR on both cores" in d.value.columns)
     assert len(table) == doc["summary"]["pairs"] and set(table["batch"]) == set(doc["batch_sizes"])
 
 
@@ -721,7 +729,7 @@ def test_planner_offers_a_confidence_stop_on_a_profile_with_confidences(monkeypa
     for mode in ("EESD", "PPSD"):
         curve = _trace(spec, f"{mode} with a stop")
         assert len(_values(curve["x"])) == 8 and len(set(_values(curve["y"]))) > 1
-    assert sum("no stop" in str(a.get("text", "")) for a in spec["layout"]["annotations"]) == 2
+    assert sum("(no stop)" in str(t.get("name", "")) for t in spec["data"]) == 2
 
 
 def test_planner_has_no_confidence_stop_without_confidences(monkeypatch, data_root):

@@ -36,7 +36,7 @@ def test_hf_check_writes_note_and_json(tmp_path):
     (bench / "hf-check" / "hf_check.json").write_text((out / "hf_check.json").read_text())
     assert find_hf_check(bench / "validation") == bench / "hf-check" / "hf_check.json"
     table = check_table(doc)
-    assert list(table["schedule"]) == ["constant", "heuristic"] and table["lossless"].all()
+    assert list(table["schedule"]) == ["constant", "heuristic"] and (table["same output as AR"] == "yes").all()
 
 
 def test_hf_check_refuses_bad_pairs(capsys):
@@ -74,4 +74,4 @@ def test_validation_page_shows_hf_rows_and_the_side_by_side(monkeypatch, tmp_pat
     assert any("transformers' own generate" in i.value for i in at.info)
     assert any("beside transformers' assisted generation" in h.value for h in at.subheader)
     tables = [d.value for d in at.dataframe]
-    assert any("ppsd_over_hf" in t.columns and t["ppsd_over_hf"].iloc[0] == 1.5 for t in tables)
+    assert any("ppsd ÷ transformers" in t.columns and t["ppsd ÷ transformers"].iloc[0] == 1.5 for t in tables)

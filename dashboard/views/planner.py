@@ -13,8 +13,9 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from dashboard import batch, cached, charts, tables, theme, ui
+from dashboard import answer, batch, cached, charts, tables, theme, ui
 from sim.planner.closed_forms import acceptance_by_exit
+from sim.planner.verdict import plan_alpha
 from sim.planner.heads import available_heads, head_label
 from ppsd.modes import Mode
 from sim.planner.gpus import round_robin
@@ -24,8 +25,8 @@ from sim.plan import Plan
 
 profile = ui.require_profile()
 path = ui.selected_path()
-ui.page_header("What-if planner", profile, "Move a control; the prediction follows. Solid lines are the simulator, "
-               "dashed the textbook formulas.")
+ui.page_header("What-if planner", profile, "Move a control; the prediction follows. Solid lines are the simulator; "
+               "dashed, where shown, the textbook formulas.")
 N = profile.num_layers
 stamp = cached.mtime(path)
 # widget keys carry the profile, so switching profiles starts from that profile's defaults
@@ -96,6 +97,9 @@ with left:
 hop_key = None if hop == measured_hop else hop  # the measured hop is the profile's (as `ppsd plan`)
 table, best, reason, closed, preview = cached.plans(path, devices=devices, hop_ms=hop_key, alpha_scale=scale,
                                                      temperature=temp, exit_head=head)
+# this setting's verdict, by the function `ppsd plan` uses (sim/planner/verdict.py); a preview has none yet
+verdict = None if preview else cached.verdict(path, [head], devices, hop_key, scale, temp)
+basis = answer.basis(verdict) if verdict is not None else answer.table_basis(table)
 
 
 SHARED_TOKENS = 500
@@ -106,74 +110,121 @@ def stop_for(mode: Mode, tau: float | None) -> float | None:
     return None if mode is Mode.PPSD and stages > devices else tau
 
 
+def _figures(speedup, one_thread, tokens_per_s, alpha) -> dict:
+    return {"speedup": float(speedup), "one_thread": float(one_thread),
+            "tokens_per_s": None if tokens_per_s is None else float(tokens_per_s),
+            "alpha": None if alpha is None or alpha != alpha else float(alpha)}
+
+
 def pick(mode: Mode, tau: float | None = tau) -> dict:
-    """The selected EESD or PPSD plan: a row of the cached sweep when it holds one, else one
-    cached simulation (e.g. more stages than devices, which the sweep leaves out; a plan with a
+    """The selected EESD or PPSD plan in the page's figure (`basis`): a row of the cached sweep when it holds
+    one, else one cached simulation (more stages than devices, which the sweep leaves out; a plan with a
     confidence stop)."""
     stop = stop_for(mode, tau)
-    row = tables.find_row(table, mode, exit_layer, draft_len=gamma, stages=stages) if stop is None else None
+    row = tables.find_row(table, mode, exit_layer, draft_len=gamma, stages=stages, basis=basis) if stop is None else None
     if row is not None:
-        return row.to_dict()
+        r = row.to_dict()
+        return {**r, **_figures(r[basis.column], r["speedup"], r[basis.tokens_column], r.get("alpha"))}
     plan = Plan(mode, exit_layer=exit_layer, draft_len=gamma, stages=stages, hop_ms=hop, exit_head=head,
                 draft_stop=stop)
-    plan = replace(plan, placement=round_robin(plan.num_stages, devices))  # more stages than devices share them
-    # shared devices need the event engine; 500 tokens keep it interactive (the speedup moves by
-    # well under 1% against 2000 on the profiles tried)
-    res = cached.simulate_one(path, stamp, plan.to_dict(), scale, temp, tokens=SHARED_TOKENS)
-    return {"plan": plan.label() + (" (shared devices)" if plan.placement else ""), "mode": mode,
-            "exit_layer": exit_layer, "speedup": res["speedup_vs_ar"], "tokens_per_s": res["tokens_per_s"],
-            "mean_accepted": res["mean_accepted"], "stage_bounds": ",".join(map(str, res["stage_bounds"] or []))}
+    shared = plan.num_stages > devices
+    if shared:
+        plan = replace(plan, placement=round_robin(plan.num_stages, devices))  # more stages than devices share them
+    # shared devices need the event engine, and 500 tokens keep it interactive (the speedup moves by well under
+    # 1% against 2000 on the profiles tried); otherwise the sweep's own token count, so tokens/s and speedup
+    # stand on the same AR as the rest of the page
+    res = cached.simulate_one(path, stamp, plan.to_dict(), scale, temp,
+                              tokens=SHARED_TOKENS if shared else cached.DEFAULT_TOKENS)
+    same = basis.same_budget and res.get("speedup_vs_ar_tp") is not None
+    return {"plan": plan.label() + (" (shared devices)" if shared else ""), "mode": mode, "exit_layer": exit_layer,
+            "mean_accepted": res["mean_accepted"], "stage_bounds": ",".join(map(str, res["stage_bounds"] or [])),
+            **_figures(res["speedup_vs_ar_tp"] if same else res["speedup_vs_ar"], res["speedup_vs_ar"],
+                       res.get("budget_tokens_per_s") if same else res["tokens_per_s"],
+                       res.get("stream_alpha") if res.get("stream_alpha") is not None else res.get("acceptance_rate"))}
 
 
 def _break_even_txt(row: dict) -> str:
-    """"PPSD E=24 k=2 pays at α ≥ 0.41 / 0.62 (profiled 0.54)" from a sweep row (sim/planner/break_even.py)."""
-    def one(a):
-        return "–" if a is None or a != a else f"{a:.2f}"
+    """"PPSD E=24 k=2 at α ≥ 0.41 (profiled 0.54)" from a sweep row, against the page's baseline
+    (sim/planner/break_even.py)."""
+    a = row.get("break_even_alpha_tp" if basis.same_budget else "break_even_alpha")
+    name = tables.short_label(row["plan"])
+    if "break_even_alpha" not in row:
+        return f"{name}: not swept (see `ppsd simulate`)"
+    got = row.get("alpha")
+    value = " never pays" if a is None or a != a else f" at α ≥ {a:.2f}"
+    return f"{name}{value}" + (f" (profiled {got:.2f})" if got is not None and got == got else "")
 
-    a, a_tp = row.get("break_even_alpha"), row.get("break_even_alpha_tp")
-    if a is None and a_tp is None:
-        return f"{tables.short_label(row['plan'])}: not swept (see `ppsd simulate`)"
-    both = one(a) + (f" / {one(a_tp)}" if row.get("budget") else "")
-    got = row.get("acceptance_rate")
-    return f"{tables.short_label(row['plan'])} at α ≥ {both}" + (f" (profiled {got:.2f})" if got == got and got else "")
+
+def _star() -> dict:
+    """The verdict's plan on the chart: the recommendation, or when AR stays ahead the closest plan it names."""
+    if verdict is None:  # a preview: its best plan by the textbook formulas
+        spec = scheme(best["mode"]).speculative
+        return {"exit_layer": best["exit_layer"] if spec else None, "label": tables.short_label(best["plan"]),
+                **_figures(best["speedup"], best["speedup"], best["tokens_per_s"], best.get("alpha"))}
+    rec, close = verdict.recommended, verdict.best_speculative
+
+    def point(r):
+        return None if r is None else {"exit_layer": r.plan.exit_layer, "label": tables.short_label(r.plan.label()),
+                                       **_figures(verdict.score(r), r.speedup_vs_ar, verdict.tokens_per_s(r),
+                                                  plan_alpha(r))}
+
+    if rec.plan.mode.speculative:
+        return point(rec)
+    return {"exit_layer": None, "speedup": 1.0, "label": "AR", "closest": point(close),
+            "note": f"recommended: plain {basis.baseline}"}
 
 
 sel_e, sel_p = pick(Mode.EESD), pick(Mode.PPSD)
+star = _star()
 with right:
     fig = charts.speedup_vs_exit(
-        tables.curves(table), closed,
-        {"exit_layer": best["exit_layer"] if scheme(best["mode"]).speculative else None, "speedup": best["speedup"],
-         "label": best["plan"]},
+        tables.curves(table, basis), closed, star,
         [{"exit_layer": exit_layer, "speedup": sel_p["speedup"], "label": sel_p["plan"]},
-         {"exit_layer": exit_layer, "speedup": sel_e["speedup"], "label": sel_e["plan"]}], N)
+         {"exit_layer": exit_layer, "speedup": sel_e["speedup"], "label": sel_e["plan"]}], N, basis)
     st.plotly_chart(fig, key="chart_speedup")
-    if not preview and "speedup_lo" in table.columns and table["speedup_lo"].notna().any():
-        st.caption("Shaded bands: 90% intervals for a run over 8 prompts like the profile's (prompt-to-prompt "
-                   "acceptance bootstrapped over its prompts, and its latency spread; `ppsd plan --prompts-n`).")
-    ar_rows = table.loc[~tables.speculative(table), "tokens_per_s"]
-    ar_tps = float(ar_rows.iloc[0]) if len(ar_rows) else None
-    m = st.columns(4)
-
+    lo_col = basis.interval_columns[0]
+    if not preview and lo_col in table.columns and table[lo_col].notna().any():
+        st.caption("Shaded bands: 90% intervals for a run over 8 prompts like the profile's (how acceptance varies "
+                   "from prompt to prompt, and the profile's latency spread; `ppsd plan --prompts-n`).")
+    ar_rows = table.loc[~tables.speculative(table), basis.tokens_column]
+    ar_tps = float(ar_rows.iloc[0]) if len(ar_rows) and ar_rows.iloc[0] == ar_rows.iloc[0] else None
     short = tables.short_label
-    m[0].metric(f"best: {short(best['plan'])}", theme.fmt_x(best["speedup"]), theme.fmt_tps(best["tokens_per_s"]),
-                delta_color="off", delta_arrow="off", help=f"Recommended by the simulator: {reason}")
-    m[1].metric("AR", theme.fmt_x(1.0), theme.fmt_tps(ar_tps), delta_color="off", delta_arrow="off",
-                help=theme.GLOSSARY["ar"])
-    m[2].metric(f"selected: {short(sel_p['plan'])}", theme.fmt_x(sel_p["speedup"]), theme.fmt_tps(sel_p["tokens_per_s"]),
-                delta_color="off", delta_arrow="off", help=theme.GLOSSARY["ppsd"])
-    m[3].metric(f"selected: {short(sel_e['plan'])}", theme.fmt_x(sel_e["speedup"]), theme.fmt_tps(sel_e["tokens_per_s"]),
-                delta_color="off", delta_arrow="off", help=theme.GLOSSARY["eesd"])
-    st.caption("Break-even acceptance (ties AR on one thread" + (f" / on all {best['budget']}" if best.get("budget")
-               else "") + "): " + "; ".join(_break_even_txt(r) for r in (best, sel_p, sel_e)
-                                           if scheme(r["mode"]).speculative) + ".",
-               help="The acceptance (share of drafts that match) at which a plan stops paying: your own prompts may "
-                    "draft this much worse than the profile's before it does. `ppsd plan` prints it for every plan.")
+
+    def tps_words(x: dict) -> str:
+        one = f"; {x['one_thread']:.2f}× {basis.one_unit}" if basis.same_budget else ""
+        return (theme.fmt_tps(x["tokens_per_s"]) if x["tokens_per_s"] else "") + one
+
+    rows = st.columns(2), st.columns(2)
+    top_left, top_right, low_left, low_right = (*rows[0], *rows[1])
+    if star.get("exit_layer") is not None:
+        top_left.metric(f"recommended: {star['label']}", theme.fmt_x(star["speedup"]), tps_words(star),
+                        delta_color="off", delta_arrow="off",
+                        help=f"The verdict of this setting: {verdict.text if verdict else reason}")
+        top_right.metric(f"{basis.baseline} (the baseline)", theme.fmt_x(1.0), theme.fmt_tps(ar_tps),
+                         delta_color="off", delta_arrow="off", help=theme.GLOSSARY["ar"])
+    else:
+        top_left.metric(f"recommended: plain {basis.baseline}", theme.fmt_x(1.0), theme.fmt_tps(ar_tps),
+                        delta_color="off", delta_arrow="off",
+                        help=f"The verdict of this setting: {verdict.text if verdict else reason}")
+        close = star.get("closest")
+        if close is not None:
+            top_right.metric(f"closest: {close['label']}", theme.fmt_x(close["speedup"]), "slower than the baseline"
+                             if close["speedup"] < 1.0 else "within the noise band", delta_color="off",
+                             delta_arrow="off", help="The best speculative plan the verdict names; it does not beat "
+                                                     f"{basis.baseline} by more than the noise band.")
+    low_left.metric(f"selected: {short(sel_p['plan'])}", theme.fmt_x(sel_p["speedup"]), tps_words(sel_p),
+                    delta_color="off", delta_arrow="off", help=theme.GLOSSARY["ppsd"])
+    low_right.metric(f"selected: {short(sel_e['plan'])}", theme.fmt_x(sel_e["speedup"]), tps_words(sel_e),
+                     delta_color="off", delta_arrow="off", help=theme.GLOSSARY["eesd"])
+    spec_rows = [r for r in (sel_p, sel_e) if scheme(r["mode"]).speculative and "break_even_alpha" in r]
+    if spec_rows:
+        st.caption(f"Break-even acceptance against {basis.baseline}: " + "; ".join(_break_even_txt(r) for r in spec_rows)
+                   + ".", help="Break-even: " + answer.GLOSSARY["break-even"] + " `ppsd plan` prints it for every plan.")
     if preview:
         st.caption(f":material/hourglass_top: Preview: {reason}.")
-    else:  # this setting's verdict, by the function `ppsd plan` uses (sim/planner/verdict.py)
-        st.caption(f"Simulator: the trace-driven sweep of this setting ({head_label(head)} head, up to {devices} "
-                   "devices) says:")
-        ui.show_verdict(cached.verdict(path, [head], devices, hop_key, scale, temp))
+    else:
+        st.caption(f"Simulator: the sweep of this setting ({head_label(head)} head, up to {devices} devices) says:")
+        ui.show_verdict(verdict)
 
 if STOPS:
     st.subheader("Confidence stop", help=theme.GLOSSARY["draft_stop"])
@@ -181,7 +232,7 @@ if STOPS:
         points = [{"mode": m.name, "tau": t, **{k: v for k, v in pick(m, t).items() if k in ("plan", "speedup")}}
                   for m in (Mode.EESD, Mode.PPSD) for t in [None, *STOP_OPTIONS[1:]]
                   if t is None or stop_for(m, t) is not None]
-        st.plotly_chart(charts.stop_curve(pd.DataFrame(points)), key="chart_stop")
+        st.plotly_chart(charts.stop_curve(pd.DataFrame(points), basis), key="chart_stop")
         st.caption("The selected EESD and PPSD plans at every τ, priced from the confidences the profile traced "
                    "(dashed: the same plan without a stop). EESD stops a round's drafting after an unsure draft; "
                    "PPSD's stage 1 waits for the verdict on it instead of running it. `ppsd plan --draft-stops` "
@@ -196,27 +247,10 @@ with ui.guard("stage breakdown"):
                "whole pass plus the hops.")
 
 st.subheader("Top plans")
-top = table.sort_values("speedup", ascending=False).head(12)
-st.dataframe(
-    top[["plan", "mode", "exit_layer", "draft_len", "stages", "stage_bounds", "tokens_per_s", "speedup",
-         *[c for c in ("speedup_lo", "speedup_hi") if c in top.columns], "mean_accepted"]],
-    hide_index=True, width="stretch",
-    column_config={
-        "mode": st.column_config.TextColumn("mode", help="ar / eesd / ppsd"),
-        "exit_layer": st.column_config.NumberColumn("E", help=theme.GLOSSARY["exit_layer"]),
-        "draft_len": st.column_config.NumberColumn("γ", help=theme.GLOSSARY["draft_len"]),
-        "stages": st.column_config.NumberColumn("k", help=theme.GLOSSARY["stages"]),
-        "stage_bounds": st.column_config.TextColumn("stage bounds", help="layer cut points 0, E, …, N"),
-        "tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.1f"),
-        "speedup": st.column_config.NumberColumn("speedup", format="%.2f×", help=theme.GLOSSARY["speedup"]),
-        "speedup_lo": st.column_config.NumberColumn("5%", format="%.2f×", help="Lower end of the 90% interval: "
-                                                    "a run over 8 prompts like the profile's (prompt-to-prompt "
-                                                    "acceptance and the profile's latency spread)"),
-        "speedup_hi": st.column_config.NumberColumn("95%", format="%.2f×", help="Upper end of the 90% interval"),
-        "mean_accepted": st.column_config.NumberColumn("tokens / round", format="%.2f",
-                                                       help="Tokens committed per verification round."),
-    },
-)
+st.dataframe(tables.top_plans(table, basis), hide_index=True, width="stretch", key="table_top",
+             column_config=ui.plan_table_columns(basis))
+st.caption(f"Ranked by the figure the verdict decides by: against {basis.baseline}"
+           + (f", with the figure against {basis.one_unit} beside it" if basis.same_budget else "") + ".")
 
 waiting = [head] if preview else []
 # at T > 0 only the heads whose β the profile holds at T compare (`ppsd profile --temperatures` traces the shared one)
@@ -225,11 +259,11 @@ COMPARED = [h for h in HEADS if SAMPLED_HEADS is None or h in SAMPLED_HEADS]
 if len(COMPARED) > 1:
     st.subheader("Exit heads side by side", help="The best plan drafting with each exit head at these settings "
                  "(`ppsd plan` prints the same comparison).")
-    comp = cached.head_comparison(path, COMPARED, devices, hop_key, scale, temp, exact=False)
-    waiting += [h for h, src in zip(comp["head"], comp["source"]) if src != "simulated" and h != head]
-    st.plotly_chart(charts.heads_bars(comp), key="chart_heads")
+    comp, comp_basis = cached.heads_table(path, COMPARED, devices, hop_key, scale, temp, exact=False)
+    waiting += [h for h, src in zip(comp["head"], comp["figures"]) if src != "simulated" and h != head]
+    st.plotly_chart(charts.heads_bars(comp, comp_basis), key="chart_heads")
     st.dataframe(comp.drop(columns=["head"]), hide_index=True, width="stretch", key="table_heads",
-                 column_config=ui.heads_table_columns())
+                 column_config=ui.heads_table_columns(comp))
 
 st.subheader("Under load: plans at a batch size")
 with ui.guard("batch sizes"):

@@ -45,7 +45,8 @@ m[4].metric("full pass (sum of parts)", theme.fmt_ms(full), f"{1000 / full:.1f} 
 
 corun = profile.latency.get("corun") or {}
 if len(corun.get("processes") or []) > 1:
-    st.caption("Co-run slowdown (each stage's layer time when p processes work at once ÷ alone): "
+    st.caption("Slowdown when processes run at once (each stage's layer time with p processes working at the same "
+               "time ÷ alone): "
                + ", ".join(f"p = {p}: {s:.2f}×" for p, s in zip(corun["processes"], corun["slowdown"])))
 if pipe.get("slowdown"):
     st.caption(f"Pipeline probe (2 stages at {pipe.get('stage_bounds')}): a stage pass runs "

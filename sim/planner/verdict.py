@@ -119,10 +119,14 @@ def noise_band(profile=None) -> NoiseBand:
 
 
 # --- one plan -----------------------------------------------------------------------------
-def _alpha(r: Result) -> float | None:
+def plan_alpha(r: Result) -> float | None:
+    """The acceptance α the verdict quotes for a plan: its replayed stream's, else its acceptance rate."""
     d = r.details
     a = d.stream_alpha if isinstance(d, SimulatedDetails) else None
     return a if a is not None else r.acceptance_rate
+
+
+_alpha = plan_alpha
 
 
 def draft_share(r: Result) -> float:
@@ -184,6 +188,30 @@ class Verdict:
     def score(self, r: Result) -> float:
         """The ranking metric: the speedup against this verdict's baseline."""
         return float((r.speedup_vs_ar_tp if self.same_budget else r.speedup_vs_ar) or 0.0)
+
+    @property
+    def metric(self) -> str:
+        """The Result field the verdict ranks by."""
+        return "speedup_vs_ar_tp" if self.same_budget else "speedup_vs_ar"
+
+    def tokens_per_s(self, r: Result) -> float | None:
+        """A plan's tokens/s as it runs against this baseline: with the whole budget when that is the baseline."""
+        if self.same_budget:
+            return getattr(r.details, "budget_tokens_per_s", None)
+        return r.tokens_per_s
+
+    @property
+    def baseline_tokens_per_s(self) -> float | None:
+        """The baseline's own tokens/s (AR on the whole budget, or on one thread / device)."""
+        return self.tokens_per_s(self.ar) if self.ar is not None else None
+
+    @property
+    def one_unit_level(self) -> float:
+        """AR on one thread / device on this verdict's scale (1 without a same-budget baseline)."""
+        if not self.same_budget or self.ar is None:
+            return 1.0
+        one, whole = self.ar.tokens_per_s, self.baseline_tokens_per_s
+        return one / whole if one and whole else 1.0
 
     def to_json_dict(self) -> dict:
         def plan(r):
