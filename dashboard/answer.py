@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from sim.planner.verdict import Outcome
+from sim.planner.verdict import Outcome, plan_alpha
 
 
 _BOUNDS = re.compile(r"\s*\[\d+(?:,\d+)*\]")
@@ -88,6 +88,25 @@ def table_basis(table: pd.DataFrame) -> Basis:
         budget = next((b for b in table.get("budget", []) if b), None)
         return Basis(True, budget, "GPU" if budget and "GPU" in budget else "thread")
     return Basis(False, None)
+
+
+def marker(verdict, head: str | None = None) -> dict:
+    """The verdict's plan on an exit-layer chart, in the verdict's figure: the recommendation, or, when AR stays
+    ahead, AR at 1× with the closest speculative plan the verdict names (`closest`). A plan drafting with another
+    exit head than the chart's (`head`) is not on it. Each plan: {exit_layer, speedup, one_thread, tokens_per_s,
+    alpha, label}."""
+    def point(r) -> dict | None:
+        if r is None or not r.plan.mode.speculative or (head is not None and r.plan.exit_head != head):
+            return None
+        return {"exit_layer": r.plan.exit_layer, "speedup": verdict.score(r), "one_thread": r.speedup_vs_ar,
+                "tokens_per_s": verdict.tokens_per_s(r), "alpha": plan_alpha(r), "label": short_label(r.plan.label())}
+
+    rec = point(verdict.recommended)
+    if rec is not None:
+        return rec
+    return {"exit_layer": None, "speedup": 1.0, "one_thread": 1.0 / verdict.one_unit_level, "label": "AR",
+            "tokens_per_s": verdict.baseline_tokens_per_s, "alpha": None, "closest": point(verdict.best_speculative),
+            "note": f"recommended: plain {verdict.baseline}"}
 
 
 # --- the Overview's first lines ---------------------------------------------------------------

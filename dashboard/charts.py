@@ -307,9 +307,10 @@ def predicted_vs_measured(rows: pd.DataFrame, baseline: str = "AR") -> go.Figure
     hi = float(np.nanmax(tops)) * 1.1
     fig.add_scatter(x=[0, hi], y=[0, hi], mode="lines", name="y = x (perfect prediction)",
                     line=dict(color="#777", dash="dash"), hoverinfo="skip", meta="reference")
-    modes = rows["mode"] if "mode" in rows.columns else pd.Series(["?"] * len(rows))
-    for mode in modes.unique():
-        sub = rows[modes == mode]
+    modes = rows["mode"] if "mode" in rows.columns else pd.Series(["?"] * len(rows), index=rows.index)
+    forced = (pd.to_numeric(rows["forced_alpha"], errors="coerce").notna() if "forced_alpha" in rows.columns
+              else pd.Series(False, index=rows.index))
+    for (mode, timing), sub in rows.groupby([modes, forced], sort=False):
         colour = theme.MODE_COLOURS.get(str(mode), theme.OKABE_ITO["blue"])
         labels = sub["plan"] if "plan" in sub.columns else sub.index.astype(str)
         err = None
@@ -320,9 +321,12 @@ def predicted_vs_measured(rows: pd.DataFrame, baseline: str = "AR") -> go.Figure
                 err = dict(type="data", symmetric=False, array=(hi_ - sub["predicted_speedup"]).fillna(0).tolist(),
                            arrayminus=(sub["predicted_speedup"] - lo).fillna(0).tolist(), thickness=6, width=0,
                            color=_translucent(colour, 0.45))
-        fig.add_scatter(x=sub["measured_speedup"], y=sub["predicted_speedup"], mode="markers", name=str(mode).upper(),
-                        marker=dict(size=11, color=colour, line=dict(width=1, color="#222")), text=labels,
-                        error_y=err,
+        # forced acceptance (`alpha=` plans) checks the timing alone: no plan a user runs at their own acceptance
+        name = str(mode).upper() + (", forced acceptance (a timing check)" if timing else "")
+        fig.add_scatter(x=sub["measured_speedup"], y=sub["predicted_speedup"], mode="markers", name=name,
+                        marker=dict(size=11, color="white" if timing else colour, symbol="diamond" if timing else
+                                    "circle", line=dict(width=2 if timing else 1, color=colour if timing else "#222")),
+                        text=labels, error_y=err, meta="timing check" if timing else None,
                         hovertemplate="%{text}<br>measured %{x:.2f}×, predicted %{y:.2f}×<extra></extra>")
     fig.update_xaxes(range=[0, hi])
     fig.update_yaxes(range=[0, hi])  # same range on both axes, so y = x is the diagonal

@@ -103,11 +103,12 @@ PROBE_JS = """() => {
   const txt = (root, sel) => { const e = root.querySelector(sel); return e ? e.innerText.trim() : null; };
   const metrics = [...document.querySelectorAll('[data-testid="stMetric"]')].map(m => ({
     label: txt(m, '[data-testid="stMetricLabel"]'), value: txt(m, '[data-testid="stMetricValue"]'),
-    delta: txt(m, '[data-testid="stMetricDelta"]'),
+    delta: txt(m, '[data-testid="stMetricDelta"]'), bottom: m.getBoundingClientRect().bottom,
     cut: [...m.querySelectorAll('[data-testid="stMetricLabel"], [data-testid="stMetricValue"], '
         + '[data-testid="stMetricDelta"]')].some(cut)}));
   const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')].map(p => ({
-    title: ((p.layout || {}).title || {}).text || '', meta: (p.layout || {}).meta || null,
+    title: (((p.layout || {}).title || {}).text || '').replace(/<[^>]+>/g, ''), meta: (p.layout || {}).meta || null,
+    height: p.getBoundingClientRect().height,
     traces: (p._fullData || p.data || []).map(t => ({name: t.name || '', meta: t.meta || null,
         type: t.type || 'scatter', mode: t.mode || '', fill: t.fill || '',
         y: (t.y && typeof t.y.length === 'number') ? Array.from(t.y).map(Number) : []}))}));

@@ -504,7 +504,7 @@ def test_estimate_is_shown_next_to_the_measurement(monkeypatch, heads_root):
     assert all(abs(e / m - 1.1) < 1e-9 for m, e in zip(meas, est_bars))  # the estimate is 10% slow per layer
     values = {m.label: m.value for m in at.metric}
     assert values["per-layer error (MAPE)"] == "10.0%"
-    assert "AR estimated" in values and "AR measured" in values
+    assert "AR estimated, tokens/s" in values and "AR measured, tokens/s" in values
 
 
 # --- sampled decoding (issue 14) ------------------------------------------------------------------
@@ -724,6 +724,11 @@ def test_planner_offers_a_confidence_stop_on_a_profile_with_confidences(monkeypa
     stopped = selected_eesd()
     assert "τ=0.6" in stopped.label and stopped.value != fixed.value
     assert "τ=0.6" in selected_ppsd().label and selected_ppsd().value != pipeline.value  # stage 1 waits too
+    # tokens/s moves with the speedup shown: each plan's over AR's is its speedup (to the figures' rounding)
+    ar = next(m for m in at.metric if "(the baseline)" in m.label or m.label.startswith("recommended: plain"))
+    ar_tps = float(ar.delta.split(" tokens/s")[0])
+    for m in (stopped, selected_ppsd(), fixed, pipeline):
+        assert float(m.delta.split(" tokens/s")[0]) / ar_tps == pytest.approx(float(m.value.rstrip("×")), abs=0.01), m
     # the τ curve: both selected plans at every τ, each with its no-stop line
     spec = _spec(at, "chart_stop")
     for mode in ("EESD", "PPSD"):

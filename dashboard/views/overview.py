@@ -54,18 +54,10 @@ def explain() -> str:
             + ". A better exit head (try the acceptance scale on the What-if planner) is what would change this.")
 
 
-def _point(r) -> dict | None:
-    # a plan on this chart (its head's curves), in the verdict's figure like the curves
-    if r is None or not r.plan.mode.speculative or r.plan.exit_head != chart_head:
-        return None
-    return {"exit_layer": r.plan.exit_layer, "speedup": verdict.score(r), "label": tables.short_label(r.plan.label())}
-
-
 st.subheader("Speedup at every exit layer" + (f" ({head_label(chart_head)} head)" if len(HEADS) > 1 else ""),
              help=theme.GLOSSARY["speedup"])
-star = _point(rec) or {"exit_layer": None, "speedup": 1.0, "label": "AR", "closest": _point(spec),
-                       "note": f"recommended: plain {verdict.baseline}"}
-fig = charts.speedup_vs_exit(tables.curves(table, basis), closed, star, [], profile.num_layers, basis)
+fig = charts.speedup_vs_exit(tables.curves(table, basis), closed, answer.marker(verdict, chart_head), [],
+                             profile.num_layers, basis)
 st.plotly_chart(fig, key="chart_overview")
 st.caption(f"Every plan against {basis.baseline}, the figure the verdict decides by"
            + (f" (hover for the figure against {basis.one_unit})" if basis.same_budget else "") + ". "

@@ -15,7 +15,6 @@ import streamlit as st
 
 from dashboard import answer, batch, cached, charts, tables, theme, ui
 from sim.planner.closed_forms import acceptance_by_exit
-from sim.planner.verdict import plan_alpha
 from sim.planner.heads import available_heads, head_label
 from ppsd.modes import Mode
 from sim.planner.gpus import round_robin
@@ -156,22 +155,12 @@ def _break_even_txt(row: dict) -> str:
 
 
 def _star() -> dict:
-    """The verdict's plan on the chart: the recommendation, or when AR stays ahead the closest plan it names."""
-    if verdict is None:  # a preview: its best plan by the textbook formulas
-        spec = scheme(best["mode"]).speculative
-        return {"exit_layer": best["exit_layer"] if spec else None, "label": tables.short_label(best["plan"]),
-                **_figures(best["speedup"], best["speedup"], best["tokens_per_s"], best.get("alpha"))}
-    rec, close = verdict.recommended, verdict.best_speculative
-
-    def point(r):
-        return None if r is None else {"exit_layer": r.plan.exit_layer, "label": tables.short_label(r.plan.label()),
-                                       **_figures(verdict.score(r), r.speedup_vs_ar, verdict.tokens_per_s(r),
-                                                  plan_alpha(r))}
-
-    if rec.plan.mode.speculative:
-        return point(rec)
-    return {"exit_layer": None, "speedup": 1.0, "label": "AR", "closest": point(close),
-            "note": f"recommended: plain {basis.baseline}"}
+    """The verdict's plan on the chart (`answer.marker`); in a preview, its best plan by the textbook formulas."""
+    if verdict is not None:
+        return answer.marker(verdict)
+    spec = scheme(best["mode"]).speculative
+    return {"exit_layer": best["exit_layer"] if spec else None, "label": tables.short_label(best["plan"]),
+            **_figures(best["speedup"], best["speedup"], best["tokens_per_s"], best.get("alpha"))}
 
 
 sel_e, sel_p = pick(Mode.EESD), pick(Mode.PPSD)

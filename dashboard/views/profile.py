@@ -32,16 +32,18 @@ emb = float(profile.embedding.median_ms[ni])
 full = float(profile.layers.median_ms[:, ni, ci].sum()) + head + emb
 m = st.columns(5)
 m[0].metric("median layer", theme.fmt_ms(layer_med), help="Median over layers of each layer's median time.")
-m[1].metric("head (norm + LM head)", theme.fmt_ms(head), f"{head / layer_med:.1f} layers" if layer_med else None,
-            delta_color="off", delta_arrow="off", help="The exit head is the same norm + LM head, so every draft pays this too.")
+m[1].metric("LM head", theme.fmt_ms(head), f"{head / layer_med:.1f} layers" if layer_med else None,
+            delta_color="off", delta_arrow="off", help="The final norm + LM head. The exit head is the same norm + LM head, so "
+            "every draft pays this too.")
 m[2].metric("embedding", theme.fmt_ms(emb), delta_color="off", delta_arrow="off")
 pipe = profile.pipeline
-m[3].metric("hop (one way)", theme.fmt_ms(profile.hop_ms()),
-            help=theme.GLOSSARY["hop"] + f" Backend: {(profile.latency.get('hop') or {}).get('backend', '?')}."
+m[3].metric("hop", theme.fmt_ms(profile.hop_ms()),
+            help=theme.GLOSSARY["hop"] + " One way." + f" Backend: {(profile.latency.get('hop') or {}).get('backend', '?')}."
             + (f" Measured into a waiting stage of a running 2-stage pipeline; an idle ping-pong gives "
                f"{theme.fmt_ms(profile.idle_hop_ms())}." if pipe.get("hop") else ""))
-m[4].metric("full pass (sum of parts)", theme.fmt_ms(full), f"{1000 / full:.1f} tokens/s" if full else None,
-            delta_color="off", delta_arrow="off", help="Sum of all layers, head and embedding at this n and context: the AR step.")
+m[4].metric("full pass", theme.fmt_ms(full), f"{1000 / full:.1f} tokens/s" if full else None,
+            delta_color="off", delta_arrow="off", help="The sum of all layers, head and embedding at this n and context: the AR "
+            "step.")
 
 corun = profile.latency.get("corun") or {}
 if len(corun.get("processes") or []) > 1:
@@ -113,12 +115,13 @@ if others:
         meas, est = (profile, other) if estimates.kind(profile.meta) != "estimated" else (other, profile)
         table, s = estimates.compare(meas, est)
         m = st.columns(4)
-        m[0].metric("AR measured", theme.fmt_tps(s["ar_tokens_per_s"][0]), help=theme.GLOSSARY["ar"])
-        m[1].metric("AR estimated", theme.fmt_tps(s["ar_tokens_per_s"][1]), f"{s['ar_tokens_per_s'][2]:+.1f}%",
+        m[0].metric("AR measured, tokens/s", f"{s['ar_tokens_per_s'][0]:.1f}", help=theme.GLOSSARY["ar"])
+        m[1].metric("AR estimated, tokens/s", f"{s['ar_tokens_per_s'][1]:.1f}", f"{s['ar_tokens_per_s'][2]:+.1f}%",
                     delta_color="off", delta_arrow="off", help="Relative error of the estimate against the measurement.")
         m[2].metric("per-layer error (MAPE)", theme.fmt_pct(s["layer_mape_pct"]))
-        m[3].metric("head: estimated / measured", f"{theme.fmt_ms(s['head'][1])} / {theme.fmt_ms(s['head'][0])}",
-                    f"{s['head'][2]:+.1f}%", delta_color="off", delta_arrow="off")
+        m[3].metric("head, estimated", theme.fmt_ms(s["head"][1]),
+                    f"{s['head'][2]:+.1f}% vs {theme.fmt_ms(s['head'][0])} measured", delta_color="off",
+                    delta_arrow="off")
         st.plotly_chart(charts.estimate_vs_measured(
             table, f"Per-layer latency, measured vs estimated (n = {s['n']}, context = {int(s['context'])})"),
             key="chart_estimate")

@@ -93,6 +93,23 @@ if meta.get("predicted_from") is not None:
     st.markdown(f"Predicted from `{meta['predicted_from']}` ({len(meta.get('prediction_prompt_ids') or [])} prompts' "
                 f"acceptance) for {len(meta.get('measured_prompt_ids') or [])} measured prompts "
                 f"({meta.get('measured_prompts', '?')}): {sample}.")
+figure = "one thread"
+if same_budget:
+    figure = st.radio("speedups against", [f"AR on {budget}", "AR on one thread"], horizontal=True,
+                      key="val_figure", help="AR on every core is the baseline the verdict decides by (same budget); "
+                                             "AR on one thread is the timing model's own figure.")
+st.plotly_chart(charts.predicted_vs_measured(tables.same_budget_rows(rows) if figure.endswith(budget) else rows,
+                                             "AR on " + (budget if figure.endswith(budget) else "one thread")),
+                key="chart_validation")
+
+st.subheader("Per-plan error")
+view, formats = tables.validation_view(rows)
+st.dataframe(tables.worded(view, formats), hide_index=True, width="stretch", key="table_validation")
+st.caption("Each plan's speedup is its measured tokens/s over AR's, measured right around it on the same prompts; "
+           "the error is predicted against measured. " + theme.GLOSSARY["mape"])
+
+
+st.subheader("How the predictions were made and checked")
 if meta.get("coverage") is not None:
     iv_meta = meta.get("interval") or {}
     n_iv, noise = iv_meta.get("prompts_n"), iv_meta.get("measurement_cv")
@@ -128,21 +145,6 @@ if len(breakdown):
     st.dataframe(breakdown, hide_index=True, width="stretch", key="table_breakdown",
                  column_config={"speedup error (MAPE)": st.column_config.NumberColumn(format="%.1f%%"),
                                 "worst error": st.column_config.NumberColumn(format="%.1f%%")})
-
-figure = "one thread"
-if same_budget:
-    figure = st.radio("speedups against", [f"AR on {budget}", "AR on one thread"], horizontal=True,
-                      key="val_figure", help="AR on every core is the baseline the verdict decides by (same budget); "
-                                             "AR on one thread is the timing model's own figure.")
-st.plotly_chart(charts.predicted_vs_measured(tables.same_budget_rows(rows) if figure.endswith(budget) else rows,
-                                             "AR on " + (budget if figure.endswith(budget) else "one thread")),
-                key="chart_validation")
-
-st.subheader("Per-plan error")
-view, formats = tables.validation_view(rows)
-st.dataframe(tables.worded(view, formats), hide_index=True, width="stretch", key="table_validation")
-st.caption("Each plan's speedup is its measured tokens/s over AR's, measured right around it on the same prompts; "
-           "the error is predicted against measured. " + theme.GLOSSARY["mape"])
 
 st.subheader("Under load: batched validations")
 with ui.guard("batched validation"):
