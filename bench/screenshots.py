@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="ppsd-shots-") as data, snapshots.serve(
             {"PPSD_DATA_DIRS": str(stage_examples(Path(data)))}) as url:
         # a cold server sweeps every exit head of the profile for the first page: give it time
-        shots = snapshots.visit(url, args.pages, tmp, {"overview": 1, "planner": 2, "profile": 2, "timeline": 1,
+        shots = snapshots.visit(url, args.pages, tmp, {"overview": 2, "planner": 3, "profile": 2, "timeline": 1,
                                                        "validation": 1}, timeout_s=600)
     bad = [s for s in shots if s.exceptions or s.errors]
     for s in shots:

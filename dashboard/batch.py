@@ -57,7 +57,12 @@ def not_measured(profile) -> bool:
     """A caption naming the command, when the profile answers for one sequence at a time."""
     if profile.batch.measured:
         return False
-    st.caption(f"This profile answers for one sequence at a time. `ppsd profile add-batch {profile.path}` measures "
+    from pathlib import Path
+
+    from dashboard.data import display_name
+
+    st.caption(f"This profile answers for one sequence at a time. `ppsd profile add-batch "
+               f"{display_name(Path(profile.path))}` measures "
                "passes of several sequences, and this section then says up to which batch size speculation pays.")
     return True
 

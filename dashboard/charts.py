@@ -158,7 +158,7 @@ def speedup_vs_exit(curves: pd.DataFrame, closed: pd.DataFrame, best: dict | Non
             label = closest["label"]
             fig.add_scatter(x=[closest["exit_layer"]], y=[closest["speedup"]], mode="markers+text",
                             name="closest speculative plan", text=[f"closest: {label}"],
-                            textposition=_text_side(closest["exit_layer"], num_layers),
+                            textposition=_text_side(closest["exit_layer"], num_layers).replace("top", "bottom"),
                             marker=dict(size=18, symbol="star-open", color=theme.OKABE_ITO["black"], line=dict(width=2)),
                             hovertemplate=f"closest speculative plan: {label}<br>%{{y:.2f}}× {basis.baseline}"
                                           "<extra></extra>")

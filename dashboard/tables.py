@@ -179,37 +179,23 @@ def heads_by_verdict(by_head: dict, verdict, basis: Basis, profile=None) -> pd.D
     beside it, the plan's α, and (with the profile) what a draft with the head costs."""
     rows = []
     for h, results in by_head.items():
-        row = {"exit head": head_label(h)}
-        if profile is not None:
-            row["draft head (ms)"] = float(profile.exit_head_ms(h, 1))
+        best = {}
         for m in (Mode.EESD, Mode.PPSD):
             mine = [r for r in results if r.plan.mode is m and degenerate_reason(r) is None]
-            best = max(mine, key=verdict.score, default=None)
-            name = m.name
-            row[f"best {name}"] = short_label(best.plan.label()) if best else "no usable plan"
-            row[f"{name} {basis.header}"] = verdict.score(best) if best else float("nan")
+            best[m.name] = max(mine, key=verdict.score, default=None)
+        row = {"exit head": head_label(h)}
+        for name, r in best.items():  # the plans and the verdict's figure first: what fits the screen
+            row[f"best {name}"] = short_label(r.plan.label()) if r else "no usable plan"
+            row[f"{name} {basis.header}"] = verdict.score(r) if r else float("nan")
+        for name, r in best.items():
             if basis.other_column:
-                row[f"{name} {basis.other_header}"] = best.speedup_vs_ar if best else float("nan")
-            row[f"{name} α"] = _num(plan_alpha(best)) if best else float("nan")
+                row[f"{name} {basis.other_header}"] = r.speedup_vs_ar if r else float("nan")
+            row[f"{name} α"] = _num(plan_alpha(r)) if r else float("nan")
+        if profile is not None:
+            row["draft head (ms)"] = float(profile.exit_head_ms(h, 1))
         row["head"] = h
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def head_comparison(rows: list[dict], sources: dict[str, str] | None = None) -> pd.DataFrame:
-    """`sim.planner.heads.comparison` rows (one per exit head) in the columns the pages show; `sources`
-    says per head whether its figures are "simulated" or a closed-form preview."""
-    out = []
-    for r in rows:
-        h = r["head"]
-        out.append({
-            "exit head": head_label(h), "draft head (ms)": r["draft_head_ms"], "best α": r["best_alpha"],
-            "at exit": r["best_alpha_exit"],
-            "best EESD": short_label(r["best_eesd"]) if r["best_eesd"] else None, "EESD ×": r["best_eesd_speedup"],
-            "best PPSD": short_label(r["best_ppsd"]) if r["best_ppsd"] else None, "PPSD ×": r["best_ppsd_speedup"],
-            "best plan": short_label(r["best_plan"]), "speedup": r["best_speedup"], "tokens/s": r["best_tokens_per_s"],
-            "source": (sources or {}).get(h, "simulated"), "head": h})
-    return pd.DataFrame(out)
 
 
 def stage_table(parts) -> pd.DataFrame:
