@@ -99,11 +99,15 @@ def overview_section(profile, path: str, stamp: float, verdict=None) -> None:
     if verdict is not None and head_note(profile, verdict):
         st.caption(head_note(profile, verdict))
     table = pd.DataFrame([{"batch size": e["batch"], "best EESD plan": e["plan"], "EESD ×": e["speedup_vs_ar"],
-                           "best PPSD plan": p["plan"], "PPSD ×": p["speedup_vs_ar"]}
+                           "best PPSD plan": p["plan"], "PPSD ×": p["speedup_vs_ar"],
+                           "PPSD × AR on both cores": p["speedup_vs_ar_tp"]}
                           for e, p in zip(curves["eesd"], curves["ppsd"])])
+    if table["PPSD × AR on both cores"].isna().all():  # the profile did not time AR on two threads
+        table = table.drop(columns=["PPSD × AR on both cores"])
     st.plotly_chart(charts.batch_curves(table, BASELINE), key="chart_batch_overview")
     st.dataframe(table, hide_index=True, width="stretch", key="table_batch_overview",
-                 column_config={c: st.column_config.NumberColumn(format="%.2f×") for c in ("EESD ×", "PPSD ×")})
+                 column_config={c: st.column_config.NumberColumn(format="%.2f×") for c in table.columns
+                                if c.endswith("×") or c.endswith("cores")})
     st.caption(f"Throughput over the whole batch against {BASELINE}. PPSD's two stages use two cores: "
                "`ppsd run --batch B --mode ppsd` also measures it against AR on both cores.")
 

@@ -693,7 +693,7 @@ def test_validation_page_shows_a_batched_validation(monkeypatch, data_root, tmp_
     assert not _problems(at)
     assert any(m.label == "speedup error (MAPE)" and m.value == f"{doc['summary']['mape_pct']:.1f}%" for m in at.metric)
     table = next(d.value for d in at.dataframe if "measured × AR on both cores" in d.value.columns)
-    assert len(table) == doc["summary"]["pairs"] and set(table["batch"]) == set(doc["batch_sizes"])
+    assert len(table) == doc["summary"]["pairs"] and set(table["batch size"]) == set(doc["batch_sizes"])
 
 
 def test_planner_offers_a_confidence_stop_on_a_profile_with_confidences(monkeypatch, tmp_path):

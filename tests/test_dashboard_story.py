@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -119,6 +120,9 @@ def test_batch_section_prices_ppsd_plan_batch_heads_and_matches_its_json(batch_s
     assert [(p["plan"], p["exit_head"]) for p in ours] == [(p["plan"], p["exit_head"]) for p in cli["plans"]]
     assert [p["speedup_vs_ar"] for p in ours] == pytest.approx([p["speedup_vs_ar"] for p in cli["plans"]])
     assert {p["exit_head"] for p in cli["plans"]} == set(batch.heads(sweep_cache.profile(str(BATCH_PROFILE), 0.0)))
+    for scheme in ("eesd", "ppsd"):  # the Overview's best plan at each batch size: the CLI's curve
+        assert [(p["batch"], p["plan"]) for p in batch.curve(str(BATCH_PROFILE), 0.0, scheme)] == \
+            [(p["batch"], p["plan"]) for p in cli["curve"][scheme]]
     shown = batch.ranked_table(ours)
     assert list(shown["plan"]) == [p["plan"] for p in cli["plans"][: batch.TOP]]
     assert "trained" in set(shown["exit head"])  # the trained head's plans the table used to leave out
@@ -157,7 +161,7 @@ def test_acceptance_only_folders_are_offered_only_under_acceptance_from():
     """`ppsd profile --skip-latency` folders (examples/*/measured-traces) are never a profile to plan on, and
     each is a source of acceptance for the measured profile of the same model."""
     found = {data.display_name(p, [EXAMPLES_DIR]): str(p) for p in data.find_profiles([EXAMPLES_DIR])}
-    metas = {p: json.loads((data.Path(p) / "profile.json").read_text()) for p in found.values()}
+    metas = {p: json.loads((Path(p) / "profile.json").read_text()) for p in found.values()}
     offered = data.plannable(found, metas)
     traces = [label for label in found if label.endswith("measured-traces")]
     assert traces and not set(traces) & set(offered)
