@@ -9,6 +9,8 @@ pass, and `BatchState.valid` marks which slots a sequence still attends to. A pr
 longest is left-padded with invalid slots; a rejected draft's slot turns invalid (a hole) instead of
 being cropped, except the trailing slots every sequence rejected, which are cropped. A sequence that
 finishes (its token budget or EOS) leaves the batch: its row is dropped from the cache and the state.
+A sequence that joins a running batch (the serving loop, `runtime/serve/engine.py`) is prefilled alone,
+then stacked onto the rectangle: the narrower of the two is left-padded with invalid slots (`join`).
 
 Greedy output equals each sequence's own AR output up to the arithmetic of batched passes: `ppsd run
 --batch B` compares it with AR at the same batch size and at batch 1 (`runtime/batch_run.py`).
@@ -63,6 +65,37 @@ class BatchState:
         self.valid, self.pos = self.valid.index_select(0, index), self.pos.index_select(0, index)
         self.rows = [self.rows[r] for r in rows]
         self.tokens = [self.tokens[r] for r in rows]
+
+    def pad_left(self, slots: int) -> None:
+        """Widen every row by `slots` invalid slots on the left (zeros no query attends to): a joining
+        sequence's cache meets the rectangle's width, or the rectangle meets a longer newcomer's."""
+        if slots <= 0:
+            return
+        for layer in list(self.cache.keys):
+            k, v = self.cache.keys[layer], self.cache.values[layer]
+            pad = (k.shape[0], k.shape[1], slots, k.shape[3])
+            self.cache.keys[layer] = torch.cat([k.new_zeros(pad), k], dim=2)
+            self.cache.values[layer] = torch.cat([v.new_zeros(pad), v], dim=2)
+        self.valid = torch.cat([self.valid.new_zeros((self.valid.shape[0], slots)), self.valid], dim=1)
+
+    def join(self, other: "BatchState") -> None:
+        """Append `other`'s rows (a sequence joining a running batch): the narrower of the two is
+        left-padded with invalid slots to the wider one's width, then the rows are stacked."""
+        width, theirs = self.valid.shape[1], other.valid.shape[1]
+        self.pad_left(theirs - width)
+        other.pad_left(width - theirs)
+        for layer in list(self.cache.keys):
+            self.cache.keys[layer] = torch.cat([self.cache.keys[layer], other.cache.keys[layer]], dim=0)
+            self.cache.values[layer] = torch.cat([self.cache.values[layer], other.cache.values[layer]], dim=0)
+        self.valid = torch.cat([self.valid, other.valid], dim=0)
+        self.pos = torch.cat([self.pos, other.pos])
+        self.rows = self.rows + other.rows
+        self.tokens = self.tokens + other.tokens
+
+    @property
+    def width(self) -> int:
+        """Slots every row holds (committed tokens, holes and padding): the cache's width."""
+        return int(self.valid.shape[1])
 
     def crop_common_tail(self) -> None:
         """Crop the trailing slots no sequence attends to (every sequence rejected them)."""
@@ -148,6 +181,19 @@ def _ids(column: list[int]) -> torch.Tensor:
     return torch.tensor(column, dtype=torch.long).unsqueeze(1)
 
 
+def ar_step(model, state: BatchState, samplers) -> None:
+    """One full pass of every live sequence on its last token: each commits one token (samplers indexed by
+    `state.rows`)."""
+    ids = _ids([t[-1] for t in state.tokens])
+    mask = pass_mask(state.valid, 0, 1)
+    h = model.forward_layers(model.embed(ids), 0, model.num_layers, state.cache, 0, attention_mask=mask,
+                             positions=_positions(state.pos, 1))
+    for i, tok in enumerate(_choose_rows(samplers, state, model.head(h)[:, -1])):
+        state.tokens[i].append(tok)
+    state.valid = torch.cat([state.valid, torch.ones_like(state.valid[:, :1])], dim=1)
+    state.pos += 1
+
+
 @torch.inference_mode()
 def generate_ar_batch(model, prompts: list[list[int]], max_new: list[int], samplers: list[Sampler],
                       eos: set[int] | None = None) -> BatchRecord:
@@ -158,14 +204,7 @@ def generate_ar_batch(model, prompts: list[list[int]], max_new: list[int], sampl
     passes = slots = 0
     _leave(state, max_new, eos, done, finish, t1)
     while state.rows:
-        ids = _ids([t[-1] for t in state.tokens])
-        mask = pass_mask(state.valid, 0, 1)
-        h = model.forward_layers(model.embed(ids), 0, model.num_layers, state.cache, 0, attention_mask=mask,
-                                 positions=_positions(state.pos, 1))
-        for i, tok in enumerate(_choose_rows(samplers, state, model.head(h)[:, -1])):
-            state.tokens[i].append(tok)
-        state.valid = torch.cat([state.valid, torch.ones_like(state.valid[:, :1])], dim=1)
-        state.pos += 1
+        ar_step(model, state, samplers)
         passes += 1
         slots = state.valid.shape[1]
         _leave(state, max_new, eos, done, finish, t1)
@@ -228,6 +267,14 @@ def commit_round(state: BatchState, drafts, qs, logits, samplers, rounds: list[l
     state.crop_common_tail()
 
 
+def eesd_round(model, state: BatchState, exit_layer: int, gamma: int, samplers, drafter, rounds) -> None:
+    """γ drafts a sequence, one verification pass, each sequence's accepted prefix and the verifier's token
+    committed (`rounds[row]` gets its accepted drafts)."""
+    h_exits, drafts, qs = draft_round(model, state, exit_layer, gamma, samplers, drafter)
+    logits = verify_round(model, state, h_exits, exit_layer)
+    commit_round(state, drafts, qs, logits, samplers, rounds)
+
+
 @torch.inference_mode()
 def generate_eesd_batch(model, prompts: list[list[int]], max_new: list[int], samplers: list[Sampler],
                         exit_layer: int, gamma: int, eos: set[int] | None = None, drafter=None) -> BatchRecord:
@@ -241,9 +288,7 @@ def generate_eesd_batch(model, prompts: list[list[int]], max_new: list[int], sam
     while state.rows:
         # never draft past what the sequence furthest along can still commit
         g = min(gamma, max(max_new[r] - len(t) - 1 for r, t in zip(state.rows, state.tokens)))
-        h_exits, drafts, qs = draft_round(model, state, exit_layer, g, samplers, drafter)
-        logits = verify_round(model, state, h_exits, exit_layer)
-        commit_round(state, drafts, qs, logits, samplers, rounds)
+        eesd_round(model, state, exit_layer, g, samplers, drafter, rounds)
         passes += 1
         slots = state.valid.shape[1]
         _leave(state, max_new, eos, done, finish, t1)
