@@ -20,6 +20,7 @@ says how); `python -m bench` (`make bench`) runs the speed benchmarks and prints
     gpu_check          the GPU check's phases (run it through bench/gpu_check.sh)
     gpu_check_env      the environment check gpu_check.sh runs first (imports, pins, carried wheels)
     screenshots        the README's dashboard pictures and their stamp
+    serve              the load generator of `ppsd bench-serve`: a workload replayed against an OpenAI-compatible server
 
 Shell scripts beside them: gpu_check.sh (the GPU check on a lent machine), fetch_gpu_wheels.sh (the
 wheels it carries), make_example_profile.sh (the committed example profile).

@@ -12,7 +12,7 @@ from ppsd import __version__
 from ppsd.errors import UserError
 
 # Modules that own subcommands: each has `register(subparsers)` and must not import torch at import time.
-COMMAND_MODULES = ["profiler.cli", "profiler.heads.cli", "sim.cli", "runtime.cli", "validation.cli"]
+COMMAND_MODULES = ["profiler.cli", "profiler.heads.cli", "sim.cli", "runtime.cli", "runtime.serve.cli", "validation.cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:

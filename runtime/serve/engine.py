@@ -223,10 +223,14 @@ class ServeEngine:
         self._thread = threading.Thread(target=self._run, name="ppsd-serve-engine", daemon=True)
         self._thread.start()
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the thread; every request still there gets an `abort` event."""
+    def stop(self) -> None:
+        """Ask the thread to stop (it aborts every request still there); returns at once."""
         self._stop.set()
         self._wake.set()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the thread and wait for it; every request still there gets an `abort` event."""
+        self.stop()
         if self._thread is not None:
             self._thread.join(timeout_s)
         else:
