@@ -69,11 +69,38 @@ def register(sub) -> None:
                    "sequences at once, against AR at each B, on prompts the profile never traced (needs latency.batch)")
     add_runtime_options(v, both=True)
     v.add_argument("--json", action="store_true", help="print validation.json alone on stdout (progress on stderr)")
+    serve = v.add_argument_group("serving traffic (--serve): `ppsd serve` under open-loop loads against the simulator")
+    serve.add_argument("--serve", action="store_true", help="measure the real serving loop at several loads and "
+                       "policies, in turns, on prompts the profile never traced, beside `predict_serving` "
+                       "(writes serve_validation.json)")
+    serve.add_argument("--model", help="the model the servers load (default: the profile's)")
+    serve.add_argument("--policies", metavar="SPECS", help="';'-separated policies (default: ar, the best EESD at "
+                       "batch 1, goodput at its exit)")
+    serve.add_argument("--rates", metavar="R1,R2", help="Poisson loads in requests/s (default: 0.3 and 0.9 of AR's "
+                       "estimated capacity at --max-batch)")
+    serve.add_argument("--trace", metavar="FILE", help="the trace a window is replayed from (default: the Azure "
+                       "conversation trace; none: no trace load)")
+    serve.add_argument("--trace-start", type=float, default=0.0, metavar="S", help="where the window starts (s)")
+    serve.add_argument("--trace-rate", type=float, metavar="R", help="the window's clock stretched to R requests/s "
+                       "(default 0.6 of AR's estimated capacity)")
+    serve.add_argument("--num-prompts", type=int, default=32, help="requests per load (default 32)")
+    serve.add_argument("--output-len", type=int, help="tokens a request generates (default: the profile's max new "
+                       "tokens; a trace's scaled lengths are capped at it)")
+    serve.add_argument("--max-batch", type=int, default=8, help="the servers' --max-batch (default 8)")
+    serve.add_argument("--max-tokens", type=int, default=2048, help="the servers' token budget an iteration")
+    serve.add_argument("--replications", type=int, default=20, help="simulated replications for each 90%% "
+                       "interval (default 20)")
+    serve.add_argument("--force", action="store_true", help="replace an existing --out folder")
     v.set_defaults(func=cmd_validate)
 
 
 def cmd_validate(args) -> int:
     from validation.command import validate_command
+
+    if args.serve:
+        from validation.serve import run_serve_validation
+
+        return run_serve_validation(args)
 
     if args.batch_sizes:
         from profiler.batch_cli import parse_batch_sizes
