@@ -42,6 +42,7 @@ from ppsd.statistics import percent_error, widened
 SCHEMA_VERSION = 1
 JSON_FILE = "validation.json"
 BATCH_JSON_FILE = "batch_validation.json"  # `ppsd validate --batch-sizes` (validation/batch.py; docs/contracts.md)
+SERVE_JSON_FILE = "serve_validation.json"  # `ppsd validate --serve` (validation/serve.py; docs/contracts.md)
 CSV_FILE = "validation.csv"
 TIMELINES_DIR = "timelines"
 MEASURED, SIMULATED = "measured", "simulated"

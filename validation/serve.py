@@ -36,8 +36,8 @@ from pathlib import Path
 
 from ppsd.errors import UserError
 from ppsd.statistics import percent_error
+from ppsd.validation_folder import SERVE_JSON_FILE as JSON_FILE
 
-JSON_FILE = "serve_validation.json"
 HEADLINE = ("ttft_p50_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
 ENDPOINT = "/v1/chat/completions"
 LOAD_FRACTIONS = (0.3, 0.9)  # default Poisson rates, as fractions of AR's estimated capacity
@@ -399,7 +399,7 @@ def _measure(settings, model_spec, policies, loads, predictions, folder: Path) -
                 spec = policy.spec()
                 bound = max(60.0, 3.0 * predictions[(load.name, spec)].run.metrics.duration_s + 30.0)
                 print(f"validate --serve: measuring {spec} at {load.name} ({len(load.workload.requests)} requests over "
-                      f"{load.workload.duration_s:.0f} s, at most {bound:.0f} s)", file=sys.stderr, flush=True)
+                      f"{load.workload.duration_s:.1f} s, at most {bound:.0f} s)", file=sys.stderr, flush=True)
                 result = run_bench(load.workload, servers[spec].url, ENDPOINT, ignore_eos=True, max_duration_s=bound)
                 name = f"runs/{load.name}.{_slug(spec)}.json"
                 atomic_write_json(folder / name, {k: v for k, v in result.to_json_dict().items() if k != "workload"})
