@@ -178,7 +178,7 @@ def test_python_m_bench_serve_is_the_same_command(capsys):
 
 
 @pytest.mark.parametrize("argv,words", [(["--policy", "bogus"], "is not one of"),
-                                        (["--policy", "ppsd:3"], "simulator only"),
+                                        (["--policy", "eesd:9:2"], "outside 1..5"),
                                         (["--policy", "goodput:3"], "add --profile"),
                                         (["--max-batch", "0"], "max-batch 0")])
 def test_serve_bad_input_is_one_line_exit_2(argv, words, capsys):
@@ -210,8 +210,9 @@ def _children(pid: int) -> list[int]:
 
 
 def test_sigint_stops_the_server_cleanly_mid_request_with_no_process_left():
-    proc, url = start_server("--policy", "ar")
+    proc, url = start_server("--policy", "ppsd:3")
     children = _children(proc.pid)
+    assert children  # PPSD's stage 1
     with httpx2.stream("POST", url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1500, "stream": True,
                                                                 "ignore_eos": True}, timeout=60) as resp:
         lines = resp.iter_lines()

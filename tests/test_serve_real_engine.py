@@ -1,7 +1,8 @@
-"""runtime/serve/engine.py: the continuous-batching engine over the batched runtime. Requests arrive at
-ragged iterations, join a running batch (left-padded either way), leave at EOS or their budget; every
-request's greedy output is AR's for its prompt alone, under AR, EESD and the load-following policies, and
-the KV-cache rectangle's width follows the rule the simulator models."""
+"""runtime/serve/engine.py (and pipeline.py): the continuous-batching engine over the batched runtime.
+Requests arrive at ragged iterations, join a running batch (left-padded either way), leave at EOS or their
+budget; every request's greedy output is AR's for its prompt alone, under AR, EESD, PPSD (its stage 1 in its
+own process) and the load-following policies, and the KV-cache rectangle's width follows the rule the
+simulator models."""
 
 from __future__ import annotations
 
@@ -61,11 +62,14 @@ def _replay(engine, tiny, script=SCRIPT):
 
 
 @pytest.mark.parametrize("spec", ["ar", "eesd:3:2", "eesd:1:4", "eesd:5:3", "off-above:2:3:2",
-                                  "table:3:1=4,2=2,3=0", "goodput:3:4"])
+                                  "table:3:1=4,2=2,3=0", "goodput:3:4", "ppsd:1", "ppsd:3", "ppsd:5"])
 def test_every_request_gets_ar_output_alone_under_joins_and_leaves(tiny, spec):
     engine = ServeEngine(tiny, parse_policy(spec), SchedulerConfig(max_batch=4, max_tokens=256),
                          cost=LinearCost(), alpha=0.6)
-    got = _replay(engine, tiny)
+    try:
+        got = _replay(engine, tiny)
+    finally:
+        engine.close()
     assert sorted(got) == list(range(len(SCRIPT)))
     for i, (_, p, budget, ignore) in enumerate(SCRIPT):
         tokens, reason, timing = got[i]
@@ -80,6 +84,9 @@ def test_every_request_gets_ar_output_alone_under_joins_and_leaves(tiny, spec):
     if speculative:
         assert any(t.drafted > 0 for _, _, t in got.values())
         assert all(t.accepted <= t.drafted for _, _, t in got.values())
+    if spec.startswith("ppsd"):  # one verdict per token after the first
+        assert all(t.drafted == t.output_tokens - 1 for _, _, t in got.values())
+        assert not engine.pipe.stage_one.proc.is_alive()
 
 
 def test_a_request_that_stops_at_eos_leaves_early_unless_it_ignores_eos(tiny):
@@ -192,9 +199,15 @@ def test_the_engine_thread_serves_and_stops(tiny):
 
 
 def test_what_the_real_loop_does_not_run_is_refused(tiny):
-    for spec, words in (("ppsd:3", "simulator only"), ("eesd:9:2", "outside"), ("goodput:3", "batch cost tables")):
+    from sim.serve.policies.fixed import EesdPolicy
+
+    class SimulatedOnly(EesdPolicy):
+        runs_real = False
+
+    for policy, words in ((SimulatedOnly(3, 2), "simulator only"), (parse_policy("eesd:9:2"), "outside"),
+                          (parse_policy("goodput:3"), "batch cost tables")):
         with pytest.raises(UserError, match=words):
-            check_policy(parse_policy(spec), tiny.num_layers, SchedulerConfig(), None)
+            check_policy(policy, tiny.num_layers, SchedulerConfig(), None)
     with pytest.raises(UserError, match="prefills first"):
         check_policy(parse_policy("ar"), tiny.num_layers, SchedulerConfig(prefill="chunked"), None)
     with pytest.raises(UserError, match="max-tokens 8 cannot hold"):
@@ -215,17 +228,21 @@ def test_smollm2_requests_joining_and_leaving_get_ar_output():
     torch.set_num_threads(1)
     model = load_model("smollm2-135m")
     prompts = [model.encode_prompt(p.text)[-64:] for p in load_prompts(None, limit=4)]
-    engine = ServeEngine(model, parse_policy("eesd:20:3"), SchedulerConfig(max_batch=3))
-    out: dict[int, list[int]] = {}
     budgets = [8, 5, 7, 6]
-    for i in range(2):
-        engine.submit(prompts[i], budgets[i], lambda ev, i=i: out.setdefault(i, []).extend(ev.tokens),
-                      ignore_eos=True)
-    for _ in range(3):
-        engine.step()
-    for i in range(2, 4):
-        engine.submit(prompts[i], budgets[i], lambda ev, i=i: out.setdefault(i, []).extend(ev.tokens),
-                      ignore_eos=True)
-    engine.run_until_idle()
-    for i, p in enumerate(prompts):
-        assert out[i] == generate_ar(model, p, budgets[i], Sampler.make(0, 0)).tokens, i
+    ar = [generate_ar(model, p, n, Sampler.make(0, 0)).tokens for p, n in zip(prompts, budgets)]
+    for spec in ("eesd:20:3", "ppsd:20"):
+        engine = ServeEngine(model, parse_policy(spec), SchedulerConfig(max_batch=3))
+        out: dict[int, list[int]] = {}
+        try:
+            for i in range(2):
+                engine.submit(prompts[i], budgets[i], lambda ev, i=i: out.setdefault(i, []).extend(ev.tokens),
+                              ignore_eos=True)
+            for _ in range(3):
+                engine.step()
+            for i in range(2, 4):
+                engine.submit(prompts[i], budgets[i], lambda ev, i=i: out.setdefault(i, []).extend(ev.tokens),
+                              ignore_eos=True)
+            engine.run_until_idle()
+        finally:
+            engine.close()
+        assert [out[i] for i in range(4)] == ar, spec

@@ -425,19 +425,26 @@ def _rows(model, policies, loads, predictions, measured) -> list[ServeRow]:
             spec = policy.spec()
             result, name = measured[(load.name, spec)]
             pred = predictions[(load.name, spec)]
-            mismatched, checked = [], 0
-            for r in result.results:
-                if r.timing.ok and r.token_ids is not None:
-                    checked += 1
-                    req = texts[r.timing.request_id]
-                    if r.token_ids != reference[req.prompt_id][: len(r.token_ids)]:
-                        mismatched.append(r.timing.request_id)
+            mismatched, checked = mismatches(result.results, texts, reference)
             rows.append(ServeRow(spec, load.name, load.rate, len(load.workload.requests), result.metrics.completed,
                                  {x: (pred.bands[x].point, pred.bands[x].lo, pred.bands[x].hi) for x in HEADLINE},
                                  headline(result.metrics), (not mismatched) if checked else None, mismatched,
                                  pred.run.metrics.acceptance_rate, result.metrics.acceptance_rate, result.cpu_share,
                                  name))
     return rows
+
+
+def mismatches(results, requests: dict, reference: dict[str, list[int]]) -> tuple[list[int], int]:
+    """(the completed requests whose tokens are not AR's alone for their prompt, how many were checked):
+    `requests` by id, `reference` each prompt's AR tokens (at least as long as any request of it)."""
+    bad, checked = [], 0
+    for r in results:
+        if r.timing.ok and r.token_ids is not None:
+            checked += 1
+            want = reference[requests[r.timing.request_id].prompt_id]
+            if len(r.token_ids) > len(want) or r.token_ids != want[: len(r.token_ids)]:
+                bad.append(r.timing.request_id)
+    return bad, checked
 
 
 def _ar_references(model, loads, measured) -> dict[str, list[int]]:

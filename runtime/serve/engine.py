@@ -24,9 +24,14 @@ width follows one rule, which the simulator models too (`sim/serve/engine.py`):
     rejected: it adds 1 + the most drafts any sequence accepted;
   * a leaving sequence's row is dropped and the width stays.
 
+Under `ppsd:E` the decode is a tick of the batched two-stage pipeline instead (`runtime/serve/pipeline.py`:
+stage 1 in a forked process, stage 2 on the engine's thread, each with its own rectangle; a newcomer's first
+tick is stage 1's only, a rejected draft costs its sequence the next tick); the rule above is stage 2's for
+joins and leaves, and a tick adds one slot (none when every sequence's new slot is a hole).
+
 A sequence's `rounds` count every decode iteration that committed tokens to it (AR steps included), so
-its mean accepted length is 1 under AR. PPSD (the batched lock-step pipeline) does not join a running
-batch: the real loop runs `ar`, `eesd`, `off-above`, `table` and `goodput` (`ServePolicy.runs_real`).
+its mean accepted length is 1 under AR. The real loop runs every policy: `ar`, `eesd`, `ppsd`, `off-above`,
+`table` and `goodput` (`ServePolicy.runs_real`).
 """
 
 from __future__ import annotations
@@ -95,7 +100,9 @@ class IterationRecord:
 
 
 def width_after(width: int, record: IterationRecord) -> int:
-    """The cache-width rule (the module doc) for one iteration: what the width becomes."""
+    """The cache-width rule (the module doc) for a prefill, an AR step or an EESD round: what the width becomes."""
+    if record.kind not in ("prefill", "ar", "eesd"):
+        raise ValueError(f"the width rule covers prefill, AR and EESD iterations, not {record.kind}")
     if record.live_after == 0:
         return 0
     if record.kind == "prefill":
@@ -134,8 +141,8 @@ def max_draft_len(policy: ServePolicy) -> int:
 
 def check_policy(policy: ServePolicy, num_layers: int, config: SchedulerConfig, cost) -> None:
     """UserError unless the real loop runs `policy` on this model with `config` (and `cost` where it needs one)."""
-    if not policy.runs_real or policy.pipelined:
-        raise UserError(f"policy {policy.spec()!r} runs in the simulator only (the real loop runs ar, eesd, "
+    if not policy.runs_real:
+        raise UserError(f"policy {policy.spec()!r} runs in the simulator only (the real loop runs ar, eesd, ppsd, "
                         "off-above, table and goodput)", "give e.g. --policy eesd:24:3")
     policy.check(num_layers)
     policy.decide(1, 64.0, AcceptanceSeen(DEFAULT_PRIOR_ALPHA), cost)  # goodput without cost tables: UserError
@@ -165,7 +172,7 @@ class ServeEngine:
 
     def __init__(self, model, policy: ServePolicy, config: SchedulerConfig | None = None, *, cost=None,
                  alpha: float = DEFAULT_PRIOR_ALPHA, heads_dir: str | None = None, exit_head: str = SHARED,
-                 eos: set[int] | None = None):
+                 eos: set[int] | None = None, stage_core: int | None = None):
         self.model, self.policy = model, policy
         self.config = config or SchedulerConfig()
         self.cost = cost
@@ -186,6 +193,11 @@ class ServeEngine:
         self._wake, self._stop = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
         self._drafters: dict[int, object] = {}
+        self.pipe = None  # PPSD: stage 1's process and stage 2's view of the rows (runtime/serve/pipeline.py)
+        if policy.pipelined:
+            from runtime.serve.pipeline import PipelineBatch
+
+            self.pipe = PipelineBatch(model, policy.exit_layer, self._drafter(policy.exit_layer), stage_core)
 
     # --- the caller's side (any thread) -------------------------------------------------------------
 
@@ -236,6 +248,8 @@ class ServeEngine:
         else:
             self._drain()
             self._abort_all("the server stopped")
+        if self.pipe is not None:
+            self.pipe.close()
 
     @property
     def live(self) -> int:
@@ -277,6 +291,8 @@ class ServeEngine:
             self._abort_all(f"{exc.__class__.__name__}: {exc}", FinishReason.ERROR)
             self.scheduler = Scheduler(self.config)
             self.state = None
+            if self.pipe is not None:
+                self.pipe.reset()
         return True
 
     def run_until_idle(self, max_iterations: int = 1_000_000) -> None:
@@ -310,25 +326,33 @@ class ServeEngine:
         elif it.decode:
             if len(it.decode) != live:  # check_policy sizes the token budget for every running sequence
                 raise RuntimeError(f"the scheduler decodes {len(it.decode)} of {live} running sequences")
-            gamma, most = self._decode(spec)
-            self.last = IterationRecord("eesd" if gamma else "ar", before, self.width, draft_len=gamma,
-                                        most_accepted=most, live_after=self.live)
+            gamma, most = self._tick() if spec.pipelined else self._decode(spec)
+            kind = "ppsd" if spec.pipelined else "eesd" if gamma else "ar"
+            self.last = IterationRecord(kind, before, self.width, draft_len=gamma, most_accepted=most,
+                                        live_after=self.live)
 
     def _prefill(self, rid: int, tokens: int) -> int:
         """Prefill one prompt alone and join its row -> its length (0: its first token ended it)."""
         req = self._requests[rid]
-        one, logits = batch_prefill(self.model, [req.prompt])
+        if self.pipe is not None:
+            one, first = self.pipe.prefill(req.prompt)
+        else:
+            one, logits = batch_prefill(self.model, [req.prompt])
+            first = GREEDY.choose(logits[0])[0]
+            one.tokens[0].append(first)
         one.rows = [rid]
-        first = GREEDY.choose(logits[0])[0]
-        one.tokens[0].append(first)
         self.prefills += 1
         self.scheduler.prefilled(rid, tokens)
         if self._deliver({rid: [first]}, first=True):
+            if self.pipe is not None:
+                self.pipe.join(None)
             return 0  # its first token ended it: it never joins
         if self.state is None:
             self.state = one
         else:
             self.state.join(one)
+        if self.pipe is not None:
+            self.pipe.join(one)
         return len(req.prompt)
 
     def _decode(self, spec: Speculation) -> tuple[int, int]:
@@ -351,6 +375,18 @@ class ServeEngine:
         new = {r: st.tokens[i][before[i]:] for i, r in enumerate(st.rows)}
         self._deliver(new, judged=judged, accepted=accepted)
         return gamma, max(accepted.values()) if accepted else 0
+
+    def _tick(self) -> tuple[int, int]:
+        """One PPSD tick of the running batch (both stages at once) -> (1, whether any draft stood)."""
+        st = self.state
+        before = {r: len(t) for r, t in zip(st.rows, st.tokens)}
+        verdicts = self.pipe.tick(st)
+        new = {r: t[before[r]:] for r, t in zip(st.rows, st.tokens) if len(t) > before[r]}
+        accepted = {r: int(v) for r, v in verdicts.items()}
+        self.seen.record(len(accepted), sum(accepted.values()))
+        self.speculative_iterations += 1
+        self._deliver(new, judged={r: 1 for r in accepted}, accepted=accepted)
+        return 1, max(accepted.values(), default=0)
 
     def _drafter(self, exit_layer: int):
         if exit_layer not in self._drafters:
@@ -393,10 +429,16 @@ class ServeEngine:
         if self.state is None or not rids:
             return
         stay = [i for i, r in enumerate(self.state.rows) if r not in rids]
+        if len(stay) == len(self.state.rows):
+            return
         if not stay:
             self.state = None  # the rectangle resets
+            if self.pipe is not None:
+                self.pipe.reset()
         else:
             self.state.keep(stay)
+            if self.pipe is not None:
+                self.pipe.keep(stay)
 
     def _abort(self, rid: int, why: str, reason: FinishReason) -> None:
         req = self._requests.pop(rid, None)

@@ -14,7 +14,9 @@ accepted and its rounds. Other clients ignore the extra field.
 Threads: the engine runs on its own thread pinned to one core (torch at one thread); the HTTP event loop
 runs on the main thread, pinned to the other cores; the engine hands each delivery to its request's
 asyncio queue with `call_soon_threadsafe`. SIGINT stops the server: open streams get a few seconds, then
-the engine stops and every request still there is aborted. No child process is started.
+the engine stops and every request still there is aborted. Under `ppsd:E` the engine forks PPSD's stage 1
+(`runtime/serve/pipeline.py`), pinned to one of the HTTP loop's cores; it ignores SIGINT and the engine stops it,
+so no process is left.
 """
 
 
@@ -347,14 +349,14 @@ def serve_command(args) -> int:
     engine_core, http_cores = split_cores(args.engine_core)
     sock = bind_socket(args.host, args.port)
     try:
-        engine, model = _load_engine(args, policy, config)
+        engine, model = _load_engine(args, policy, config, min(http_cores) if http_cores else None)
     except BaseException:
         sock.close()
         raise
     return _run(args, sock, engine, model, engine_core, http_cores)
 
 
-def _load_engine(args, policy, config):
+def _load_engine(args, policy, config, stage_core: int | None):
     import torch
 
     from runtime.llm import load_model
@@ -378,7 +380,7 @@ def _load_engine(args, policy, config):
     model = load_model(args.model, device="cpu", dtype=args.dtype)
     check_policy(policy, model.num_layers, config, cost)
     engine = ServeEngine(model, policy, config, cost=cost, alpha=prior_alpha(profile, policy), heads_dir=args.heads,
-                         exit_head=args.exit_head or ("trained" if args.heads else "shared"))
+                         exit_head=args.exit_head or ("trained" if args.heads else "shared"), stage_core=stage_core)
     return engine, model
 
 

@@ -55,7 +55,6 @@ class PpsdPolicy(ServePolicy):
 
     exit_layer: int
     name = "ppsd"
-    runs_real = False  # the real loop does not join requests into a running pipeline: simulated only
 
     def decide(self, live, context, seen, cost) -> Speculation:
         return Speculation(self.exit_layer, 1, pipelined=True)
