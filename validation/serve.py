@@ -174,12 +174,13 @@ def default_policies(profile) -> str:
     return f"ar;eesd:{best.exit_layer}:{best.draft_len};goodput:{best.exit_layer}"
 
 
-def ar_capacity(profile, max_batch: int, width: float, output_len: int) -> float:
-    """Requests a second AR serves at `max_batch` live sequences (the decode alone): the load scale."""
+def ar_capacity(profile, max_batch: int, prompt_tokens: float, output_len: int) -> float:
+    """Requests a second AR serves at `max_batch` live sequences, prefill first: a batch's prompts prefilled one
+    after another, then `output_len` steps at the median width. The scale the default loads are set on."""
     from sim.batch.costs import batch_costs
 
-    step_ms = batch_costs(profile).ar_step(max_batch, width)
-    return max_batch * 1000.0 / (output_len * step_ms)
+    step_ms = batch_costs(profile).ar_step(max_batch, prompt_tokens + output_len / 2)
+    return max_batch * 1000.0 / (max_batch * profile.prefill_ms(prompt_tokens) + output_len * step_ms)
 
 
 def _round_rate(rate: float) -> float:
@@ -220,8 +221,8 @@ def build_loads(settings: ServeSettings, profile, prompts: list, output_len: int
 
     from sim.serve.workload import synthetic_workload, trace_workload
 
-    width = float(np.median([p.prompt_tokens for p in prompts])) + output_len / 2
-    capacity = ar_capacity(profile, settings.max_batch, width, output_len)
+    capacity = ar_capacity(profile, settings.max_batch, float(np.median([p.prompt_tokens for p in prompts])),
+                           output_len)
     rates = settings.rates or [_round_rate(f * capacity) for f in LOAD_FRACTIONS]
     loads = [Load(f"poisson-{r:g}", "poisson", synthetic_workload(prompts, rate=r, count=settings.num_prompts,
                                                                    seed=settings.seed + i, output_tokens=output_len))
