@@ -97,6 +97,18 @@ class BatchState:
         """Slots every row holds (committed tokens, holes and padding): the cache's width."""
         return int(self.valid.shape[1])
 
+    def crop_common_head(self) -> int:
+        """Drop the leading columns no row attends to (a departed row's older slots; each row's prompt starts
+        valid, so what stays starts at the oldest row's prompt) -> how many."""
+        attended = self.valid.any(dim=0).nonzero()
+        first = int(attended.min()) if len(attended) else 0
+        if first:
+            for layer in list(self.cache.keys):
+                self.cache.keys[layer] = self.cache.keys[layer][..., first:, :]
+                self.cache.values[layer] = self.cache.values[layer][..., first:, :]
+            self.valid = self.valid[:, first:]
+        return first
+
     def crop_common_tail(self) -> None:
         """Crop the trailing slots no sequence attends to (every sequence rejected them)."""
         attended = self.valid.any(dim=0).nonzero()

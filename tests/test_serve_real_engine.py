@@ -110,9 +110,10 @@ def test_a_request_that_stops_at_eos_leaves_early_unless_it_ignores_eos(tiny):
 @pytest.mark.parametrize("spec", ["ar", "eesd:3:3", "goodput:2:4"])
 def test_the_cache_width_follows_the_rule_the_simulator_models(tiny, spec):
     """width 0 when empty; a join makes it max(width, P); an AR step adds 1; an EESD round adds 1 + the most
-    drafts any sequence accepted; a leave keeps it (`width_after`), iteration by iteration of a replay."""
+    drafts any sequence accepted; a leave takes the leading columns no remaining row attends to, so the
+    rectangle is the oldest live row's span (`width_after`), iteration by iteration of a replay."""
     engine = ServeEngine(tiny, parse_policy(spec), SchedulerConfig(max_batch=3), cost=LinearCost())
-    kinds = set()
+    kinds, croppings = set(), []
     original = engine.step
 
     def step():
@@ -122,13 +123,16 @@ def test_the_cache_width_follows_the_rule_the_simulator_models(tiny, spec):
             rec = engine.last
             kinds.add(rec.kind)
             assert rec.width_before == width and engine.width == rec.width_after == width_after(width, rec)
-            assert engine.state is None or engine.state.valid.shape[1] == engine.width
+            if engine.state is not None:  # from the oldest live row's first column on
+                assert engine.state.valid.shape[1] == engine.width and bool(engine.state.valid[:, 0].any())
+            croppings.append(rec.cropped)
             if rec.kind == "prefill" and rec.joined and width:
                 assert engine.width == max(width, *rec.joined)
         return ran
     engine.step = step
     _replay(engine, tiny)
     assert "prefill" in kinds and ({"ar", "eesd"} & kinds)
+    assert any(croppings)  # some leaver took the columns only it held
 
 
 def test_a_longer_newcomer_widens_every_running_row_and_a_shorter_one_is_padded(tiny):

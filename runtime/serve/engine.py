@@ -22,7 +22,8 @@ width follows one rule, which the simulator models too (`sim/serve/engine.py`):
     whose first token ends it (a budget of 1, or EOS) never joins;
   * an AR step adds 1 slot; an EESD round of γ adds γ + 1 and crops the trailing slots every sequence
     rejected: it adds 1 + the most drafts any sequence accepted;
-  * a leaving sequence's row is dropped and the width stays.
+  * a leaving sequence's row is dropped together with the leading columns no remaining row attends to (the
+    columns older rows held), so the width is the span of the oldest live row, not the batch's history.
 
 Under `ppsd:E` the decode is a tick of the batched two-stage pipeline instead (`runtime/serve/pipeline.py`:
 stage 1 in a forked process, stage 2 on the engine's thread, each with its own rectangle; a newcomer's first
@@ -97,6 +98,7 @@ class IterationRecord:
     draft_len: int = 0
     most_accepted: int = 0
     live_after: int = 0
+    cropped: int = 0  # leading columns dropped with the rows that left
 
 
 def width_after(width: int, record: IterationRecord) -> int:
@@ -107,7 +109,7 @@ def width_after(width: int, record: IterationRecord) -> int:
         return 0
     if record.kind == "prefill":
         return max([width, *record.joined])
-    return width + 1 + (record.most_accepted if record.kind == "eesd" else 0)
+    return width + 1 + (record.most_accepted if record.kind == "eesd" else 0) - record.cropped
 
 
 @dataclass
@@ -186,6 +188,7 @@ class ServeEngine:
         self.iterations = self.prefills = self.speculative_iterations = 0
         self.cpu_s = 0.0  # the engine thread's CPU time, while it runs on its thread
         self.last: IterationRecord | None = None
+        self._cropped = 0  # leading columns the current iteration's leavers took
         self.core: int | None = None
         self._requests: dict[int, EngineRequest] = {}
         self._ids = itertools.count()
@@ -319,7 +322,7 @@ class ServeEngine:
         spec = self.policy.decide(live, float(self.width), self.seen, self.cost) if live else AR_STEP
         it = self.scheduler.next_iteration(spec.decode_tokens)
         self.iterations += 1
-        before = self.width
+        before, self._cropped = self.width, 0
         if it.prefill:
             joined = tuple(n for n in (self._prefill(rid, tokens) for rid, tokens in it.prefill) if n)
             self.last = IterationRecord("prefill", before, self.width, joined, live_after=self.live)
@@ -329,7 +332,7 @@ class ServeEngine:
             gamma, most = self._tick() if spec.pipelined else self._decode(spec)
             kind = "ppsd" if spec.pipelined else "eesd" if gamma else "ar"
             self.last = IterationRecord(kind, before, self.width, draft_len=gamma, most_accepted=most,
-                                        live_after=self.live)
+                                        live_after=self.live, cropped=self._cropped)
 
     def _prefill(self, rid: int, tokens: int) -> int:
         """Prefill one prompt alone and join its row -> its length (0: its first token ended it)."""
@@ -437,6 +440,7 @@ class ServeEngine:
                 self.pipe.reset()
         else:
             self.state.keep(stay)
+            self._cropped += self.state.crop_common_head()
             if self.pipe is not None:
                 self.pipe.keep(stay)
 

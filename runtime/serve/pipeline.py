@@ -8,8 +8,8 @@ first token; then its row joins both rectangles (`join`: left-padded, as in the 
 1's only: stage 1 feeds the first token and drafts the next, while stage 2 has nothing of it yet (its row is
 passed with a zero state whose slot is a hole, as a stale row's is). From then on it ticks as in a fixed batch:
 each tick commits stage 2's token, and a rejected draft costs the sequence the next tick (stale: nothing
-committed). A sequence that leaves is dropped from both rectangles at once (`keep`); both reset when the batch
-empties. Greedy, CPU: stage 1 is pinned to its own core and ignores SIGINT (the server stops it).
+committed). A sequence that leaves is dropped from both rectangles at once, with the leading columns no
+remaining row attends to (`keep`); both reset when the batch empties. Greedy, CPU: stage 1 is pinned to its own core and ignores SIGINT (the server stops it).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class JoiningStageOne(StageOne):
             self.state, self.draft = None, []
             return
         self.state.keep(rows)
+        self.state.crop_common_head()
         self.draft = [self.draft[i] for i in rows]
 
 
