@@ -329,10 +329,8 @@ def run_serve_validation(args, predictor=None) -> int:
 
 
 def _predict_serving():
-    try:
-        from sim.serve.predict import predict_serving
-    except ImportError:  # the simulator's serving engine keeps its API in sim.serve.engine
-        from sim.serve.engine import predict_serving
+    from sim.serve.predict import predict_serving
+
     return predict_serving
 
 
