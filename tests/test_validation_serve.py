@@ -101,6 +101,7 @@ def test_validate_serve_writes_the_folder_and_every_output_matches_ar(profile, i
         run = json.loads((out / row["run"]).read_text())
         assert len(run["requests"]) == 4 and all(r["token_ids"] for r in run["requests"])
         assert {"client", "http_loop", "engine"} <= set(row["cpu_share"])
+        assert ("stage_one" in row["cpu_share"]) == row["policy"].startswith("ppsd")  # PPSD's stage 1 process
     assert doc["summary"]["outputs_match_ar"] is True
     assert not list(tmp_path.glob(".sv.*"))  # no temporary folder left
 

@@ -462,7 +462,8 @@ class ServeEngine:
         return {"policy": self.policy.spec(), "iterations": self.iterations, "prefills": self.prefills,
                 "speculative_iterations": self.speculative_iterations, "live": self.live, "width": self.width,
                 "waiting": len(self.scheduler.waiting), "acceptance_seen": self.seen.alpha,
-                "engine_cpu_s": self.cpu_s, "engine_core": self.core}
+                "engine_cpu_s": self.cpu_s, "engine_core": self.core,
+                "stage_one_cpu_s": self.pipe.cpu_s() if self.pipe is not None else None}
 
 
 def _cut_at_eos(tokens: list[int], eos: set[int] | None) -> tuple[list[int], bool]:

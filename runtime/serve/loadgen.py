@@ -217,6 +217,8 @@ def run_bench(workload: Workload, base_url: str, endpoint: str = "/v1/completion
     if before and after:
         share["http_loop"] = (after["http_loop_cpu_s"] - before["http_loop_cpu_s"]) / wall
         share["engine"] = (after["engine_cpu_s"] - before["engine_cpu_s"]) / wall
+        if after.get("stage_one_cpu_s") is not None and before.get("stage_one_cpu_s") is not None:
+            share["stage_one"] = (after["stage_one_cpu_s"] - before["stage_one_cpu_s"]) / wall  # PPSD's stage 1
         share["engine_core"], share["http_cores"] = after.get("engine_core"), after.get("http_cores")
     metrics = summarize([r.timing for r in results], slo)
     return BenchResult(base_url, endpoint, model, workload, results, metrics, wall, not_sent, share)
@@ -411,7 +413,7 @@ def format_result(result: BenchResult) -> str:
         lines.append(f"{'Draft acceptance rate:':<44}{m.acceptance_rate:>16.3f}")
     share = result.cpu_share
     if share:
-        parts = ", ".join(f"{k} {share[k]:.0%}" for k in ("client", "http_loop", "engine") if k in share)
+        parts = ", ".join(f"{k} {share[k]:.0%}" for k in ("client", "http_loop", "engine", "stage_one") if k in share)
         lines.append(f"{'CPU share (of one core):':<44}{parts:>16}")
     lines.append("=" * 60)
     return "\n".join(lines)

@@ -179,5 +179,13 @@ class PipelineBatch:
         finally:
             self._clear()
 
+    def cpu_s(self) -> float | None:
+        """Stage 1's CPU seconds so far (Linux's /proc; None once it is gone)."""
+        try:
+            fields = open(f"/proc/{self.stage_one.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def close(self) -> None:
         self.stage_one.close()
