@@ -130,7 +130,7 @@ def _add_latency_options(p) -> None:
 
 
 def _register_subcommands(p) -> None:
-    sub = p.add_subparsers(dest="profile_command", metavar="show|add-sampling|add-hf|add-batch")
+    sub = p.add_subparsers(dest="profile_command", metavar="show|add-sampling|add-hf|add-batch|upgrade")
     show = sub.add_parser("show", help="print the summary of a profile folder")
     show.add_argument("dir", help="profile folder")
     show.set_defaults(func=run_show)
@@ -148,6 +148,9 @@ def _register_subcommands(p) -> None:
     from profiler.batch_cli import register_add_batch  # torch-free at import
 
     register_add_batch(sub)
+    from ppsd.profile.upgrade import register_upgrade  # torch-free
+
+    register_upgrade(sub)
 
 
 # --- checks that need no model ----------------------------------------------------------------------
@@ -522,7 +525,7 @@ def _latency_tables(adapter, cfg, bar, phases: dict[str, float]) -> dict:
                               between_rounds=lambda i: probe.round() if probe and (i + 1) % every == 0
                               and len(probe.rounds) < runtime_probe.ROUNDS else None)
     grid = dict(grids[int(cfg.threads)])
-    grid["pipeline_runtime"] = probe.summary() if probe else None
+    grid["pipeline_runtime"] = probe.physical_summary() if probe else None
     if cfg.thread_counts:
         grid["parallel"] = lat.thread_tables_block(grids, cfg.threads)
     grid["prefill"] = lat.measure_prefill(adapter, cfg)

@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ppsd.errors import UserError
 from ppsd.net import free_port
 from ppsd.statistics import robust_cv, robust_log_sd
 from runtime.llm import KVCache, ModelAdapter, causal_mask
 from ppsd.profile import MEASURED_N_VALUES
+from ppsd.profile.schema import MIN_PHYSICAL_SLOWDOWN, unphysical
 
 DEFAULT_N_VALUES = MEASURED_N_VALUES  # why every n up to 9: ppsd/profile/files.py
 
@@ -693,6 +695,27 @@ class WorkerPool:
                 p.terminate()
 
 
+PHYSICAL_TRIES = 3  # a probe reading that cannot be physical is measured up to this many times in all
+
+
+def remeasured(measure, path: str, first: dict | None = None, tries: int = PHYSICAL_TRIES) -> dict | None:
+    """`measure()`'s block (`first` when given, as its first try), measured again while a kept reading
+    cannot be physical (`ppsd.profile.schema.unphysical`: a slowdown under MIN_PHYSICAL_SLOWDOWN, two
+    processes faster together than alone). A reading that persists over `tries` measurements refuses the
+    profile (UserError): the machine is not in a state a price can be read from, and load would refuse it."""
+    block = first if first is not None else measure()
+    for attempt in range(1, tries + 1):
+        bad = unphysical(block, path)
+        if not bad:
+            return block
+        if attempt < tries:
+            block = measure()
+    got = ", ".join(f"{field} = {value:.3f}" for field, value in bad)
+    raise UserError(f"{got} in {tries} measurements: under {MIN_PHYSICAL_SLOWDOWN}, faster beside another process "
+                    "than alone, which is not physical (the machine changed state while it was profiled)",
+                    "profile again on an idle machine, or without the co-run probes (--corun-max 1 --no-hop)")
+
+
 def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyConfig,
                           tick=lambda: None, grid: dict | None = None,
                           warnings: list[str] | None = None) -> tuple[dict | None, dict | None, dict | None]:
@@ -719,14 +742,14 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
         try:
             return fn(), True
         except Exception as exc:  # noqa: BLE001 - optional figure: report it, keep the others
-            if warnings is None:
+            if warnings is None or isinstance(exc, UserError):  # an unphysical reading refuses the profile
                 raise
             warnings.append(f"{what} failed ({_one_line(exc)}); {kept}")
             return None, False
 
     try:
         if cfg.corun_max >= 2:
-            corun = _measure_corun(pool, cfg, tick)
+            corun = remeasured(lambda: _measure_corun(pool, cfg, tick), "latency.corun")
         hop_ok = True
         if cfg.measure_hop:
             hop, hop_ok = optional("hop measurement", "kept the co-run slowdown; the pipeline probe was skipped",
@@ -735,7 +758,8 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
         if cfg.pipeline_repeats and adapter.num_layers >= 2 and hop_ok:
             pipeline, _ = optional("pipeline probe", "kept the co-run slowdown and the idle hop (the simulator "
                                    "prices PPSD with them instead)",
-                                   lambda: _measure_pipeline_probe(pool, cfg, adapter.num_layers, backend, grid))
+                                   lambda: remeasured(lambda: _measure_pipeline_probe(
+                                       pool, cfg, adapter.num_layers, backend, grid), "latency.pipeline"))
             if pipeline is not None and warnings is not None:
                 warnings.extend(probe_warnings(pipeline))
             tick()

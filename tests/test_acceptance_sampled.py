@@ -87,7 +87,7 @@ def test_profile_cli_records_the_temperatures(tmp_path, monkeypatch, capsys):
                "--no-hop", "--temperatures", "1.0,0.5", "--out", str(out)])
     assert rc == 0
     prof = load_profile(out)
-    assert prof.meta["schema_version"] == SCHEMA_VERSION == 2
+    assert prof.meta["schema_version"] == SCHEMA_VERSION == 3
     assert prof.temperatures() == [0.0, 0.5, 1.0] and prof.beta_trajectory == "sampled"
     sampled = prof.meta["acceptance"]["sampled"]
     assert sampled["temperatures"] == [0.5, 1.0] and set(sampled["tokens"]) == {"0.5", "1"}

@@ -23,7 +23,7 @@ def sampled(tmp_path):
 
 
 def test_a_schema_1_profile_still_loads_with_its_legacy_beta(tmp_path):
-    assert SCHEMA_VERSION == 2 and 1 in READABLE_VERSIONS
+    assert SCHEMA_VERSION == 3 and READABLE_VERSIONS == (1, 2, 3)
     old = tmp_path / "old"
     shutil.copytree(EXAMPLE, old)
     meta = json.loads((old / "profile.json").read_text())
@@ -57,7 +57,7 @@ def test_malformed_sampled_blocks_are_refused(sampled):
     meta = json.loads((sampled.path / "profile.json").read_text())
     meta["acceptance"]["sampled"]["temperatures"] = [0.0]
     (sampled.path / "profile.json").write_text(json.dumps(meta))
-    with pytest.raises(UserError, match="temperatures > 0"):
+    with pytest.raises(UserError, match=r"acceptance\.sampled\.temperatures\[0\] is 0\.0"):
         load_profile(sampled.path)
     meta["acceptance"]["sampled"]["temperatures"] = [0.7]
     (sampled.path / "profile.json").write_text(json.dumps(meta))
@@ -72,7 +72,7 @@ def test_unknown_versions_are_still_refused(tmp_path):
     meta = json.loads((d / "profile.json").read_text())
     meta["schema_version"] = 99
     (d / "profile.json").write_text(json.dumps(meta))
-    with pytest.raises(UserError, match="schema_version 99, this ppsd reads 1 or 2"):
+    with pytest.raises(UserError, match="schema_version 99, this ppsd reads 1, 2 or 3"):
         load_profile(d)
 
 

@@ -11,18 +11,17 @@ import numpy as np
 
 from ppsd.errors import UserError
 from ppsd.paths import atomic_write_json, atomic_write_text
+import ppsd.profile.schema as schema
 from ppsd.profile.files import (ACCEPTANCE_FILE, GENERATIONS_FILE, PROFILE_FILE, READABLE_VERSIONS,
                                 SAMPLED_BETA_DECIMALS, SAMPLED_COLUMNS, SAMPLED_CONFIDENCE_DECIMALS, SAMPLED_FILE,
                                 SAMPLED_OPTIONAL, SCHEMA_VERSION, acceptance_columns, malformed)
 from ppsd.profile.profile import Profile
+from ppsd.profile.schema import ProfileDoc
 from ppsd.profile.tables import StatTable
 
 
-def load_profile(path: str | Path) -> Profile:
-    """Read and validate a profile folder (or its profile.json); raise UserError on any problem."""
-    path = Path(path)
-    if path.is_file() and path.name == PROFILE_FILE:
-        path = path.parent
+def read_meta(path: Path) -> dict:
+    """A profile folder's profile.json as a dict of a readable schema version (UserError otherwise)."""
     file = path / PROFILE_FILE
     if not path.exists():
         raise UserError(f"profile folder {path} does not exist", "give a folder written by `ppsd profile --out DIR`")
@@ -39,74 +38,57 @@ def load_profile(path: str | Path) -> Profile:
     if version is None:
         raise UserError(f"profile {path} has no schema_version",
                         f"re-create it with this ppsd's `ppsd profile` (schema {SCHEMA_VERSION})")
-    if version not in READABLE_VERSIONS:
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise UserError(f"profile {path} has schema_version {version!r}, this ppsd reads "
-                        f"{' or '.join(map(str, READABLE_VERSIONS))}",
+                        f"{', '.join(map(str, READABLE_VERSIONS[:-1]))} or {READABLE_VERSIONS[-1]}",
                         "re-create it with this ppsd's `ppsd profile`")
+    return meta
+
+
+def validated(path: Path, meta: dict) -> ProfileDoc:
+    """`meta` (upgraded) checked against the schema; a one-line UserError naming the first broken field."""
     try:
-        model = meta["model"]
-        num_layers = int(model["num_layers"])
-        lat = meta["latency"]
-        n_values = np.asarray(lat["n_values"], dtype=float)
-        ctx_values = np.asarray(lat["context_values"], dtype=float)
-        meta["hardware"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise malformed(path, f"missing or invalid field {exc}") from None
-    if num_layers < 2:
-        raise malformed(path, f"num_layers is {num_layers}; early exit needs at least 2 layers")
-    for name, grid in (("n_values", n_values), ("context_values", ctx_values)):
-        if grid.ndim != 1 or len(grid) == 0 or np.any(np.diff(grid) <= 0):
-            raise malformed(path, f"latency.{name} must be a non-empty increasing list")
-    shape3 = (num_layers, len(n_values), len(ctx_values))
-    shape1 = (len(n_values),)
-    for key in ("layers", "embedding", "head"):
-        if key not in lat:
-            raise malformed(path, f"latency.{key} is missing")
-    profile = Profile(
-        path=path,
-        meta=meta,
-        layers=StatTable.from_json(lat["layers"], shape3, path, "layers"),
-        embedding=StatTable.from_json(lat["embedding"], shape1, path, "embedding"),
-        head=StatTable.from_json(lat["head"], shape1, path, "head"),
-        n_values=n_values,
-        context_values=ctx_values,
-    )
-    _load_parallel_tables(lat, shape3, shape1, path)
-    acc = meta.get("acceptance")
-    if acc and not (profile.acceptance_dir / acc.get("file", ACCEPTANCE_FILE)).exists():
-        raise malformed(path, f"profile.json names {acc.get('file')} in {profile.acceptance_dir} but the file is missing")
-    sampled = (acc or {}).get("sampled")
-    if sampled:
-        temps = sampled.get("temperatures")
-        if not isinstance(temps, list) or not temps or not all(
-                isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in temps):
-            raise malformed(path, "acceptance.sampled.temperatures must be a non-empty list of temperatures > 0")
-        if not (profile.acceptance_dir / sampled.get("file", SAMPLED_FILE)).exists():
-            raise malformed(path, f"profile.json names {sampled.get('file', SAMPLED_FILE)} but the file is missing")
+        return schema.validate_meta(meta)
+    except schema.FieldError as err:
+        raise UserError(f"profile {path} is malformed: {err}", schema.fix_for(err)) from None
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile folder (or its profile.json); raise UserError on any problem. An older
+    schema version is upgraded in memory (`schema.upgrade`)."""
+    path = Path(path)
+    if path.is_file() and path.name == PROFILE_FILE:
+        path = path.parent
+    meta = schema.upgrade(read_meta(path))
+    doc = validated(path, meta)
+    lat = doc.latency
+    profile = Profile(path=path, meta=meta, doc=doc, layers=StatTable.from_block(lat.layers),
+                      embedding=StatTable.from_block(lat.embedding), head=StatTable.from_block(lat.head),
+                      n_values=np.asarray(lat.n_values, dtype=float),
+                      context_values=np.asarray(lat.context_values, dtype=float))
+    _check_files(profile)
     return profile
 
 
-def _load_parallel_tables(lat: dict, shape3, shape1, path: Path) -> None:
-    """Validate `latency.parallel` and turn its tables into StatTables in place (the raw dict
-    keeps them as objects, so `Profile.at_parallel` needs no second parse)."""
-    par = lat.get("parallel")
-    if not par:
+def _check_files(profile: Profile) -> None:
+    """Every file the profile names exists inside the folder that holds it: this one, or the profile
+    folder `acceptance.dir` names (a view); no '..', no absolute name, no symlink out of it."""
+    acc = profile.doc.acceptance
+    if not profile.meta.get("acceptance"):  # null or {}: no traces
         return
-    if par.get("kind") not in ("threads", "tensor_parallel") or not isinstance(par.get("tables"), dict):
-        raise malformed(path, "latency.parallel needs kind (threads | tensor_parallel) and tables")
-    parsed = {}
-    for units, t in par["tables"].items():
-        if not str(units).isdigit() or int(units) < 1:
-            raise malformed(path, f"latency.parallel.tables has a bad budget {units!r}")
-        parsed[str(int(units))] = {
-            "layers": StatTable.from_json(t["layers"], shape3, path, f"parallel.{units}.layers"),
-            "embedding": StatTable.from_json(t["embedding"], shape1, path, f"parallel.{units}.embedding"),
-            "head": StatTable.from_json(t["head"], shape1, path, f"parallel.{units}.head"),
-            "whole_step_ms": t.get("whole_step_ms"),
-            "speedup_vs_base": t.get("speedup_vs_base"),
-            "speedup_cv": t.get("speedup_cv"),
-        }
-    lat["parallel"] = {**par, "tables": parsed}
+    where = profile.acceptance_dir
+    if acc.dir and not (where / PROFILE_FILE).is_file():
+        raise malformed(profile.path, f"acceptance.dir {acc.dir!r} is not a profile folder (no {PROFILE_FILE})")
+    files = [("acceptance.file", acc.file, True), ("acceptance.generations_file", acc.generations_file, False)]
+    if acc.sampled:
+        files.append(("acceptance.sampled.file", acc.sampled.file, True))
+    root = where.resolve()
+    for field_name, name, required in files:
+        file = where / name
+        if (file.exists() or file.is_symlink()) and not file.resolve().is_relative_to(root):
+            raise malformed(profile.path, f"{field_name} {name!r} leads out of {where} (a symlink)")
+        if required and not file.is_file():
+            raise malformed(profile.path, f"{field_name} names {name} in {where} but the file is missing")
 
 
 def save_profile(out_dir: str | Path, meta: dict, acceptance=None, generations: list[dict] | None = None,

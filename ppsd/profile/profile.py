@@ -16,9 +16,11 @@ import numpy as np
 
 from ppsd import exit_heads
 from ppsd.errors import UserError
-from ppsd.profile.files import (GENERATIONS_FILE, SAMPLED_FILE, SHARED_HEAD, TEMPERATURE_TOL, read_acceptance,
+from ppsd.profile.files import (GENERATIONS_FILE, SHARED_HEAD, TEMPERATURE_TOL, read_acceptance,
                                 read_sampled)
+import ppsd.profile.schema as schema
 from ppsd.profile.parts import BatchTables, ControlPlane, DrawCosts, PassOverheads
+from ppsd.profile.schema import ProfileDoc
 from ppsd.profile.tables import StatTable
 from ppsd.profile.tables import interp as _interp
 from ppsd.statistics import mad_log_sd
@@ -26,7 +28,8 @@ from ppsd.statistics import mad_log_sd
 
 @dataclass
 class Profile:
-    """A loaded, validated profile folder. `meta` is the raw profile.json."""
+    """A loaded, validated profile folder. `meta` is profile.json as a dict (upgraded to this schema
+    version), `doc` the same validated and typed (`schema.ProfileDoc`), which the accessors read."""
 
     path: Path
     meta: dict
@@ -38,23 +41,32 @@ class Profile:
     _acceptance: Any = field(default=None, repr=False)
     _sampled: Any = field(default=None, repr=False)  # the sampled-trajectory beta table (lazy)
     _views: dict = field(default_factory=dict, repr=False)  # units -> Profile (`at_parallel`); beta_rows
+    doc: ProfileDoc | None = field(default=None, repr=False)  # None: validated from `meta` here
+
+    def __post_init__(self):
+        if self.doc is None:
+            try:
+                self.doc = schema.validate_meta(schema.upgrade(self.meta))
+            except schema.FieldError as err:
+                raise UserError(f"profile {self.path} is malformed: {err}", schema.fix_for(err)) from None
 
     # --- metadata -------------------------------------------------------------------------
     @property
     def model_id(self) -> str:
-        return self.meta["model"]["id"]
+        return self.doc.model.id
 
     @property
     def num_layers(self) -> int:
-        return int(self.meta["model"]["num_layers"])
+        return int(self.doc.model.num_layers)
 
     @property
     def kind(self) -> str:
-        return self.meta.get("kind", "measured")
+        return self.doc.kind
 
     @property
     def device_name(self) -> str:
-        return self.meta["hardware"].get("device_name", self.meta["hardware"].get("device", "?"))
+        hw = self.doc.hardware
+        return hw.device_name if hw.device_name is not None else hw.device if hw.device is not None else "?"
 
     @property
     def latency(self) -> dict:
@@ -79,11 +91,11 @@ class Profile:
         """Drafting cost of an exit head; the shared head costs what the final norm + LM head cost."""
         if head == SHARED_HEAD:
             return self.head_ms(n)
-        heads = self.latency.get("exit_heads") or {}
+        heads = self.doc.latency.exit_heads or {}
         if head not in heads:
             raise UserError(f"profile {self.path} has no exit head named {head!r}",
                             f"use one of: {', '.join([SHARED_HEAD, *heads])}")
-        return _interp(n, self.n_values, np.asarray(heads[head]["median_ms"], dtype=float))
+        return _interp(n, self.n_values, np.asarray(heads[head].median_ms, dtype=float))
 
     def head_vocab(self, head: str = SHARED_HEAD) -> int | None:
         """How many tokens an exit head's distribution covers: a reduced-vocabulary head its own
@@ -91,7 +103,7 @@ class Profile:
         size = exit_heads.vocab_size(head)
         if size is not None:
             return int(size)
-        v = self.meta.get("model", {}).get("vocab_size")
+        v = self.doc.model.vocab_size
         return int(v) if v else None
 
     @property
@@ -122,24 +134,23 @@ class Profile:
     def hop_ms(self) -> float:
         """One-way stage-to-stage message time as a pipeline sees it: the pipeline probe's hop into
         a waiting stage when the profile has one, else the idle ping-pong's."""
-        hop = self.pipeline.get("hop") or self.latency.get("hop") or {}
-        return float(hop.get("median_ms", 0.0))
+        pipe = self.doc.latency.pipeline
+        hop = (pipe.hop if pipe else None) or self.doc.latency.hop
+        return float(hop.median_ms) if hop else 0.0
 
     def idle_hop_ms(self) -> float:
         """The idle ping-pong hop (`latency.hop`), whatever the pipeline probe found."""
-        return float((self.latency.get("hop") or {}).get("median_ms", 0.0))
+        hop = self.doc.latency.hop
+        return float(hop.median_ms) if hop else 0.0
 
     @property
     def cpu_cores(self) -> int | None:
         """Cores of the CPU a CPU profile was measured on (`hardware.cores`); None for GPU profiles
         and profiles that do not say."""
-        hw = self.meta.get("hardware") or {}
-        if hw.get("device") != "cpu":
+        hw = self.doc.hardware
+        if hw.device != "cpu":
             return None
-        try:
-            cores = int(hw.get("cores") or 0)
-        except (TypeError, ValueError):
-            return None
+        cores = int(hw.cores or 0)
         return cores if cores > 0 else None
 
     def corun_slowdown(self, processes: int) -> float:
@@ -150,12 +161,13 @@ class Profile:
         co-run table only the shape beyond it."""
         if processes <= 1:
             return 1.0
-        corun = self.latency.get("corun") or {}
-        procs = corun.get("processes") or [1]
-        slow = corun.get("slowdown") or [1.0]
+        corun, pipe = self.doc.latency.corun, self.doc.latency.pipeline
+        procs = corun.processes if corun else [1]
+        slow = corun.slowdown if corun else [1.0]
         table = lambda p: float(_interp(p, np.asarray(procs, float), np.asarray(slow, float)))  # noqa: E731
-        now = float(corun.get("now_over_profile", 1.0))  # `retimed` with a co-run measured again
-        piped = (self.pipeline.get("runtime") or {}).get("slowdown") or self.pipeline.get("slowdown")
+        now = float(corun.now_over_profile) if corun else 1.0  # `retimed` with a co-run measured again
+        run = pipe.runtime if pipe else None
+        piped = (run.slowdown if run else None) or (pipe.slowdown if pipe else None)
         if piped is None:
             return now * table(processes)
         return now * float(piped) * table(processes) / table(2)
@@ -165,18 +177,18 @@ class Profile:
         rounds (their log spread by the median absolute deviation, `ppsd.statistics.mad_log_sd`): what
         a PPSD plan's price may be off by in another minute of the same sitting. None without the
         runtime probe."""
-        rounds = (self.pipeline.get("runtime") or {}).get("rounds")
+        rounds = self._runtime.rounds if self._runtime else None
         if not rounds:
             return None
-        return mad_log_sd([float(np.mean(r["slowdown_per_stage"])) for r in rounds])
+        return mad_log_sd([float(np.mean(r.slowdown_per_stage)) for r in rounds])
 
     def corun_stage_bias(self, stages: int) -> list[float]:
         """How the co-run slowdown splits between a pipeline's roles: each stage's multiplier of
         `corun_slowdown` while it co-runs, from the runtime probe's per-stage slowdowns (each round's
         stage over the round's mean, median over rounds): stage 1 its own, the last stage the
         verifier's, stages between 1. All 1 without the runtime probe."""
-        rounds = (self.pipeline.get("runtime") or {}).get("rounds") or []
-        per = [r["slowdown_per_stage"] for r in rounds if len(r.get("slowdown_per_stage") or []) == 2]
+        rounds = (self._runtime.rounds if self._runtime else None) or []
+        per = [r.slowdown_per_stage for r in rounds if len(r.slowdown_per_stage) == 2]
         out = [1.0] * max(int(stages), 1)
         if not per or stages < 2:
             return out
@@ -190,11 +202,11 @@ class Profile:
         state, then runs beside stage 1, and runs slower than its share of a balanced pipeline's co-run
         slowdown says; a `retimed` profile scales it as every co-run figure. None without that measurement
         (profiles before it price as they did)."""
-        waiting = (self.pipeline.get("runtime") or {}).get("waiting") or {}
-        value = waiting.get("last_stage_slowdown")
-        if not value:
+        waiting = self._runtime.waiting if self._runtime else None
+        if not waiting:
             return None
-        return float(value) * float((self.latency.get("corun") or {}).get("now_over_profile", 1.0))
+        corun = self.doc.latency.corun
+        return float(waiting.last_stage_slowdown) * (float(corun.now_over_profile) if corun else 1.0)
 
     def lockstep_jitter_cv(self) -> float:
         """Pass-to-pass relative jitter of a stage in the runtime's own pipeline (the runtime probe's
@@ -202,52 +214,58 @@ class Profile:
         the slowest of its co-running passes, whose expected maximum exceeds the slowest mean by this
         jitter's share (`sim/schemes/ppsd/stage_costs.lockstep_factor`). 0 without a measurement: the
         lock step is then priced at the slowest mean."""
-        return float((self.pipeline.get("runtime") or {}).get("pass_jitter_cv") or 0.0)
+        return float((self._runtime.pass_jitter_cv if self._runtime else None) or 0.0)
+
+    @property
+    def _runtime(self) -> schema.RuntimeProbe | None:
+        """The runtime probe (`latency.pipeline.runtime`), typed; None without one."""
+        pipe = self.doc.latency.pipeline
+        return pipe.runtime if pipe else None
 
     def corun_table(self) -> dict | None:
         """The co-run measurement's 2-process figure as the profiler took it, without the pipeline
         probe: {slowdown, context, threads_per_process, seconds_per_round} (what a later check,
         `ppsd validate`'s `corun_drift`, repeats to compare with); None without a 2-process figure."""
-        corun = self.latency.get("corun") or {}
-        procs, slow = corun.get("processes") or [], corun.get("slowdown") or []
-        if 2 not in procs or len(slow) != len(procs):
+        corun = self.doc.latency.corun
+        if corun is None or 2 not in corun.processes:
             return None
-        return {"slowdown": float(slow[procs.index(2)]), "context": int(corun.get("context") or 64),
-                "threads_per_process": int(corun.get("threads_per_process") or 1),
-                "seconds_per_round": float(corun.get("seconds_per_round") or 1.5)}
+        return {"slowdown": float(corun.slowdown[corun.processes.index(2)]), "context": int(corun.context or 64),
+                "threads_per_process": int(corun.threads_per_process or 1),
+                "seconds_per_round": float(corun.seconds_per_round or 1.5)}
 
     def prefill_ms(self, prompt_len: float) -> float:
         """A whole prefill of `prompt_len` tokens (ms): the measured `latency.prefill` interpolated
         over prompt lengths (linear past its ends); without it, embed + every layer for n = L new
         tokens at the smallest context + the head, the tables extrapolated linearly in n."""
-        pre = self.latency.get("prefill") or {}
+        pre = self.doc.latency.prefill
         L = float(prompt_len)
-        if pre.get("lengths"):
-            return _interp(L, np.asarray(pre["lengths"], float), np.asarray(pre["median_ms"], float))
+        if pre:
+            return _interp(L, np.asarray(pre.lengths, float), np.asarray(pre.median_ms, float))
         layers = sum(self.layer_ms(layer, L) for layer in range(self.num_layers))
         return float(self.embed_ms(L) + layers + self.head_ms(1))
 
     @property
     def prefill_source(self) -> str:
-        return "measured" if (self.latency.get("prefill") or {}).get("lengths") else "extrapolated from the tables"
+        return "measured" if self.doc.latency.prefill else "extrapolated from the tables"
 
     # --- the same tables on more of the machine (same-budget baselines) ------------------------
     @property
     def parallel_kind(self) -> str | None:
         """"threads" (CPU: measured at more torch threads), "tensor_parallel" (GPUs: estimated), or
         None when the profile holds the main tables only."""
-        return (self.latency.get("parallel") or {}).get("kind")
+        par = self.doc.latency.parallel
+        return par.kind if par else None
 
     @property
     def parallel_base(self) -> int:
         """The units (threads or GPUs) the main tables were measured with."""
-        par = self.latency.get("parallel") or {}
-        return int(par.get("base") or self.meta.get("timing", {}).get("threads") or 1)
+        par, timing = self.doc.latency.parallel, self.doc.timing
+        return int((par.base if par else None) or (timing.threads if timing else None) or 1)
 
     def parallel_units(self) -> list[int]:
         """Every budget the profile has tables for, the main tables' first."""
-        par = self.latency.get("parallel") or {}
-        return sorted({self.parallel_base, *(int(u) for u in (par.get("tables") or {}))})
+        par = self.doc.latency.parallel
+        return sorted({self.parallel_base, *(int(u) for u in (par.tables if par else {}))})
 
     def at_parallel(self, units: int) -> Profile:
         """This profile with the latency tables measured (or estimated) at `units` threads or GPUs;
@@ -257,18 +275,30 @@ class Profile:
             return self
         view = self._views.get(units)
         if view is None:
-            tables = ((self.latency.get("parallel") or {}).get("tables") or {}).get(str(units))
+            tables = self._parallel_tables(units)
             if tables is None:
                 have = ", ".join(map(str, self.parallel_units()))
                 raise UserError(f"profile {self.path} has no latency tables at {units} "
                                 f"{'GPUs' if self.parallel_kind == 'tensor_parallel' else 'threads'} (it has {have})",
                                 "re-profile with `ppsd profile --thread-counts 1,...` (CPU) or give a budget it has")
             factor = self.whole_step_consistency(units)
-            view = Profile(path=self.path, meta=self.meta, layers=tables["layers"].scaled(factor),
+            view = Profile(path=self.path, meta=self.meta, doc=self.doc, layers=tables["layers"].scaled(factor),
                            embedding=tables["embedding"].scaled(factor), head=tables["head"].scaled(factor),
                            n_values=self.n_values, context_values=self.context_values, _acceptance=self._acceptance)
             self._views[units] = view
         return view
+
+    def _parallel_tables(self, units) -> dict | None:
+        """`latency.parallel.tables.<units>` with its tables as StatTables (read once); None when absent."""
+        key = ("parallel", str(int(units)))
+        if key not in self._views:
+            par = self.doc.latency.parallel
+            t = par.tables.get(key[1]) if par else None
+            self._views[key] = None if t is None else {
+                "layers": StatTable.from_block(t.layers), "embedding": StatTable.from_block(t.embedding),
+                "head": StatTable.from_block(t.head), "whole_step_ms": t.whole_step_ms,
+                "speedup_vs_base": t.speedup_vs_base, "speedup_cv": t.speedup_cv}
+        return self._views[key]
 
     def retimed(self, scale) -> Profile:
         """This profile with its pieces priced as timed now (`profiler.piece_times.PieceScale`: each
@@ -301,12 +331,15 @@ class Profile:
         if par.get("tables"):
             tables = {}
             for u, t in par["tables"].items():
-                tables[u] = {**t, **pieces(t)}
+                old = self._parallel_tables(u)
+                new = pieces(old)
+                tables[u] = {**t, **{k: {s: getattr(v, s).tolist() for s in ("median_ms", "p10_ms", "p90_ms")}
+                                     for k, v in new.items()}}
                 if t.get("whole_step_ms"):
-                    tables[u]["whole_step_ms"] = whole(float(t["whole_step_ms"]), t, tables[u])
+                    tables[u]["whole_step_ms"] = whole(float(t["whole_step_ms"]), old, new)
             lat["parallel"] = {**par, "tables": tables}
         if scale.corun != 1.0:  # in memory only, never written: `corun_slowdown` multiplies k >= 2 by it
-            corun = dict(lat.get("corun") or {})
+            corun = dict(lat.get("corun") or {"processes": [1], "slowdown": [1.0]})  # absent: no slowdown
             corun["now_over_profile"] = float(corun.get("now_over_profile", 1.0)) * scale.corun
             lat["corun"] = corun
         return Profile(path=self.path, meta={**self.meta, "latency": lat}, n_values=self.n_values,
@@ -324,16 +357,17 @@ class Profile:
         """The factor the main tables were scaled by so that their pieces sum to a whole step timed
         beside them (`latency.whole_step.calibration`); 1.0 for profiles without it (estimated ones
         among them), whose tables are the pieces as timed."""
-        return float((self.latency.get("whole_step") or {}).get("calibration") or 1.0)
+        ws = self.doc.latency.whole_step
+        return float((ws.calibration if ws else None) or 1.0)
 
     def calibration_doubt(self) -> float:
         """How far a plan's price may be off because the tables were scaled uniformly to the whole
         step (`piece_calibration`): the distortion the scaling removes may sit in some pieces only,
         so any share of it, either way, is as likely: uniform on ±|log ratio|, whose sd is
         |log ratio| / √3. 0 for profiles without a paired whole step."""
-        ws = self.latency.get("whole_step") or {}
-        ratio = ws.get("ratio")
-        if ws.get("method") != "paired" or not ratio or ratio <= 0:
+        ws = self.doc.latency.whole_step
+        ratio = ws.ratio if ws else None
+        if ws is None or ws.method != "paired" or not ratio:
             return 0.0
         return float(abs(np.log(float(ratio))) / np.sqrt(3.0))
 
@@ -343,7 +377,7 @@ class Profile:
         the base and for tables without round-by-round speedups (`speedup_cv`)."""
         if int(units) == self.parallel_base:
             return 0.0
-        tables = ((self.latency.get("parallel") or {}).get("tables") or {}).get(str(int(units))) or {}
+        tables = self._parallel_tables(units) or {}
         return float(tables.get("speedup_cv") or 0.0)
 
     def whole_step_consistency(self, units: int) -> float:
@@ -357,9 +391,8 @@ class Profile:
         at 2), so summed pieces misprice AR's thread speedup that whole steps measure. The main tables
         keep their own pricing (the pipeline's slowdown is measured against them), so only the ratio
         is carried over."""
-        par_tables = (self.latency.get("parallel") or {}).get("tables") or {}
-        tables = par_tables.get(str(int(units)))
-        whole_main = (self.latency.get("whole_step") or {}).get("median_ms")
+        tables = self._parallel_tables(units)
+        whole_main = self.doc.latency.whole_step.median_ms if self.doc.latency.whole_step else None
         if units == self.parallel_base or tables is None or not tables.get("whole_step_ms") or not whole_main:
             return 1.0
         if tables.get("speedup_vs_base"):
@@ -369,13 +402,16 @@ class Profile:
             parts = self._parts_ms(tables["layers"], tables["embedding"], tables["head"])
             return float(self._parts_ms(self.layers, self.embedding, self.head)
                          / float(tables["speedup_vs_base"]) / parts) if parts > 0 else 1.0
-        main = whole_main / self._parts_ms(self.layers, self.embedding, self.head)
-        other = float(tables["whole_step_ms"]) / self._parts_ms(tables["layers"], tables["embedding"], tables["head"])
-        return float(other / main)
+        parts_main = self._parts_ms(self.layers, self.embedding, self.head)
+        parts = self._parts_ms(tables["layers"], tables["embedding"], tables["head"])
+        if parts_main <= 0 or parts <= 0:  # zero-time tables (an emulated profile) have nothing to carry over
+            return 1.0
+        return float((float(tables["whole_step_ms"]) / parts) / (whole_main / parts_main))
 
     def pass_jitter_cv(self) -> float:
         """Relative spread (robust std / median) of a stage pass in the pipeline probe; 0 without one."""
-        return float(self.pipeline.get("pass_cv") or 0.0)
+        pipe = self.doc.latency.pipeline
+        return float((pipe.pass_cv if pipe else None) or 0.0)
 
     @property
     def control_plane(self) -> dict:
@@ -414,13 +450,13 @@ class Profile:
     def acceptance_dir(self) -> Path:
         """Where the acceptance files are: this folder, or the profile named by `acceptance.dir` (a view
         or a folder that prices another profile's prompts: `with_acceptance_from`)."""
-        where = (self.meta.get("acceptance") or {}).get("dir")
+        where = self.doc.acceptance.dir if self.doc.acceptance else None
         return self.path if not where else (self.path / where if not Path(where).is_absolute() else Path(where))
 
     @property
     def acceptance_source(self) -> str | None:
         """The profile whose prompts' acceptance this one prices with, when not its own (None: its own)."""
-        return (self.meta.get("acceptance") or {}).get("from_profile")
+        return self.doc.acceptance.from_profile if self.doc.acceptance else None
 
     def with_acceptance_from(self, other: Profile) -> Profile:
         """This profile's latency with `other`'s acceptance (its traces, β and generations): a plan priced
@@ -449,7 +485,7 @@ class Profile:
 
     @property
     def has_acceptance(self) -> bool:
-        return bool(self.meta.get("acceptance")) and (self.acceptance_dir / self.meta["acceptance"]["file"]).exists()
+        return bool(self.meta.get("acceptance")) and (self.acceptance_dir / self.doc.acceptance.file).exists()
 
     @property
     def acceptance_drawn(self) -> bool:
@@ -464,8 +500,18 @@ class Profile:
             if not self.has_acceptance:
                 raise UserError(f"profile {self.path} has no acceptance data",
                                 "re-run `ppsd profile` without --skip-acceptance, or use --acceptance bernoulli --alpha A")
-            self._acceptance = read_acceptance(self.acceptance_dir / self.meta["acceptance"]["file"])
+            file = self.acceptance_dir / self.doc.acceptance.file
+            df = read_acceptance(file)
+            self._checked(schema.check_acceptance, df, file.name, self.num_layers, self.doc.acceptance.heads)
+            self._acceptance = df
         return self._acceptance
+
+    def _checked(self, check, *args) -> None:
+        """`check(*args)` (a table check of ppsd/profile/schema.py) as a one-line UserError."""
+        try:
+            check(*args)
+        except schema.FieldError as err:
+            raise UserError(f"profile {self.path} is malformed: {err}", schema.FIX) from None
 
     @cached_property
     def confident_heads(self) -> frozenset[str]:
@@ -529,9 +575,10 @@ class Profile:
     def beta_temperatures(self) -> list[float]:
         """The temperatures > 0 at which this profile holds beta: its sampled ones; without them, the
         legacy beta along the greedy trajectory at `acceptance.temperature` (when > 0)."""
+        acc = self.doc.acceptance
         if self.sampled_meta:
-            return sorted(float(t) for t in self.sampled_meta["temperatures"])
-        t = float((self.meta.get("acceptance") or {}).get("temperature") or 0.0)
+            return sorted(float(t) for t in acc.sampled.temperatures)
+        t = float((acc.temperature if acc else None) or 0.0)
         return [t] if t > 0 and self.has_acceptance else []
 
     def temperatures(self) -> list[float]:
@@ -567,7 +614,11 @@ class Profile:
             if not self.sampled_meta:
                 raise UserError(f"profile {self.path} has no beta along sampled trajectories",
                                 "re-profile with `ppsd profile --temperatures 0.7,1.0`")
-            self._sampled = read_sampled(self.acceptance_dir / self.sampled_meta.get("file", SAMPLED_FILE))
+            file = self.acceptance_dir / self.doc.acceptance.sampled.file
+            df = read_sampled(file)
+            self._checked(schema.check_sampled, df, file.name, self.num_layers, self.doc.acceptance.sampled.temperatures,
+                          TEMPERATURE_TOL)
+            self._sampled = df
         return self._sampled
 
     def beta_rows(self, temperature: float, head: str = SHARED_HEAD):
@@ -609,8 +660,17 @@ class Profile:
         return {int(k): float(v) for k, v in df.groupby("exit_layer")["beta"].mean().items()}
 
     def generations(self) -> list[dict]:
-        acc = self.meta.get("acceptance") or {}
-        path = self.acceptance_dir / acc.get("generations_file", GENERATIONS_FILE)
+        acc = self.doc.acceptance
+        path = self.acceptance_dir / (acc.generations_file if acc else GENERATIONS_FILE)
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        key = ("generations", path)
+        if key not in self._views:  # read and checked once; each caller gets its own list
+            try:
+                records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise UserError(f"profile {self.path} is malformed: {path.name} is not JSON lines "
+                                f"({exc.__class__.__name__})", schema.FIX) from None
+            self._checked(schema.check_generations, records, path.name)
+            self._views[key] = records
+        return [dict(g) for g in self._views[key]]

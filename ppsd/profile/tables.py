@@ -31,6 +31,11 @@ class StatTable:
                 raise malformed(path, f"latency.{name} has negative or non-finite times")
         return cls(*arrays)
 
+    @classmethod
+    def from_block(cls, block) -> StatTable:
+        """From a validated table block (`schema.StatVector`, `schema.StatGrid`): shapes already checked."""
+        return cls(*(np.asarray(getattr(block, k), dtype=float) for k in ("median_ms", "p10_ms", "p90_ms")))
+
     def to_json(self) -> dict:
         return {k: np.round(getattr(self, k), 6).tolist() for k in ("median_ms", "p10_ms", "p90_ms")}
 
