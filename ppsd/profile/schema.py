@@ -81,7 +81,7 @@ def _physical(v: float) -> float:
 def _relative_file(v: str) -> str:
     p = PurePosixPath(v.replace("\\", "/"))
     if not v or p.is_absolute() or ".." in p.parts or v.startswith("~"):
-        raise ValueError(f"is {v!r}: a file the profile names lies in its folder (a relative name, no '..')")
+        raise ValueError(f"is {v!r}: a file the profile names lies inside its folder (a relative name, no '..')")
     return v
 
 
@@ -506,10 +506,14 @@ def _array(values, path: str) -> np.ndarray:
         raise FieldError(path, "is ragged (rows of different lengths)") from None
 
 
-def _shape(values, shape: tuple, path: str) -> np.ndarray:
+GRID3 = "model.num_layers x latency.n_values x latency.context_values"
+GRID1 = "latency.n_values"
+
+
+def _shape(values, shape: tuple, path: str, grids: str) -> np.ndarray:
     a = _array(values, path)
     if a.shape != shape:
-        raise FieldError(path, f"has shape {list(a.shape)}; its grids give {list(shape)}")
+        raise FieldError(path, f"has shape {list(a.shape)}; {grids} give {list(shape)}")
     return a
 
 
@@ -520,16 +524,17 @@ def _increasing(values, path: str, strictly: bool = True) -> None:
         raise FieldError(path, f"is {list(values)[:8]}: it must be increasing")
 
 
-def _ordered(block, shape: tuple, path: str, positive: bool) -> None:
-    """median / p10 / p90 of `shape`, p10 <= median <= p90; every time > 0 where `positive`."""
-    med = _shape(block.median_ms, shape, f"{path}.median_ms")
+def _ordered(block, shape: tuple, path: str, positive: bool, grids: str = "") -> None:
+    """median / p10 / p90 of `shape` (the sizes of `grids`), p10 <= median <= p90; every time > 0 where
+    `positive`."""
+    med = _shape(block.median_ms, shape, f"{path}.median_ms", grids)
     if positive and np.any(med <= 0):
         raise FieldError(f"{path}.median_ms", "holds a time of 0: a measured time is > 0")
     for name, below in (("p10_ms", True), ("p90_ms", False)):
         values = getattr(block, name, None)
         if values is None:
             continue
-        q = _shape(values, shape, f"{path}.{name}")
+        q = _shape(values, shape, f"{path}.{name}", grids)
         tol = ORDER_TOL * np.abs(med)
         if np.any(q > med + tol) if below else np.any(q < med - tol):
             raise FieldError(f"{path}.{name}", f"is {'above' if below else 'below'} the median somewhere: "
@@ -554,17 +559,17 @@ def check_tables(doc: ProfileDoc) -> None:
     _increasing(lat.context_values, "latency.context_values")
     nn, nc = len(lat.n_values), len(lat.context_values)
     measured = doc.kind == "measured"
-    _ordered(lat.layers, (n, nn, nc), "latency.layers", measured)
-    _ordered(lat.embedding, (nn,), "latency.embedding", measured)
-    _ordered(lat.head, (nn,), "latency.head", measured)
+    _ordered(lat.layers, (n, nn, nc), "latency.layers", measured, GRID3)
+    _ordered(lat.embedding, (nn,), "latency.embedding", measured, GRID1)
+    _ordered(lat.head, (nn,), "latency.head", measured, GRID1)
     for name, head in (lat.exit_heads or {}).items():
-        _ordered(head, (nn,), f"latency.exit_heads.{name}", measured)
+        _ordered(head, (nn,), f"latency.exit_heads.{name}", measured, GRID1)
     if lat.parallel:
         for units, t in lat.parallel.tables.items():
             where = f"latency.parallel.tables.{units}"
-            _ordered(t.layers, (n, nn, nc), f"{where}.layers", measured)
-            _ordered(t.embedding, (nn,), f"{where}.embedding", measured)
-            _ordered(t.head, (nn,), f"{where}.head", measured)
+            _ordered(t.layers, (n, nn, nc), f"{where}.layers", measured, GRID3)
+            _ordered(t.embedding, (nn,), f"{where}.embedding", measured, GRID1)
+            _ordered(t.head, (nn,), f"{where}.head", measured, GRID1)
     for name in ("hop", "whole_step"):
         block = getattr(lat, name)
         if block is not None:
@@ -583,20 +588,20 @@ def check_blocks(doc: ProfileDoc) -> None:
     if lat.sampling:
         if len(set(lat.sampling.vocab)) != len(lat.sampling.vocab):
             raise FieldError("latency.sampling.vocab", "repeats a vocabulary size")
-        _ordered(lat.sampling, (len(lat.sampling.vocab),), "latency.sampling", True)
+        _ordered(lat.sampling, (len(lat.sampling.vocab),), "latency.sampling", True, "latency.sampling.vocab")
     if lat.prefill:
         _increasing(lat.prefill.lengths, "latency.prefill.lengths")
-        _ordered(lat.prefill, (len(lat.prefill.lengths),), "latency.prefill", True)
+        _ordered(lat.prefill, (len(lat.prefill.lengths),), "latency.prefill", True, "latency.prefill.lengths")
     if lat.batch:
         b = lat.batch
         for name in ("batch_sizes", "n_values", "context_values"):
             _increasing(getattr(b, name), f"latency.batch.{name}")
         nb, nn, nc = len(b.batch_sizes), len(b.n_values), len(b.context_values)
-        _shape(b.layers_ratio, (nb, nn, nc), "latency.batch.layers_ratio")
+        _shape(b.layers_ratio, (nb, nn, nc), "latency.batch.layers_ratio", "latency.batch grids")
         for name, shape in (("layers_ms", (nb, nn, nc)), ("embedding_ms", (nb, nn)), ("head_ms", (nb, nn)),
                             ("two_threads_ratio", (nb, nc))):
             if getattr(b, name) is not None:
-                _shape(getattr(b, name), shape, f"latency.batch.{name}")
+                _shape(getattr(b, name), shape, f"latency.batch.{name}", "latency.batch grids")
 
 
 def check_layers(doc: ProfileDoc) -> None:
@@ -657,6 +662,19 @@ def upgrade(meta: dict) -> dict:
         out["latency"] = {**lat, "exit_heads": heads}
     out["schema_version"] = SCHEMA_VERSION
     return out
+
+
+def absent_defaults(meta: dict) -> list[str]:
+    """The fields of UPGRADE_DEFAULTS that `upgrade(meta)` fills (absent from an older `meta`)."""
+    if meta.get("schema_version") == SCHEMA_VERSION:
+        return []
+    sampled = (meta.get("acceptance") or {}).get("sampled") if isinstance(meta.get("acceptance"), dict) else None
+    heads = (meta.get("latency") or {}).get("exit_heads") if isinstance(meta.get("latency"), dict) else None
+    absent = {"kind": "kind" not in meta, "warnings": "warnings" not in meta,
+              "acceptance.sampled.trajectories": isinstance(sampled, dict) and "trajectories" not in sampled,
+              "latency.exit_heads.<name>.timing": isinstance(heads, dict) and any(
+                  isinstance(h, dict) and "timing" not in h for h in heads.values())}
+    return [k for k in UPGRADE_DEFAULTS if absent[k]]
 
 
 def dotted(loc: tuple) -> str:

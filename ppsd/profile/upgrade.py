@@ -14,20 +14,21 @@ from ppsd.profile.files import PROFILE_FILE
 from ppsd.profile.folder import load_profile, read_meta
 
 
-def upgrade_folder(src: str | Path, out: str | Path | None = None, force: bool = False) -> tuple[Path, int]:
+def upgrade_folder(src: str | Path, out: str | Path | None = None, force: bool = False) -> tuple[Path, int, list[str]]:
     """Write `src` upgraded: its profile.json in place (atomically), or the whole folder at `out` (a new
     folder; an existing profile folder there only with `force`), each read back before it replaces
-    anything. Returns (the folder written, the version it had). A corrupt profile is refused (UserError)
-    before anything is written."""
+    anything. Returns (the folder written, the version it had, the defaults filled). A corrupt profile is
+    refused (UserError) before anything is written."""
     src = Path(src)
-    version = read_meta(src)["schema_version"]
+    raw = read_meta(src)
+    version, filled = raw["schema_version"], schema.absent_defaults(raw)
     profile = load_profile(src)  # every value and file checked; its meta is the upgraded profile.json
     meta = dict(profile.meta)
     if out is None or Path(out).resolve() == src.resolve():
         if version != schema.SCHEMA_VERSION:
             atomic_write_json(src / PROFILE_FILE, meta)
             load_profile(src)
-        return src, version
+        return src, version, filled
     out = Path(out)
     _check_out(out, force)
     acc = meta.get("acceptance")
@@ -39,7 +40,7 @@ def upgrade_folder(src: str | Path, out: str | Path | None = None, force: bool =
                 shutil.copy2(item, tmp / item.name)
         atomic_write_json(tmp / PROFILE_FILE, meta)
         load_profile(tmp)
-    return out, version
+    return out, version, filled
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -52,12 +53,12 @@ def _check_out(out: Path, force: bool) -> None:
 
 
 def run_upgrade(args) -> int:
-    folder, version = upgrade_folder(args.dir, args.out, args.force)
+    folder, version, filled = upgrade_folder(args.dir, args.out, args.force)
     if version == schema.SCHEMA_VERSION:
         print(f"{folder}: at schema {version} already" + ("" if folder == Path(args.dir) else f", copied from {args.dir}"))
     else:
-        print(f"{folder}: schema {version} -> {schema.SCHEMA_VERSION} (prices unchanged; defaults filled where "
-              f"absent: {', '.join(schema.UPGRADE_DEFAULTS)})")
+        print(f"{folder}: schema {version} -> {schema.SCHEMA_VERSION} (prices unchanged; defaults filled: "
+              f"{', '.join(filled) or 'none needed'})")
     return 0
 
 
