@@ -22,6 +22,7 @@ is refused on load.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -37,6 +38,7 @@ READABLE_VERSIONS = (1, 2, 3)
 # are within the noise of a quiet machine.
 MIN_PHYSICAL_SLOWDOWN = 0.95
 MAX_MS = 1e7  # one piece's time beyond 10^7 ms (2.8 hours) is not a measurement
+MAX_COUNT = 10**9  # no count a profile holds (layers, tokens, cores, sizes) comes near this
 SHARED_HEAD = SHARED
 ACCEPTANCE_FILE = "acceptance.csv.gz"
 GENERATIONS_FILE = "generations.jsonl"
@@ -103,9 +105,9 @@ Spread = Annotated[float, Field(ge=0, le=1e3, **_FINITE), Doc("relative", "finit
 Probability = Annotated[float, Field(ge=0, le=1, **_FINITE), Doc("", "0 to 1")]
 Temperature = Annotated[float, Field(gt=0, le=100, **_FINITE), Doc("", "finite, > 0")]
 LegacyTemperature = Annotated[float, Field(ge=0, le=100, **_FINITE), Doc("", "finite, >= 0 (0: greedy)")]
-Count = Annotated[int, BeforeValidator(_integral), Field(ge=1), Doc("", "integer >= 1")]
-Count0 = Annotated[int, BeforeValidator(_integral), Field(ge=0), Doc("", "integer >= 0")]
-Layer = Annotated[int, BeforeValidator(_integral), Field(ge=1), Doc("layer", "integer in [1, num_layers)")]
+Count = Annotated[int, BeforeValidator(_integral), Field(ge=1, le=MAX_COUNT), Doc("", "integer, 1 to 1e9")]
+Count0 = Annotated[int, BeforeValidator(_integral), Field(ge=0, le=MAX_COUNT), Doc("", "integer, 0 to 1e9")]
+Layer = Annotated[int, BeforeValidator(_integral), Field(ge=1, le=MAX_COUNT), Doc("layer", "integer in [1, num_layers)")]
 Seed = Annotated[int, BeforeValidator(_integral), Doc("", "integer")]
 RelativeFile = Annotated[str, AfterValidator(_relative_file), Doc("", "a file name inside the folder")]
 StageCount = Annotated[str, AfterValidator(_stage_count_key), Doc("", "'<k>', k >= 1")]
@@ -423,7 +425,7 @@ class ModelInfo(Block):
     id: str = F("model id", min_length=1)
     source: str | None = F("where it was loaded from", None)
     architecture: str | None = F("architecture", None)
-    num_layers: Annotated[int, BeforeValidator(_integral), Field(ge=2), Doc("", "integer >= 2")] = F(
+    num_layers: Annotated[int, BeforeValidator(_integral), Field(ge=2, le=MAX_COUNT), Doc("", "integer, 2 to 1e9")] = F(
         "decoder layers (early exit needs 2)")
     hidden_size: Count0 | None = F("hidden size (0: not said)", None)
     vocab_size: Count0 | None = F("vocabulary (0: not said)", None)
@@ -535,6 +537,8 @@ def _ordered(block, shape: tuple, path: str, positive: bool, grids: str = "") ->
         if values is None:
             continue
         q = _shape(values, shape, f"{path}.{name}", grids)
+        if positive and np.any(q <= 0):
+            raise FieldError(f"{path}.{name}", "holds a time of 0: a measured time is > 0")
         tol = ORDER_TOL * np.abs(med)
         if np.any(q > med + tol) if below else np.any(q < med - tol):
             raise FieldError(f"{path}.{name}", f"is {'above' if below else 'below'} the median somewhere: "
@@ -601,7 +605,9 @@ def check_blocks(doc: ProfileDoc) -> None:
         for name, shape in (("layers_ms", (nb, nn, nc)), ("embedding_ms", (nb, nn)), ("head_ms", (nb, nn)),
                             ("two_threads_ratio", (nb, nc))):
             if getattr(b, name) is not None:
-                _shape(getattr(b, name), shape, f"latency.batch.{name}", "latency.batch grids")
+                a = _shape(getattr(b, name), shape, f"latency.batch.{name}", "latency.batch grids")
+                if doc.kind == "measured" and name.endswith("_ms") and np.any(a <= 0):
+                    raise FieldError(f"latency.batch.{name}", "holds a time of 0: a measured time is > 0")
 
 
 def check_layers(doc: ProfileDoc) -> None:
@@ -677,10 +683,15 @@ def absent_defaults(meta: dict) -> list[str]:
     return [k for k in UPGRADE_DEFAULTS if absent[k]]
 
 
+_TYPE_TAG = re.compile(r"^(str|int|float|bool|(list|dict|function-\w+|constrained-\w+|nullable)\[.*)$")
+
+
 def dotted(loc: tuple) -> str:
-    """('latency', 'corun', 'slowdown', 1) -> 'latency.corun.slowdown[1]'."""
+    """('latency', 'corun', 'slowdown', 1) -> 'latency.corun.slowdown[1]' (a union member's type tag left out)."""
     out = ""
     for part in loc:
+        if isinstance(part, str) and _TYPE_TAG.match(part):
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
