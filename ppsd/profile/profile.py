@@ -29,7 +29,9 @@ from ppsd.statistics import mad_log_sd
 @dataclass
 class Profile:
     """A loaded, validated profile folder. `meta` is profile.json as a dict (upgraded to this schema
-    version), `doc` the same validated and typed (`schema.ProfileDoc`), which the accessors read."""
+    version), `doc` the same validated and typed (`schema.ProfileDoc`). The accessors read `doc`, except
+    those of the co-run, pipeline and whole-step blocks: callers adjust these in `meta` for a what-if
+    (`retimed`, tests of the stage costs and the noise band), so they read `meta`, as validated on load."""
 
     path: Path
     meta: dict
@@ -134,14 +136,12 @@ class Profile:
     def hop_ms(self) -> float:
         """One-way stage-to-stage message time as a pipeline sees it: the pipeline probe's hop into
         a waiting stage when the profile has one, else the idle ping-pong's."""
-        pipe = self.doc.latency.pipeline
-        hop = (pipe.hop if pipe else None) or self.doc.latency.hop
-        return float(hop.median_ms) if hop else 0.0
+        hop = self.pipeline.get("hop") or self.latency.get("hop") or {}
+        return float(hop.get("median_ms", 0.0))
 
     def idle_hop_ms(self) -> float:
         """The idle ping-pong hop (`latency.hop`), whatever the pipeline probe found."""
-        hop = self.doc.latency.hop
-        return float(hop.median_ms) if hop else 0.0
+        return float((self.latency.get("hop") or {}).get("median_ms", 0.0))
 
     @property
     def cpu_cores(self) -> int | None:
@@ -161,13 +161,12 @@ class Profile:
         co-run table only the shape beyond it."""
         if processes <= 1:
             return 1.0
-        corun, pipe = self.doc.latency.corun, self.doc.latency.pipeline
-        procs = corun.processes if corun else [1]
-        slow = corun.slowdown if corun else [1.0]
+        corun = self.latency.get("corun") or {}
+        procs = corun.get("processes") or [1]
+        slow = corun.get("slowdown") or [1.0]
         table = lambda p: float(_interp(p, np.asarray(procs, float), np.asarray(slow, float)))  # noqa: E731
-        now = float(corun.now_over_profile) if corun else 1.0  # `retimed` with a co-run measured again
-        run = pipe.runtime if pipe else None
-        piped = (run.slowdown if run else None) or (pipe.slowdown if pipe else None)
+        now = float(corun.get("now_over_profile", 1.0))  # `retimed` with a co-run measured again
+        piped = (self.pipeline.get("runtime") or {}).get("slowdown") or self.pipeline.get("slowdown")
         if piped is None:
             return now * table(processes)
         return now * float(piped) * table(processes) / table(2)
@@ -177,18 +176,18 @@ class Profile:
         rounds (their log spread by the median absolute deviation, `ppsd.statistics.mad_log_sd`): what
         a PPSD plan's price may be off by in another minute of the same sitting. None without the
         runtime probe."""
-        rounds = self._runtime.rounds if self._runtime else None
+        rounds = (self.pipeline.get("runtime") or {}).get("rounds")
         if not rounds:
             return None
-        return mad_log_sd([float(np.mean(r.slowdown_per_stage)) for r in rounds])
+        return mad_log_sd([float(np.mean(r["slowdown_per_stage"])) for r in rounds])
 
     def corun_stage_bias(self, stages: int) -> list[float]:
         """How the co-run slowdown splits between a pipeline's roles: each stage's multiplier of
         `corun_slowdown` while it co-runs, from the runtime probe's per-stage slowdowns (each round's
         stage over the round's mean, median over rounds): stage 1 its own, the last stage the
         verifier's, stages between 1. All 1 without the runtime probe."""
-        rounds = (self._runtime.rounds if self._runtime else None) or []
-        per = [r.slowdown_per_stage for r in rounds if len(r.slowdown_per_stage) == 2]
+        rounds = (self.pipeline.get("runtime") or {}).get("rounds") or []
+        per = [r["slowdown_per_stage"] for r in rounds if len(r.get("slowdown_per_stage") or []) == 2]
         out = [1.0] * max(int(stages), 1)
         if not per or stages < 2:
             return out
@@ -202,11 +201,11 @@ class Profile:
         state, then runs beside stage 1, and runs slower than its share of a balanced pipeline's co-run
         slowdown says; a `retimed` profile scales it as every co-run figure. None without that measurement
         (profiles before it price as they did)."""
-        waiting = self._runtime.waiting if self._runtime else None
-        if not waiting:
+        waiting = (self.pipeline.get("runtime") or {}).get("waiting") or {}
+        value = waiting.get("last_stage_slowdown")
+        if not value:
             return None
-        corun = self.doc.latency.corun
-        return float(waiting.last_stage_slowdown) * (float(corun.now_over_profile) if corun else 1.0)
+        return float(value) * float((self.latency.get("corun") or {}).get("now_over_profile", 1.0))
 
     def lockstep_jitter_cv(self) -> float:
         """Pass-to-pass relative jitter of a stage in the runtime's own pipeline (the runtime probe's
@@ -214,24 +213,20 @@ class Profile:
         the slowest of its co-running passes, whose expected maximum exceeds the slowest mean by this
         jitter's share (`sim/schemes/ppsd/stage_costs.lockstep_factor`). 0 without a measurement: the
         lock step is then priced at the slowest mean."""
-        return float((self._runtime.pass_jitter_cv if self._runtime else None) or 0.0)
+        return float((self.pipeline.get("runtime") or {}).get("pass_jitter_cv") or 0.0)
 
-    @property
-    def _runtime(self) -> schema.RuntimeProbe | None:
-        """The runtime probe (`latency.pipeline.runtime`), typed; None without one."""
-        pipe = self.doc.latency.pipeline
-        return pipe.runtime if pipe else None
 
     def corun_table(self) -> dict | None:
         """The co-run measurement's 2-process figure as the profiler took it, without the pipeline
         probe: {slowdown, context, threads_per_process, seconds_per_round} (what a later check,
         `ppsd validate`'s `corun_drift`, repeats to compare with); None without a 2-process figure."""
-        corun = self.doc.latency.corun
-        if corun is None or 2 not in corun.processes:
+        corun = self.latency.get("corun") or {}
+        procs, slow = corun.get("processes") or [], corun.get("slowdown") or []
+        if 2 not in procs or len(slow) != len(procs):
             return None
-        return {"slowdown": float(corun.slowdown[corun.processes.index(2)]), "context": int(corun.context or 64),
-                "threads_per_process": int(corun.threads_per_process or 1),
-                "seconds_per_round": float(corun.seconds_per_round or 1.5)}
+        return {"slowdown": float(slow[procs.index(2)]), "context": int(corun.get("context") or 64),
+                "threads_per_process": int(corun.get("threads_per_process") or 1),
+                "seconds_per_round": float(corun.get("seconds_per_round") or 1.5)}
 
     def prefill_ms(self, prompt_len: float) -> float:
         """A whole prefill of `prompt_len` tokens (ms): the measured `latency.prefill` interpolated
@@ -357,17 +352,16 @@ class Profile:
         """The factor the main tables were scaled by so that their pieces sum to a whole step timed
         beside them (`latency.whole_step.calibration`); 1.0 for profiles without it (estimated ones
         among them), whose tables are the pieces as timed."""
-        ws = self.doc.latency.whole_step
-        return float((ws.calibration if ws else None) or 1.0)
+        return float((self.latency.get("whole_step") or {}).get("calibration") or 1.0)
 
     def calibration_doubt(self) -> float:
         """How far a plan's price may be off because the tables were scaled uniformly to the whole
         step (`piece_calibration`): the distortion the scaling removes may sit in some pieces only,
         so any share of it, either way, is as likely: uniform on ±|log ratio|, whose sd is
         |log ratio| / √3. 0 for profiles without a paired whole step."""
-        ws = self.doc.latency.whole_step
-        ratio = ws.ratio if ws else None
-        if ws is None or ws.method != "paired" or not ratio:
+        ws = self.latency.get("whole_step") or {}
+        ratio = ws.get("ratio")
+        if ws.get("method") != "paired" or not ratio or ratio <= 0:
             return 0.0
         return float(abs(np.log(float(ratio))) / np.sqrt(3.0))
 
@@ -392,7 +386,7 @@ class Profile:
         keep their own pricing (the pipeline's slowdown is measured against them), so only the ratio
         is carried over."""
         tables = self._parallel_tables(units)
-        whole_main = self.doc.latency.whole_step.median_ms if self.doc.latency.whole_step else None
+        whole_main = (self.latency.get("whole_step") or {}).get("median_ms")
         if units == self.parallel_base or tables is None or not tables.get("whole_step_ms") or not whole_main:
             return 1.0
         if tables.get("speedup_vs_base"):
@@ -410,8 +404,7 @@ class Profile:
 
     def pass_jitter_cv(self) -> float:
         """Relative spread (robust std / median) of a stage pass in the pipeline probe; 0 without one."""
-        pipe = self.doc.latency.pipeline
-        return float((pipe.pass_cv if pipe else None) or 0.0)
+        return float(self.pipeline.get("pass_cv") or 0.0)
 
     @property
     def control_plane(self) -> dict:

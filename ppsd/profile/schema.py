@@ -201,7 +201,7 @@ class PipelineHop(Block):
     median_ms: Ms = F("one-way message into a waiting stage, message handling included")
     p10_ms: Ms | None = F("10th percentile", None)
     p90_ms: Ms | None = F("90th percentile", None)
-    samples: Count | None = F("hops pooled over the rounds", None)
+    samples: Count0 | None = F("hops pooled over the rounds", None)
 
 
 class ProbeRound(Block):
@@ -234,8 +234,8 @@ class RuntimeProbe(Block):
                                         "between the roles, `Profile.corun_stage_bias`)", None)
     slowdown_cv: Spread | None = F("the rounds' log spread", None)
     exit_layer: Layer | None = F("the cut (N // 2)", None)
-    tokens: Count | None = F("tokens decoded per run", None)
-    prompt_len: Count | None = F("prompt tokens", None)
+    tokens: Count0 | None = F("tokens decoded per run", None)
+    prompt_len: Count0 | None = F("prompt tokens", None)
     context: Count0 | None = F("cached tokens of the pieces' steps", None)
     method: str | None = F("how it was measured", None)
     pass_jitter_cv: Spread = F("each stage's pass-to-pass spread, mean of stages, median round: prices the "
@@ -247,7 +247,7 @@ class Pipeline(Block):
     exit_layer: Layer | None = F("the cut, N // 2", None)
     stage_bounds: list[Count0] | None = F("[0, E, N]", None)
     backend: str | None = F("transport", None)
-    passes: Count | None = F("passes over every round", None)
+    passes: Count0 | None = F("passes over every round", None)
     slowdown: PhysicalSlowdown | None = F("a stage's pass in the pipeline / the same pass from the tables "
                                           "(or alone), mean of stages, median round", None)
     slowdown_per_stage: list[PhysicalSlowdown] | None = F("per stage", None)
@@ -263,7 +263,7 @@ class Pipeline(Block):
     rounds: list[ProbeRound] | None = F("each interleaved round", None)
     round_kept: Count0 | None = F("index of the median round", None)
     round_spread: Spread | None = F("(max - min) / median of the rounds' slowdowns", None)
-    passes_per_round: Count | None = F("passes per round", None)
+    passes_per_round: Count0 | None = F("passes per round", None)
     runtime: RuntimeProbe | None = F("the runtime probe (absent: this block's slowdown sets the 2-process "
                                      "point, shares 1, no lock-step jitter)", None)
 
