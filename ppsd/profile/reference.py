@@ -85,7 +85,7 @@ def markdown() -> str:
              "older versions upgraded with " + ", ".join(f"`{k}` = {v!r}" for k, v in UPGRADE_DEFAULTS.items())
              + " where absent). Types are strict (no string for a number, no bool for a count); fields not listed "
              "are kept and never required. Across fields: grids increase, every table has its grids' shape, "
-             "p10 <= median <= p90, every table time of a measured profile is > 0, exit layers lie in "
+             "every table time of a measured profile is > 0, exit layers lie in "
              "[1, num_layers). \"absent\": what a reader assumes when the field is not there.", "",
              "| field | type | unit | range | absent | meaning |", "|---|---|---|---|---|---|"]
     for row in reference_rows():
