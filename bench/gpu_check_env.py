@@ -44,6 +44,7 @@ NEEDED = [
     ("scipy", "scipy", "the restart rule (sim/model/restart.py)"),
     ("pandas", "pandas", "acceptance tables"),
     ("rich", "rich", "progress bars and tables"),
+    ("pydantic", "pydantic", "the profile schema (ppsd/profile/schema.py)"),
     ("huggingface_hub", "huggingface-hub", "transformers' configs and tokenizers"),
     ("tokenizers", "tokenizers", "transformers' tokenizers"),
     ("safetensors", "safetensors", "weights and exit heads on disk"),
