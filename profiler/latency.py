@@ -1,6 +1,6 @@
 """Latency profile: what each piece of a decode step costs on this device.
 
-Measured here, written into profile.json's `latency` block (see ppsd/profile/files.py):
+Measured here, written into profile.json's `latency` block (its schema: ppsd/profile/schema.py):
   * every decoder layer for n new tokens at context c (the grid n_values x context_values),
     plus the embedding and the final norm + LM head for each n;
   * a whole decode step (n = 1, smallest context) timed as one piece right beside the same step

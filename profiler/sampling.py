@@ -4,7 +4,7 @@
 On a CPU the multinomial dominates (~0.9 ms over SmolLM2's 49 152 tokens, about a whole decoder
 layer), so a sampled plan that draws once per token pays it per token and PPSD's verifier, which
 also recomputes the draft's distribution, more. The simulator prices it from `latency.sampling`
-(ppsd/profile/files.py); `ppsd profile add-sampling DIR` adds it to a profile made without it.
+(ppsd/profile/schema.py); `ppsd profile add-sampling DIR` adds it to a profile made without it.
 """
 
 from __future__ import annotations

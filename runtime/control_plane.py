@@ -2,7 +2,7 @@
 
 What a stage pass costs beyond its layers and heads (the host sync, the sends and receives, the
 stage loop's Python) and how long a message takes between two stage processes, at each stage count
-k: the profile's `latency.control_plane` (ppsd/profile/files.py), which the PPSD costs add to every
+k: the profile's `latency.control_plane` (ppsd/profile/schema.py), which the PPSD costs add to every
 pass and take as the least hop (sim/schemes/ppsd/stage_costs.py).
 
 Method (emulated devices, runtime/emulate.py: the real stage processes and messages):

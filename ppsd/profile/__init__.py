@@ -1,9 +1,9 @@
 """The profile contract: the one interface between the profiler and everything else (torch-free).
 
-A profile folder (`files.py`: its files, columns and schema versions, documented there) loads into a
-`Profile` (`profile.py`: the latency tables, machine facts, acceptance tables) whose optional
-blocks the simulator prices come as typed parts (`parts.py`: `BatchTables`, `ControlPlane`, `DrawCosts`,
-`PassOverheads`). `folder.py` reads and writes folders. It lives in `ppsd/` beside the other shared
+A profile folder (`files.py`: its files and columns; `schema.py`: profile.json's typed, versioned schema,
+the one place every value is checked) loads into a `Profile` (`profile.py`: the latency tables, machine
+facts, acceptance tables) whose optional blocks the simulator prices come as typed parts (`parts.py`:
+`BatchTables`, `ControlPlane`, `DrawCosts`, `PassOverheads`). `folder.py` reads and writes folders. It lives in `ppsd/` beside the other shared
 vocabularies (errors, exit heads, paths) so that `sim/`, `dashboard/`, `runtime/` and `profiler/`
 all depend on it and it on none of them.
 """

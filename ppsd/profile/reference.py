@@ -81,7 +81,8 @@ def reference_rows(model: type[Block] = ProfileDoc, prefix: str = "") -> list[tu
 
 def markdown() -> str:
     """The profile.json reference for docs/contracts.md, between BEGIN_MARK and END_MARK."""
-    lines = [BEGIN_MARK, "", f"profile.json, schema_version {SCHEMA_VERSION} (loads {', '.join(map(str, READABLE_VERSIONS))}; "
+    loads = ", ".join(map(str, READABLE_VERSIONS))
+    lines = [BEGIN_MARK, "", f"profile.json, schema_version {SCHEMA_VERSION} (loads {loads}; "
              "older versions upgraded with " + ", ".join(f"`{k}` = {v!r}" for k, v in UPGRADE_DEFAULTS.items())
              + " where absent). Types are strict (no string for a number, no bool for a count); fields not listed "
              "are kept and never required. Across fields: grids increase, every table has its grids' shape, "

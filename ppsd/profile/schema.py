@@ -106,7 +106,8 @@ Temperature = Annotated[float, Field(gt=0, le=100, **_FINITE), Doc("", "finite, 
 LegacyTemperature = Annotated[float, Field(ge=0, le=100, **_FINITE), Doc("", "finite, >= 0 (0: greedy)")]
 Count = Annotated[int, BeforeValidator(_integral), Field(ge=1, le=MAX_COUNT), Doc("", "integer, 1 to 1e9")]
 Count0 = Annotated[int, BeforeValidator(_integral), Field(ge=0, le=MAX_COUNT), Doc("", "integer, 0 to 1e9")]
-Layer = Annotated[int, BeforeValidator(_integral), Field(ge=1, le=MAX_COUNT), Doc("layer", "integer in [1, num_layers)")]
+Layer = Annotated[int, BeforeValidator(_integral), Field(ge=1, le=MAX_COUNT),
+                  Doc("layer", "integer in [1, num_layers)")]
 Seed = Annotated[int, BeforeValidator(_integral), Doc("", "integer")]
 RelativeFile = Annotated[str, AfterValidator(_relative_file), Doc("", "a file name inside the folder")]
 StageCount = Annotated[str, AfterValidator(_stage_count_key), Doc("", "'<k>', k >= 1")]
@@ -726,7 +727,8 @@ def _numeric(df, column: str, where: str):
     bad = values.isna() & df[column].notna()
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise FieldError(f"{where} column {column}", f"holds {shown(df[column].iloc[row])} at row {row + 2}: not a number")
+        raise FieldError(f"{where} column {column}",
+                         f"holds {shown(df[column].iloc[row])} at row {row + 2}: not a number")
     return values
 
 

@@ -55,7 +55,8 @@ def _check_out(out: Path, force: bool) -> None:
 def run_upgrade(args) -> int:
     folder, version, filled = upgrade_folder(args.dir, args.out, args.force)
     if version == schema.SCHEMA_VERSION:
-        print(f"{folder}: at schema {version} already" + ("" if folder == Path(args.dir) else f", copied from {args.dir}"))
+        copied = "" if folder == Path(args.dir) else f", copied from {args.dir}"
+        print(f"{folder}: at schema {version} already{copied}")
     else:
         print(f"{folder}: schema {version} -> {schema.SCHEMA_VERSION} (prices unchanged; defaults filled: "
               f"{', '.join(filled) or 'none needed'})")
