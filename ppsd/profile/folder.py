@@ -172,12 +172,13 @@ def _jsonable(obj):
 
 
 def add_latency_block(folder: str | Path, name: str, block: dict) -> Path:
-    """Write `block` into a measured profile as `latency.<name>` (profile.json rewritten atomically) and
-    read the folder back, so a block added later (`ppsd profile add-sampling`, `add-batch`) never leaves a
-    folder that does not load. Returns profile.json's path."""
+    """Write `block` into a measured profile as `latency.<name>` (profile.json rewritten atomically, after
+    the schema checks it) and read the folder back, so a block added later (`ppsd profile add-sampling`,
+    `add-batch`) never leaves a folder that does not load. Returns profile.json's path."""
     path = Path(folder) / PROFILE_FILE
-    meta = json.loads(path.read_text())
+    meta = read_meta(Path(folder))
     meta["latency"][name] = block
+    validated(Path(folder), schema.upgrade(meta))  # a block that breaks the schema is refused before writing
     atomic_write_json(path, meta)
     load_profile(folder)
     return path
