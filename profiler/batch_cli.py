@@ -39,7 +39,12 @@ def run_add_batch(args) -> int:
     sizes = parse_batch_sizes(args.batch_sizes)
     if args.repeats < 1:
         raise UserError(f"--repeats {args.repeats} must be at least 1", "give e.g. 5")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads {args.threads} must be at least 1", "give --threads 1 or more")
     profile = load_profile(args.dir)
+    from profiler.cli import _check_rewritable
+
+    _check_rewritable(args.dir)
     if profile.meta.get("kind") != "measured":
         raise UserError(f"profile {args.dir} is {profile.meta.get('kind')!r}, not measured",
                         "add-batch times this machine: use it on a profile measured here")

@@ -69,6 +69,8 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="profile folder to write (default runs/profile-<model>-<device>-<time>)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the profile folder --out names (it stays intact until the new one is complete)")
     from profiler.analytic_cli import add_analytic_arguments  # torch-free
 
     add_analytic_arguments(p)
@@ -195,12 +197,20 @@ def _check_args(args) -> None:
                         "drop one of them")
 
 
-def _check_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file", "give a folder path")
-    if out.is_dir() and any(out.iterdir()) and not (out / "profile.json").exists():
-        raise UserError(f"--out {out} exists and is not a profile folder; ppsd will not overwrite it",
-                        "give a new or empty folder, or an earlier profile folder to replace")
+def _check_out(out: Path, force: bool) -> None:
+    """--out before any work: a new folder, or an earlier profile folder with --force."""
+    from ppsd.paths import check_output_folder
+    from ppsd.profile import PROFILE_FILE
+
+    check_output_folder(out, "--out", force=force, marker=PROFILE_FILE, what="profile folder")
+
+
+def _check_rewritable(folder: str) -> None:
+    """`ppsd profile add-*`: the profile's folder must take a rewritten profile.json (before any model loads)."""
+    from ppsd.paths import check_writable_parent
+    from ppsd.profile import PROFILE_FILE
+
+    check_writable_parent(Path(folder).expanduser() / PROFILE_FILE, "DIR")
 
 
 def _default_out(model: str, device: str) -> Path:
@@ -245,7 +255,7 @@ def run_profile(args) -> int:
         return run_analytic(args)
     _check_args(args)
     out = Path(args.out).expanduser() if args.out else _default_out(args.model, args.device)
-    _check_out(out)
+    _check_out(out, bool(getattr(args, "force", False)))
     from ppsd.prompts import load_prompts
 
     exclude = _heads_training_prompts(args.heads) if getattr(args, "heldout", False) else None
@@ -843,6 +853,7 @@ def run_add_sampling(args) -> int:
     from ppsd.profile import add_latency_block, load_profile
 
     profile = load_profile(args.dir)
+    _check_rewritable(args.dir)
     if profile.meta.get("kind") != "measured":
         raise UserError(f"profile {args.dir} is {profile.meta.get('kind')!r}, not measured",
                         "add-sampling times this machine: use it on a profile measured here")
@@ -855,7 +866,7 @@ def run_add_sampling(args) -> int:
     if not sizes:
         raise UserError(f"profile {args.dir} names no vocabulary size (model.vocab_size)",
                         "re-create it with this ppsd's `ppsd profile`")
-    threads = args.threads or int(profile.meta.get("timing", {}).get("threads") or 1)
+    threads = args.threads if args.threads is not None else int(profile.meta.get("timing", {}).get("threads") or 1)
     if threads < 1:
         raise UserError(f"--threads {threads} must be at least 1", "give --threads 1 or more")
     from ppsd.devices import normalize_device
