@@ -22,6 +22,8 @@ def register_add_batch(sub) -> None:
 
 
 def parse_batch_sizes(text: str) -> list[int]:
+    if not str(text).replace(",", " ").strip():
+        raise UserError(f"--batch-sizes {text!r} names no batch size", "give e.g. --batch-sizes 1,2,4,8")
     try:
         sizes = sorted({int(x) for x in str(text).split(",") if x.strip()})
     except ValueError:

@@ -40,13 +40,13 @@ def measure_function(config: ValidateConfig) -> MeasureFn:
 
 def validate(config: ValidateConfig, measure: MeasureFn | None = None) -> int:
     """Check, load, measure and predict, write the folder, print the report; 0 on success."""
+    config.check()  # the flags alone, before torch imports
     import torch
 
     torch.set_num_threads(1)
-    config.check()
     inputs = load_inputs(config)
     final = Path(config.out) if config.out else RUNS_DIR / f"validation-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    with atomic_dir(final) as out:  # an interrupted validation leaves no half-written folder
+    with atomic_dir(final) as out:  # an interrupted validation leaves an earlier folder there intact
         (out / vf.TIMELINES_DIR).mkdir(parents=True, exist_ok=True)
         kind = SampledValidation if inputs.temperature > 0 else GreedyValidation
         doc = kind(config, inputs, out, measure or measure_function(config)).run()
