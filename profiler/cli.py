@@ -195,6 +195,19 @@ def _check_args(args) -> None:
     if args.skip_acceptance and args.skip_latency:
         raise UserError("--skip-acceptance and --skip-latency together leave nothing to profile",
                         "drop one of them")
+    _check_model_args(args)
+
+
+def _check_model_args(args) -> None:
+    """The model spec, dtype and the flags that name its layers, from its shape or config.json (no weights)."""
+    from runtime.model_shape import check_dtype, layer_count
+
+    check_dtype(args.dtype)
+    layers = layer_count(args.model)  # refuses a spec nothing could load
+    if getattr(args, "hf_exits", None) is not None:
+        from profiler.hf_overhead import check_hf_args
+
+        check_hf_args(args, added_later=False, num_layers=layers)
 
 
 def _check_out(out: Path, force: bool) -> None:

@@ -339,15 +339,21 @@ def run_hf_block(profile_dir, args, *, added_later: bool) -> int:
 
     from ppsd.progress import report
 
-    gammas = check_hf_args(args, added_later=added_later)
     if added_later:
         from ppsd.profile import load_profile
         from profiler.cli import _check_rewritable
 
-        latency = load_profile(profile_dir).latency or {}
+        profile = load_profile(profile_dir)
+        if profile.kind != "measured":
+            raise UserError(f"profile {profile_dir} is {profile.kind}, not measured",
+                            "add the hf block to a profile measured on this machine")
+        gammas = check_hf_args(args, added_later=True, num_layers=profile.num_layers)
+        latency = profile.latency or {}
         _check_rewritable(profile_dir)
         if latency.get("hf") and not getattr(args, "force", False):
             raise UserError(f"profile {profile_dir} already has a latency.hf block", "pass --force to measure it again")
+    else:
+        gammas = check_hf_args(args, added_later=False)
     print("measuring transformers' assisted generation (latency.hf) ...", file=sys.stderr, flush=True)
     block = add_hf(profile_dir, exits=getattr(args, "hf_exits", None), gammas=gammas,
                    max_new_tokens=getattr(args, "hf_max_new_tokens", DEFAULT_MAX_NEW),

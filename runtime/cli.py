@@ -104,10 +104,14 @@ def check_run_args(args) -> None:
     import math
     from pathlib import Path
 
+    from ppsd.devices import normalize_device
     from ppsd.errors import UserError
     from ppsd.exit_heads import resolve_head_name
     from ppsd.paths import check_output_file
+    from runtime.model_shape import check_dtype
 
+    normalize_device(args.device)  # an unknown name first (the run normalises it again where it reads it)
+    check_dtype(args.dtype)
     for flag, value, least in (("--limit", args.limit, 1), ("--batch", args.batch, 1),
                                ("--max-new-tokens", args.max_new_tokens, 1), ("--repeats", args.repeats, 1),
                                ("--warmup", args.warmup, 0), ("--cores", args.cores, 1)):

@@ -34,12 +34,12 @@ from ppsd.errors import UserError
 from ppsd.paths import atomic_dir, cache_dir
 
 from runtime.model_shape import (EMBEDDED_MODEL, RANDOM_PREFIX, SPEC_FIX, TINY_LAYERS, TINY_MODEL,  # noqa: F401
-                                  check_spec, parse_random_spec)
+                                  check_dtype, check_spec, parse_random_spec)
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 _EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+           "float16": torch.float16, "fp16": torch.float16}  # runtime.model_shape.DTYPES names these
 
 
 # --- devices and dtypes -------------------------------------------------------------------------
@@ -66,8 +66,7 @@ def resolve_device(device: str = "cpu") -> torch.device:
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:
-    if dtype not in _DTYPES:
-        raise UserError(f"unknown dtype {dtype!r}", f"use one of: {', '.join(_DTYPES)}")
+    check_dtype(dtype)
     return _DTYPES[dtype]
 
 

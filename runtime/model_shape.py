@@ -17,6 +17,15 @@ SPEC_FIX = (f"give {EMBEDDED_MODEL}, {TINY_MODEL}, random:ARCH, a Hugging Face m
             "id already in the local cache")
 
 
+DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+
+
+def check_dtype(dtype: str) -> None:
+    """UserError for a dtype `load_model` does not take (`runtime.llm.resolve_dtype` maps these names)."""
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
+
+
 def check_spec(spec: str) -> None:
     """UserError (one line) for a spec `load_model` cannot load whatever the weights: an unknown name,
     a missing GGUF file, a bad `random:` option."""

@@ -163,6 +163,9 @@ def _checked_items(config: ValidateConfig, profile, predict, head: str, temperat
     checked = []
     for item in items:
         where = f"--plans item {item.text!r}: " if item.text else ""
+        if item.head not in (None, SHARED) and not config.heads and not config.emulated:
+            raise UserError(f"{where}head={item.head} drafts with a trained head, and no --heads folder is given",
+                            "add --heads DIR (the folder the profile was made with), or drop head=")
         try:
             h = _plan_head(config, profile, predict, head, item.head)
         except UserError as exc:
@@ -172,6 +175,11 @@ def _checked_items(config: ValidateConfig, profile, predict, head: str, temperat
 
             raise UserError(f"{where}{exc.problem}", f"give head= one of the heads the profile has "
                             f"({', '.join(available_heads(predict))}; trained heads need --heads DIR)") from None
+        traced = sorted(int(e) for e in acc[acc["head"] == h]["exit_layer"].unique())
+        if item.forced_alpha is None and int(item.plan.exit_layer) not in traced:
+            raise UserError(f"{where or 'plan ' + item.plan.label() + ': '}profile {predict.path} has no traces of exit "
+                            f"head {h} at exit {item.plan.exit_layer}",
+                            f"give an exit it traced for {h}: {', '.join(map(str, traced))}")
         if item.forced_alpha is not None and temperature > 0:
             raise UserError(f"--plans alpha={item.forced_alpha:g} forces greedy accept/reject decisions; sampled "
                             "validation measures real acceptance", "drop alpha= from --plans, or --temperature")
