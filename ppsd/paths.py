@@ -166,6 +166,15 @@ def check_writable_parent(path: str | Path, flag: str) -> None:
         raise UserError(f"{flag} {path}: the folder {parent} is not writable", f"give a {flag} path you may write to")
 
 
+def check_rewritable(path: str | Path, flag: str) -> None:
+    """A file rewritten in place (a temp file beside it, then a rename) checked before any work: its
+    folder must be writable (`ppsd profile add-* DIR` rewrites DIR/profile.json)."""
+    path = Path(path).expanduser()
+    if path.parent.is_dir() and not _writable(path.parent):
+        raise UserError(f"{flag} {path.parent} is not writable (its {path.name} is rewritten in place)",
+                        f"give {flag} a folder you may write to, or copy it somewhere you may")
+
+
 def check_output_file(path: str | Path, flag: str) -> Path:
     """An output file's path checked before any work: not a folder, in a folder this process may write."""
     out = Path(path).expanduser()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ppsd.errors import UserError
 
@@ -44,9 +45,10 @@ def run_add_batch(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads {args.threads} must be at least 1", "give --threads 1 or more")
     profile = load_profile(args.dir)
-    from profiler.cli import _check_rewritable
+    from ppsd.paths import check_rewritable
+    from ppsd.profile import PROFILE_FILE
 
-    _check_rewritable(args.dir)
+    check_rewritable(Path(args.dir) / PROFILE_FILE, "DIR")
     if profile.meta.get("kind") != "measured":
         raise UserError(f"profile {args.dir} is {profile.meta.get('kind')!r}, not measured",
                         "add-batch times this machine: use it on a profile measured here")

@@ -218,14 +218,6 @@ def _check_out(out: Path, force: bool) -> None:
     check_output_folder(out, "--out", force=force, marker=PROFILE_FILE, what="profile folder")
 
 
-def _check_rewritable(folder: str) -> None:
-    """`ppsd profile add-*`: the profile's folder must take a rewritten profile.json (before any model loads)."""
-    from ppsd.paths import check_writable_parent
-    from ppsd.profile import PROFILE_FILE
-
-    check_writable_parent(Path(folder).expanduser() / PROFILE_FILE, "DIR")
-
-
 def _default_out(model: str, device: str) -> Path:
     from ppsd.paths import RUNS_DIR
 
@@ -864,9 +856,11 @@ def run_add_sampling(args) -> int:
     import sys
 
     from ppsd.profile import add_latency_block, load_profile
+    from ppsd.paths import check_rewritable
+    from ppsd.profile import PROFILE_FILE
 
     profile = load_profile(args.dir)
-    _check_rewritable(args.dir)
+    check_rewritable(Path(args.dir) / PROFILE_FILE, "DIR")
     if profile.meta.get("kind") != "measured":
         raise UserError(f"profile {args.dir} is {profile.meta.get('kind')!r}, not measured",
                         "add-sampling times this machine: use it on a profile measured here")

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -340,8 +341,8 @@ def run_hf_block(profile_dir, args, *, added_later: bool) -> int:
     from ppsd.progress import report
 
     if added_later:
-        from ppsd.profile import load_profile
-        from profiler.cli import _check_rewritable
+        from ppsd.paths import check_rewritable
+        from ppsd.profile import PROFILE_FILE, load_profile
 
         profile = load_profile(profile_dir)
         if profile.kind != "measured":
@@ -349,7 +350,7 @@ def run_hf_block(profile_dir, args, *, added_later: bool) -> int:
                             "add the hf block to a profile measured on this machine")
         gammas = check_hf_args(args, added_later=True, num_layers=profile.num_layers)
         latency = profile.latency or {}
-        _check_rewritable(profile_dir)
+        check_rewritable(Path(profile_dir) / PROFILE_FILE, "DIR")
         if latency.get("hf") and not getattr(args, "force", False):
             raise UserError(f"profile {profile_dir} already has a latency.hf block", "pass --force to measure it again")
     else:

@@ -78,7 +78,7 @@ def parse_plan_spec(spec: str) -> list[PlanItem]:
                 try:
                     stop = check_draft_stop(_hf_default() if value.strip().lower() == "default" else value)
                 except UserError:
-                    raise UserError(f"--plans item {item!r}: stop={value} is not a confidence between 0 and 1",
+                    raise UserError(f"--plans item {item!r}: stop={value}: a confidence stop is outside (0, 1)",
                                     "give e.g. stop=0.5, or stop=default (transformers' own threshold)") from None
             else:
                 raise UserError(f"--plans item {item!r}: unknown option {opt!r}",
