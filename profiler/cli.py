@@ -855,9 +855,8 @@ def run_add_sampling(args) -> int:
     `added_later`: a later sitting than the other tables)."""
     import sys
 
-    from ppsd.profile import add_latency_block, load_profile
     from ppsd.paths import check_rewritable
-    from ppsd.profile import PROFILE_FILE
+    from ppsd.profile import PROFILE_FILE, add_latency_block, load_profile
 
     profile = load_profile(args.dir)
     check_rewritable(Path(args.dir) / PROFILE_FILE, "DIR")
