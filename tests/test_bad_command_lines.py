@@ -176,3 +176,27 @@ def test_a_refused_write_is_one_line(monkeypatch, capsys, tmp_path):
     assert main(["plan", "--profile", str(PLACES["E"])]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ppsd plan: error: No space left on device: ") and "x" in lines[0]
+
+
+TORCH_FREE = [  # refusals that come before torch is even imported (seconds, whatever the model's size)
+    "validate --profile {E} --plans eesd:99:3", "validate --profile {E} --plans ppsd:24:2:head=nope",
+    "validate --profile {B} --batch-sizes 1,2 --plans eesd:40:2", "run --mode eesd --exit 30",
+    "profile --model tiny-llama --out {E}", "profile --model tiny-llama --hf-exits 9 --out {tmp}/p",
+    "heads train --model tiny-llama --exits 0,9", "simulate --profile {E} --mode ppsd --exit 15 --trace-out {tmp}",
+]
+
+
+def test_flag_refusals_come_before_torch_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    where = {**{k: str(v) for k, v in PLACES.items()}, "tmp": str(tmp_path)}
+    lines = [shlex.split(line.format(**where)) for line in TORCH_FREE]
+    code = ("import sys; from ppsd.cli import main\n"
+            f"codes = [main(argv) for argv in {lines!r}]\n"
+            "assert codes == [2] * len(codes), codes\n"
+            "assert 'torch' not in sys.modules, 'torch was imported before a refusal'\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "PPSD_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == len(lines)  # one line each

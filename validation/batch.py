@@ -225,13 +225,8 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     """The whole run (see the module doc); `config` is the validate command's parsed arguments."""
     from ppsd.profile import load_profile
     from ppsd.prompts import load_prompts
-    from runtime.batch_run import ar_one_at_a_time, measure_in_turns
-    from runtime.heads import make_drafter
-    from runtime.llm import load_model
     from sim.batch.costs import check_batch
     from validation.prompts import pick_round_robin
-
-    import torch
 
     config.check_batched()
     profile = load_profile(config.profile)
@@ -245,6 +240,12 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     picked = pick_round_robin([{"category": p.category, "p": p} for p in texts], config.limit or None)
     if not picked:
         raise UserError("no prompt is left that the predicting profile did not trace", "give other --prompts")
+    import torch
+
+    from runtime.batch_run import ar_one_at_a_time, measure_in_turns
+    from runtime.heads import make_drafter
+    from runtime.llm import load_model
+
     torch.set_num_threads(1)
     model = load_model(str(profile.meta["model"]["id"]), device=str(profile.meta["hardware"].get("device") or "cpu"),
                        dtype=str(profile.meta["model"].get("dtype") or "float32"))

@@ -99,7 +99,7 @@ def _check_train_args(args) -> None:
         raise UserError(f"--lr {args.lr} must be a positive learning rate", "give e.g. --lr 1e-3")
     layers = layer_count(args.model)  # refuses a model spec nothing could load
     if layers is not None:
-        from profiler.heads.train import parse_exits
+        from profiler.heads.exits import parse_exits
 
         parse_exits(args.exits, layers)
     if args.out:
