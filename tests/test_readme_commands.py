@@ -38,12 +38,20 @@ def section_text(name: str) -> str:
 
 
 def readme_commands() -> list[str]:
-    """Every `ppsd` line of the sections' bash blocks, comments dropped, continuations joined."""
+    """Every `ppsd` line of the sections' bash blocks, comments dropped, continuations joined, a block's
+    shell variables (`P=...`) filled in."""
     lines = []
     for name in SECTIONS:
         for block in re.findall(r"```bash\n(.*?)```", section_text(name), flags=re.S):
+            variables = {}
             for line in block.replace("\\\n", " ").splitlines():
                 line = line.split("  #")[0].split(" # ")[0].strip()
+                assignment = re.match(r"^([A-Z_]+)=(\S+)$", line)
+                if assignment:
+                    variables[assignment[1]] = assignment[2]
+                    continue
+                for var, value in variables.items():
+                    line = line.replace(f"${var}", value)
                 if re.match(r"^(\.venv/bin/)?ppsd ", line):
                     lines.append(line.removeprefix(".venv/bin/"))
     return lines
@@ -81,7 +89,7 @@ def test_the_sections_hold_the_commands_this_test_runs():
 
 
 @pytest.mark.slow  # each runs the full sweep a user waits for (seconds each, up to half a minute on a busy CPU)
-@pytest.mark.parametrize("line", COMMANDS)
+@pytest.mark.parametrize("line", COMMANDS, ids=[" ".join(c.split()[:3]) + f" #{i}" for i, c in enumerate(COMMANDS)])
 def test_readme_command_runs_as_written(line, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(PROJECT_ROOT)  # where the README's commands run; outputs go to tmp_path
     argv = as_run(line, tmp_path)
