@@ -116,10 +116,7 @@ class ValidateConfig:
             from validation.plan_spec import parse_plan_spec
 
             parse_plan_spec(self.plans)  # a malformed item (or none at all) is refused before a model loads
-        if self.prompts is not None:
-            from ppsd.prompts import load_prompts
-
-            load_prompts(None if self.prompts == "builtin" else self.prompts)  # a missing file fails now
+        self._check_prompts()
 
     def check_batched(self) -> None:
         """`--batch-sizes`: the flags the batched validation takes, refused one by one where they do not
@@ -141,6 +138,9 @@ class ValidateConfig:
             raise UserError(f"--draws {self.draws} is too few for an interval", "give --draws 20 or more (default 200)")
         self._check_numbers()
         self.check_out()
+        self._check_prompts()
+
+    def _check_prompts(self) -> None:
         if self.prompts is not None:
             from ppsd.prompts import load_prompts
 
