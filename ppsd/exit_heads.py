@@ -1,4 +1,4 @@
-"""Exit-head names, defined once (torch-free, no project imports).
+"""Exit-head names, defined once (torch-free; UserError is its one project import).
 
 A drafting exit head is named
   "shared"     the model's own final norm + LM head applied at the exit layer (LayerSkip style)
@@ -7,6 +7,8 @@ A drafting exit head is named
 """
 
 from __future__ import annotations
+
+from ppsd.errors import UserError
 
 SHARED = "shared"
 TRAINED = "trained"
@@ -46,3 +48,22 @@ def label(name: str) -> str:
 def suffix(name: str, sep: str = "-") -> str:
     """"" for the shared head (it goes unnamed in labels and file names), else sep + name."""
     return "" if name == SHARED else f"{sep}{name}"
+
+
+def parse_head_name(name: str) -> int | None:
+    """None for shared / trained, V for vocab<V>; UserError for anything else."""
+    if name in (SHARED, TRAINED):
+        return None
+    size = vocab_size(name)
+    if size is not None:
+        return size
+    raise UserError(f"unknown exit head {name!r}", "use --exit-head shared, trained or vocab<V> (e.g. vocab4096)")
+
+
+def resolve_head_name(heads_dir: str | None, name: str | None) -> str:
+    """The head a run drafts with: --exit-head, else trained when --heads is given, else shared."""
+    name = name or (TRAINED if heads_dir else SHARED)
+    parse_head_name(name)
+    if name != SHARED and not heads_dir:
+        raise UserError(f"--exit-head {name} needs the head folder", "add --heads DIR (from `ppsd heads train`)")
+    return name

@@ -131,6 +131,11 @@ def run_analytic(args: argparse.Namespace) -> int:
     out = getattr(args, "out", None)
     if not out:
         raise UserError("--analytic needs --out DIR", "name the profile folder to write")
+    from ppsd.paths import check_output_folder
+    from ppsd.profile import PROFILE_FILE
+
+    check_output_folder(out, "--out", force=bool(getattr(args, "force", False)), marker=PROFILE_FILE,
+                        what="profile folder")
     dtype = getattr(args, "dtype", None)
     if dtype in (None, "auto") or getattr(args, "analytic_dtype_given", True) is False:
         dtype = "bf16"  # the GPU default, unless --dtype was given on the command line

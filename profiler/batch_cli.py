@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ppsd.errors import UserError
 
@@ -22,6 +23,8 @@ def register_add_batch(sub) -> None:
 
 
 def parse_batch_sizes(text: str) -> list[int]:
+    if not str(text).replace(",", " ").strip():
+        raise UserError(f"--batch-sizes {text!r} names no batch size", "give e.g. --batch-sizes 1,2,4,8")
     try:
         sizes = sorted({int(x) for x in str(text).split(",") if x.strip()})
     except ValueError:
@@ -39,7 +42,13 @@ def run_add_batch(args) -> int:
     sizes = parse_batch_sizes(args.batch_sizes)
     if args.repeats < 1:
         raise UserError(f"--repeats {args.repeats} must be at least 1", "give e.g. 5")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads {args.threads} must be at least 1", "give --threads 1 or more")
     profile = load_profile(args.dir)
+    from ppsd.paths import check_rewritable
+    from ppsd.profile import PROFILE_FILE
+
+    check_rewritable(Path(args.dir) / PROFILE_FILE, "DIR")
     if profile.meta.get("kind") != "measured":
         raise UserError(f"profile {args.dir} is {profile.meta.get('kind')!r}, not measured",
                         "add-batch times this machine: use it on a profile measured here")

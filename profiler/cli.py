@@ -69,6 +69,8 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="profile folder to write (default runs/profile-<model>-<device>-<time>)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the profile folder --out names (it stays intact until the new one is complete)")
     from profiler.analytic_cli import add_analytic_arguments  # torch-free
 
     add_analytic_arguments(p)
@@ -196,14 +198,27 @@ def _check_args(args) -> None:
     if args.skip_acceptance and args.skip_latency:
         raise UserError("--skip-acceptance and --skip-latency together leave nothing to profile",
                         "drop one of them")
+    _check_model_args(args)
 
 
-def _check_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file", "give a folder path")
-    if out.is_dir() and any(out.iterdir()) and not (out / "profile.json").exists():
-        raise UserError(f"--out {out} exists and is not a profile folder; ppsd will not overwrite it",
-                        "give a new or empty folder, or an earlier profile folder to replace")
+def _check_model_args(args) -> None:
+    """The model spec, dtype and the flags that name its layers, from its shape or config.json (no weights)."""
+    from runtime.model_shape import check_dtype, layer_count
+
+    check_dtype(args.dtype)
+    layers = layer_count(args.model)  # refuses a spec nothing could load
+    if getattr(args, "hf_exits", None) is not None:
+        from profiler.hf_overhead import check_hf_args
+
+        check_hf_args(args, added_later=False, num_layers=layers)
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """--out before any work: a new folder, or an earlier profile folder with --force."""
+    from ppsd.paths import check_output_folder
+    from ppsd.profile import PROFILE_FILE
+
+    check_output_folder(out, "--out", force=force, marker=PROFILE_FILE, what="profile folder")
 
 
 def _default_out(model: str, device: str) -> Path:
@@ -248,7 +263,7 @@ def run_profile(args) -> int:
         return run_analytic(args)
     _check_args(args)
     out = Path(args.out).expanduser() if args.out else _default_out(args.model, args.device)
-    _check_out(out)
+    _check_out(out, bool(getattr(args, "force", False)))
     from ppsd.prompts import load_prompts
 
     exclude = _heads_training_prompts(args.heads) if getattr(args, "heldout", False) else None
@@ -843,9 +858,11 @@ def run_add_sampling(args) -> int:
     `added_later`: a later sitting than the other tables)."""
     import sys
 
-    from ppsd.profile import add_latency_block, load_profile
+    from ppsd.paths import check_rewritable
+    from ppsd.profile import PROFILE_FILE, add_latency_block, load_profile
 
     profile = load_profile(args.dir)
+    check_rewritable(Path(args.dir) / PROFILE_FILE, "DIR")
     if profile.meta.get("kind") != "measured":
         raise UserError(f"profile {args.dir} is {profile.meta.get('kind')!r}, not measured",
                         "add-sampling times this machine: use it on a profile measured here")
@@ -858,7 +875,7 @@ def run_add_sampling(args) -> int:
     if not sizes:
         raise UserError(f"profile {args.dir} names no vocabulary size (model.vocab_size)",
                         "re-create it with this ppsd's `ppsd profile`")
-    threads = args.threads or int(profile.meta.get("timing", {}).get("threads") or 1)
+    threads = args.threads if args.threads is not None else int(profile.meta.get("timing", {}).get("threads") or 1)
     if threads < 1:
         raise UserError(f"--threads {threads} must be at least 1", "give --threads 1 or more")
     from ppsd.devices import normalize_device

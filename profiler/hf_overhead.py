@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -257,6 +258,10 @@ def add_hf(profile_dir, *, model_spec: str | None = None, exits=None, gammas=DEF
                         "add the hf block to a profile measured on this machine")
     if (profile.latency or {}).get("hf") and not force:
         raise UserError(f"profile {profile_dir} already has a latency.hf block", "pass --force to measure it again")
+    if exits is not None and (not exits or any(not 1 <= int(e) < profile.num_layers for e in exits)):
+        raise UserError(f"exits {','.join(map(str, exits)) or '(none)'} are not exit layers of this "
+                        f"{profile.num_layers}-layer model", f"give exits between 1 and {profile.num_layers - 1}, "
+                        f"e.g. {profile.num_layers // 2},{round(profile.num_layers * 0.8)}")
     model = load_model(model_spec or profile.model_id, "cpu", profile.meta.get("model", {}).get("dtype", "float32"))
     traced = sorted({int(e) for e in profile.acceptance["exit_layer"].unique()}) if profile.acceptance is not None else []
     if exits is None:
@@ -273,9 +278,12 @@ def _int_list(text: str) -> tuple[int, ...]:
     import argparse
 
     try:
-        return tuple(int(x) for x in str(text).split(",") if x.strip())
+        values = tuple(int(x) for x in str(text).split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer, e.g. 20,24")
+    return values
 
 
 def _hf_options(p, *, prefix: str = "") -> None:
@@ -304,22 +312,49 @@ def register_add_hf(sub, profile_parser) -> None:
     _hf_options(profile_parser, prefix="hf-")
 
 
+def check_hf_args(args, *, added_later: bool, num_layers: int | None = None) -> tuple[int, ...]:
+    """The hf options' values checked before any model loads (`ppsd profile --hf-*` before it measures
+    anything); returns the draft lengths. `num_layers`, when known, checks the exits too."""
+    flag = "--" if added_later else "--hf-"  # add-hf's flags, or `ppsd profile --hf-...`
+    if getattr(args, "hf_limit", 6) is not None and getattr(args, "hf_limit", 6) < 1:
+        raise UserError(f"{flag}limit {args.hf_limit} runs no prompt", f"give {flag}limit 1 or more (default 6)")
+    if getattr(args, "hf_max_new_tokens", DEFAULT_MAX_NEW) < 4:
+        raise UserError(f"{flag}max-new-tokens must be at least 4", "give e.g. 32")
+    gammas = tuple(getattr(args, "hf_gammas", DEFAULT_GAMMAS) or DEFAULT_GAMMAS)
+    if len(set(gammas)) < 2 or min(gammas) < 1:
+        raise UserError(f"{flag}gammas {','.join(map(str, gammas))}: the overhead fit needs two different γ >= 1",
+                        f"give e.g. {flag}gammas 2,6")
+    exits = getattr(args, "hf_exits", None)
+    if num_layers is not None and exits is not None and any(not 1 <= int(e) < num_layers for e in exits):
+        raise UserError(f"{flag}exits {','.join(map(str, exits))} are not exit layers of this {num_layers}-layer model",
+                        f"give exits between 1 and {num_layers - 1}")
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 1:
+        raise UserError(f"--threads {threads} must be at least 1", "give --threads 1 or more")
+    return gammas
+
+
 def run_hf_block(profile_dir, args, *, added_later: bool) -> int:
     """Measure the block into `profile_dir` and print its summary line."""
     import sys
 
     from ppsd.progress import report
 
-    if getattr(args, "hf_max_new_tokens", DEFAULT_MAX_NEW) < 4:
-        raise UserError("--hf-max-new-tokens must be at least 4", "give e.g. 32")
-    gammas = tuple(getattr(args, "hf_gammas", DEFAULT_GAMMAS) or DEFAULT_GAMMAS)
-    if len(set(gammas)) < 2 or min(gammas) < 1:
-        raise UserError(f"draft lengths {list(gammas)}: the overhead fit needs two different γ >= 1", "give e.g. 2,6")
-    if added_later and not getattr(args, "force", False):
-        from ppsd.profile import load_profile
+    if added_later:
+        from ppsd.paths import check_rewritable
+        from ppsd.profile import PROFILE_FILE, load_profile
 
-        if (load_profile(profile_dir).latency or {}).get("hf"):
+        profile = load_profile(profile_dir)
+        if profile.kind != "measured":
+            raise UserError(f"profile {profile_dir} is {profile.kind}, not measured",
+                            "add the hf block to a profile measured on this machine")
+        gammas = check_hf_args(args, added_later=True, num_layers=profile.num_layers)
+        latency = profile.latency or {}
+        check_rewritable(Path(profile_dir) / PROFILE_FILE, "DIR")
+        if latency.get("hf") and not getattr(args, "force", False):
             raise UserError(f"profile {profile_dir} already has a latency.hf block", "pass --force to measure it again")
+    else:
+        gammas = check_hf_args(args, added_later=False)
     print("measuring transformers' assisted generation (latency.hf) ...", file=sys.stderr, flush=True)
     block = add_hf(profile_dir, exits=getattr(args, "hf_exits", None), gammas=gammas,
                    max_new_tokens=getattr(args, "hf_max_new_tokens", DEFAULT_MAX_NEW),

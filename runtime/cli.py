@@ -97,9 +97,65 @@ def check_draft_stop_args(args) -> None:
         raise UserError("an emulated model has no draft confidences", "drop --emulate or --draft-stop-confidence")
 
 
-def cmd_run(args) -> int:
-    from runtime.runner import run_command
+def check_run_args(args) -> None:
+    """Every flag value `ppsd run` can judge without the model, before anything loads (torch-free): the
+    numbers, the output file, the prompt file, and the exit layer, draft length and stages against the
+    layer count read from the model's shape or config.json (or the emulated profile)."""
+    import math
+    from pathlib import Path
 
+    from ppsd.devices import normalize_device
+    from ppsd.errors import UserError
+    from ppsd.exit_heads import resolve_head_name
+    from ppsd.paths import check_output_file
+    from runtime.model_shape import check_dtype
+
+    normalize_device(args.device)  # an unknown name first (the run normalises it again where it reads it)
+    check_dtype(args.dtype)
+    for flag, value, least in (("--limit", args.limit, 1), ("--batch", args.batch, 1),
+                               ("--max-new-tokens", args.max_new_tokens, 1), ("--repeats", args.repeats, 1),
+                               ("--warmup", args.warmup, 0), ("--cores", args.cores, 1)):
+        if value is not None and value < least:
+            raise UserError(f"{flag} {value} must be at least {least}", f"give {flag} {least} or more")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise UserError(f"--temperature {args.temperature} is not a number >= 0", "give 0 (greedy) or e.g. 0.7")
+    if not (math.isfinite(args.stage_timeout) and args.stage_timeout > 0):
+        raise UserError(f"--stage-timeout {args.stage_timeout} must be a positive number of seconds", "give e.g. 60")
+    if args.port is not None and not 1 <= args.port <= 65535:
+        raise UserError(f"--port {args.port} is not a TCP port", "give a port between 1024 and 65535, or leave it out")
+    if args.timeline:
+        check_output_file(args.timeline, "--timeline")
+    if args.heads and not Path(args.heads).expanduser().is_dir():
+        raise UserError(f"--heads {args.heads} is not a folder", "give a folder written by `ppsd heads train --out DIR`")
+    resolve_head_name(args.heads, args.exit_head)
+    if args.emulate and args.prompts:
+        raise UserError("--prompts does not apply with --emulate (prompts are synthetic, of the profile's "
+                        "prompt lengths)", "drop --prompts; --limit picks how many")
+    if not args.emulate:
+        from ppsd.prompts import load_prompts
+
+        load_prompts(args.prompts, limit=args.limit)  # a missing or malformed file fails here, not after the load
+    _check_plan_shape(args)
+
+
+def _check_plan_shape(args) -> None:
+    """Exit layer, γ, stages and stage cuts against the model's layer count, where it is known unloaded."""
+    from runtime.model_shape import layer_count
+    from runtime.request import make_plan, parse_bounds
+
+    if args.emulate:
+        from ppsd.profile import load_profile
+
+        layers = load_profile(args.emulate).num_layers
+    else:
+        layers = layer_count(args.model)  # also refuses a model spec nothing could load
+    if layers is None:
+        return  # a GGUF file or an uncached hub id: checked once it loads
+    make_plan(args.mode, layers, args.exit_layer, args.draft_len, args.stages, parse_bounds(args.stage_bounds))
+
+
+def cmd_run(args) -> int:
+    check_run_args(args)
     check_draft_stop_args(args)
     if args.batch != 1:  # before the runtime choice: the batched runtime refuses what it does not run
         from runtime.batch_run import run_batched
@@ -109,6 +165,7 @@ def cmd_run(args) -> int:
         from runtime.hf_assisted import run_command as run_hf_command
 
         return run_hf_command(args)
+    from runtime.runner import run_command
 
     return run_command(args)
 

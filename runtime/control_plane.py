@@ -176,20 +176,21 @@ def measure_control_plane(stages=(2, 3, 4, 6, 8), *, hidden_size: int = 4096, to
 
 def with_control_plane(profile_dir: str | Path, out_dir: str | Path, block: dict) -> Path:
     """A copy of a profile folder whose latency carries `block` as `control_plane` (the files
-    beside profile.json are copied as they are)."""
+    beside profile.json are copied as they are), written whole: a folder at `out_dir` is replaced only
+    by a copy that loads."""
     import json
     import shutil
 
-    from ppsd.paths import atomic_write_json
+    from ppsd.paths import atomic_dir, atomic_write_json
     from ppsd.profile import PROFILE_FILE, load_profile
 
     src, dst = Path(profile_dir), Path(out_dir)
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.is_file() and f.name != PROFILE_FILE:
-            shutil.copy2(f, dst / f.name)
     meta = json.loads((src / PROFILE_FILE).read_text())
     meta.setdefault("latency", {})["control_plane"] = block
-    atomic_write_json(dst / PROFILE_FILE, meta)
-    load_profile(dst)  # still a valid profile
+    with atomic_dir(dst) as tmp:
+        for f in src.iterdir():
+            if f.is_file() and f.name != PROFILE_FILE:
+                shutil.copy2(f, tmp / f.name)
+        atomic_write_json(tmp / PROFILE_FILE, meta)
+        load_profile(tmp)  # still a valid profile
     return dst

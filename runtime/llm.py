@@ -33,13 +33,13 @@ import torch
 from ppsd.errors import UserError
 from ppsd.paths import atomic_dir, cache_dir
 
-EMBEDDED_MODEL = "smollm2-135m"
-TINY_MODEL = "tiny-llama"
-RANDOM_PREFIX = "random:"
+from runtime.model_shape import (EMBEDDED_MODEL, RANDOM_PREFIX, SPEC_FIX, TINY_LAYERS, TINY_MODEL,  # noqa: F401
+                                  check_dtype, check_spec, parse_random_spec)
+
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 _EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+           "float16": torch.float16, "fp16": torch.float16}  # runtime.model_shape.DTYPES names these
 
 
 # --- devices and dtypes -------------------------------------------------------------------------
@@ -66,8 +66,7 @@ def resolve_device(device: str = "cpu") -> torch.device:
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:
-    if dtype not in _DTYPES:
-        raise UserError(f"unknown dtype {dtype!r}", f"use one of: {', '.join(_DTYPES)}")
+    check_dtype(dtype)
     return _DTYPES[dtype]
 
 
@@ -252,7 +251,7 @@ class ByteTokenizer:
         return self.eos_token_id + 1
 
 
-def tiny_llama(seed: int = 0, num_layers: int = 6, hidden_size: int = 64, vocab_size: int = 320,
+def tiny_llama(seed: int = 0, num_layers: int = TINY_LAYERS, hidden_size: int = 64, vocab_size: int = 320,
                device: str = "cpu", dtype: str = "float32") -> ModelAdapter:
     """A seeded random Llama. Weights are drawn wide (std 0.2) so logits are far from ties and greedy
     choices are stable under the different summation orders of batched and one-token passes."""
@@ -267,41 +266,6 @@ def tiny_llama(seed: int = 0, num_layers: int = 6, hidden_size: int = 64, vocab_
     dev = resolve_device(device)
     model = model.to(device=dev, dtype=resolve_dtype(dtype)).eval()
     return ModelAdapter(model, ByteTokenizer(256), TINY_MODEL, f"random init, seed {seed}", dev, resolve_dtype(dtype))
-
-
-def parse_random_spec(spec: str) -> tuple:
-    """`random:ARCH[?layers=N][&seed=S]` -> (ArchShape with the layer count applied, seed or None,
-    canonical model id). UserError on a bad architecture or option."""
-    from dataclasses import replace
-
-    from ppsd.archs import resolve_arch
-
-    body = spec[len(RANDOM_PREFIX):].strip()
-    fix = "write e.g. random:llama-2-7b or random:smollm2-135m?layers=4 (options: layers=N, seed=S)"
-    arch_part, _, query = body.partition("?")
-    if not arch_part:
-        raise UserError(f"model {spec!r} names no architecture", fix)
-    opts = {}
-    for item in filter(None, query.split("&")):
-        key, eq, value = item.partition("=")
-        if not eq or key not in ("layers", "seed"):
-            raise UserError(f"model {spec!r}: unknown option {item!r}", fix)
-        try:
-            opts[key] = int(value)
-        except ValueError:
-            raise UserError(f"model {spec!r}: {key} must be a whole number, got {value!r}", fix) from None
-    shape = resolve_arch(arch_part)  # UserError listing the known architectures
-    layers = opts.get("layers")
-    if layers is not None:
-        if not 2 <= layers <= shape.num_layers:
-            raise UserError(f"model {spec!r}: layers={layers} is out of range",
-                            f"give layers between 2 and {shape.num_layers} for {shape.name}")
-        shape = replace(shape, num_layers=layers)
-    # canonical id: the built-in name (or the config path) plus the options, so a profile's model id
-    # reloads the same model (ppsd validate, PPSD stage processes)
-    arch_id = shape.name if shape.source == "builtin" else str(Path(arch_part).expanduser().resolve())
-    query_out = "&".join(f"{k}={opts[k]}" for k in ("layers", "seed") if k in opts)
-    return shape, opts.get("seed"), RANDOM_PREFIX + arch_id + (f"?{query_out}" if query_out else "")
 
 
 def random_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int = 0) -> ModelAdapter:
@@ -414,6 +378,7 @@ def load_model(spec: str = EMBEDDED_MODEL, device: str = "cpu", dtype: str = "fl
                seed: int = 0) -> ModelAdapter:
     """Load `spec` (see the module docstring) for inference on `device`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_spec(spec)
     t0 = time.perf_counter()
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
@@ -440,9 +405,7 @@ def load_model(spec: str = EMBEDDED_MODEL, device: str = "cpu", dtype: str = "fl
         model, tok = _load_hf(spec, dev, torch_dtype, True)
         model_id, source = spec, "local Hugging Face cache"
     else:
-        raise UserError(f"unknown model {spec!r}",
-                        f"give {EMBEDDED_MODEL}, {TINY_MODEL}, random:ARCH, a Hugging Face model folder, "
-                        "a .gguf file, or a hub id already in the local cache")
+        raise UserError(f"unknown model {spec!r}", SPEC_FIX)
     adapter = ModelAdapter(model, tok, model_id, source, dev, torch_dtype, load_s=time.perf_counter() - t0)
     # what another process needs to load the same model (a spawned PPSD stage): the model id is
     # only a folder's or a GGUF file's name

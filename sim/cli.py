@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 
@@ -20,16 +21,34 @@ from sim.serve.cli import add_plan_options, add_simulate_options
 
 def _ints(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(x) for x in text.split(",") if x.strip() != "")
+        values = tuple(int(x) for x in text.split(",") if x.strip() != "")
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r} names no value; give a comma-separated list of integers")
+    return values
 
 
 def _floats(text: str) -> tuple[float, ...]:
     try:
-        return tuple(float(x) for x in text.split(",") if x.strip() != "")
+        values = tuple(float(x) for x in text.split(",") if x.strip() != "")
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r} names no value; give a comma-separated list of numbers")
+    return values
+
+
+def _at_least(*checks) -> None:
+    """(flag, value, least) for each numeric flag: a one-line UserError naming the flag below its least."""
+    for flag, value, least in checks:
+        if value is not None and not value >= least:
+            raise UserError(f"{flag} {value} must be at least {least}", f"give {flag} {least} or more")
+
+
+def _check_temperature(t: float) -> None:
+    if not (math.isfinite(t) and t >= 0):
+        raise UserError(f"--temperature {t} is not a number >= 0", "give 0 (greedy) or a temperature the profile holds")
 
 
 def register(subparsers) -> None:
@@ -113,7 +132,7 @@ def _register_plan(subparsers) -> None:
     add_runtime_options(q, schedule=False)
     q.add_argument("--max-draft-len", type=int, default=MAX_DRAFT_LEN, metavar="G",
                    help=f"EESD γ from 1 to G (default {MAX_DRAFT_LEN})")
-    q.add_argument("--draft-stops", type=_floats, default=(), metavar="T1,T2,...",
+    q.add_argument("--draft-stops", type=_floats, default=None, metavar="T1,T2,...",
                    help="also try these confidence stops beside every plan (EESD: a round stops drafting after "
                         "its first draft less confident than T; PPSD: stage 1 waits for the verdict on such a draft; "
                         "--runtime hf: transformers' assistant_confidence_threshold, its default 0.4); needs a "
@@ -258,6 +277,13 @@ def simulate_cmd(args) -> int:
     mode = Mode.parse(args.mode)
     if mode.speculative and args.exit_layer is None:
         raise UserError(f"--mode {mode} needs an exit layer", "give --exit E")
+    _at_least(("--tokens", args.tokens, 1), ("--cores", args.cores, 1), ("--prompt-len", args.prompt_len, 0),
+              ("--prompts-n", args.prompts_n, 1))
+    _check_temperature(args.temperature)
+    if args.trace_out:
+        from ppsd.paths import check_output_file
+
+        check_output_file(args.trace_out, "--trace-out")  # before any pricing, not after it
     form = _given_form(args)
     alpha = None
     if form is not None:
@@ -374,15 +400,23 @@ def plan_cmd(args) -> int:
         raise UserError(f"--devices {args.devices} must be at least 1", "give --devices between 1 and the layer count")
     if not 1 <= args.max_draft_len <= 64:
         raise UserError(f"--max-draft-len {args.max_draft_len} is out of range", "give between 1 and 64")
+    _at_least(("--tokens", args.tokens, 1), ("--cores", args.cores, 1), ("--prompt-len", args.prompt_len, 0),
+              ("--prompts-n", args.prompts_n, 1), ("--top", args.top, 1), ("--alpha-scale", args.alpha_scale, 0))
+    _check_temperature(args.temperature)
     if args.rate is not None:
         from sim.serve.cli import plan_rate_cmd
 
         return plan_rate_cmd(args)
-    profile = _load(args.profile, args.acceptance_from)
-    if args.batch not in (None, 1):
-        from sim.batch.cli import plan_batch
+    from sim.plan import check_draft_stop
 
-        return plan_batch(args, profile)
+    stops = tuple(check_draft_stop(t, "--draft-stops") for t in args.draft_stops or ())
+    if args.batch not in (None, 1):
+        from sim.batch.cli import check_batch_args, plan_batch
+
+        check_batch_args(args)
+        return plan_batch(args, _load(args.profile, args.acceptance_from))
+    args.draft_stops = stops
+    profile = _load(args.profile, args.acceptance_from)
     if args.runtime == "hf":
         return plan_hf(args, profile)
     args.devices = gpus.devices_for(profile, args.devices)
@@ -397,6 +431,10 @@ def plan_cmd(args) -> int:
     heads = args.exit_head
     if alpha_by_exit is not None and heads is None:
         heads = [SHARED]  # a given α is one head's figure: compare other heads only when asked
+    if args.temperature and heads is None:  # only the heads the profile sampled β for price sampled decoding
+        heads, line = hd.sampled_heads(profile, args.temperature)
+        if line:
+            _say(line, args.json)
     spec = SweepSpec(devices=args.devices, gammas=tuple(range(1, args.max_draft_len + 1)), tokens=args.tokens,
                      hop_ms=_hop_ms(args.hop_us), alpha_scale=args.alpha_scale, temperature=args.temperature,
                      category=args.category, budget=args.cores, prompt_len=args.prompt_len,

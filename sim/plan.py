@@ -20,15 +20,15 @@ RUNTIMES = ("ppsd", "hf")  # Plan.runtime: ppsd's own decoders, or transformers'
 SCHEDULES = ("constant", "heuristic")  # Plan.schedule: transformers' num_assistant_tokens_schedule (hf EESD)
 
 
-def check_draft_stop(value) -> float:
-    """τ of a confidence stop as a float in (0, 1); a one-line UserError otherwise."""
+def check_draft_stop(value, flag: str = "--draft-stop-confidence") -> float:
+    """τ of a confidence stop as a float in (0, 1); a one-line UserError naming `flag` otherwise."""
     try:
         tau = float(value)
     except (TypeError, ValueError):
         tau = float("nan")
     if not 0.0 < tau < 1.0:
-        raise UserError(f"draft-stop confidence {value} is outside (0, 1)",
-                        "give a confidence threshold between 0 and 1, e.g. --draft-stop-confidence 0.4")
+        raise UserError(f"{flag} {value}: a draft-stop confidence is outside (0, 1)",
+                        f"give a confidence threshold between 0 and 1, e.g. {flag} 0.4")
     return tau
 
 

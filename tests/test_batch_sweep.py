@@ -80,6 +80,21 @@ def test_plan_batch_says_up_to_which_batch_eesd_pays(batched, capsys):
     assert "best PPSD plan at each batch size" in out and "PPSD E=" in out
 
 
+def test_plan_batch_between_measured_sizes_says_it_is_interpolated(batched, capsys):
+    """B = 3 lies between the measured 2 and 4: priced from pass times interpolated between them, and said so
+    in the text (the header and the verdict) and in --json; a measured size carries no such label."""
+    assert main(["plan", "--profile", str(batched.path), "--batch", "3", "--max-draft-len", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 3 was not measured: its pass times are interpolated linearly between the measured batches 2 and 4" \
+        in out
+    assert "verdict: at batch 3 (interpolated between the measured batches 2 and 4)" in out
+    assert main(["plan", "--profile", str(batched.path), "--batch", "3", "--max-draft-len", "3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["interpolated"] is True and doc["measured_batch_sizes"] == [1, 2, 4, 8]
+    assert main(["plan", "--profile", str(batched.path), "--batch", "4", "--max-draft-len", "3"]) == 0
+    assert "interpolated" not in capsys.readouterr().out
+
+
 def test_plan_batch_refuses_a_size_the_profile_does_not_hold(batched, capsys):
     assert main(["plan", "--profile", str(batched.path), "--batch", "16"]) == 2
     err = capsys.readouterr().err

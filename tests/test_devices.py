@@ -59,7 +59,7 @@ def test_ppsd_with_more_stages_than_gpus_names_the_gpu_count(monkeypatch, capsys
 
 def test_ppsd_stage_bounds_count_as_stages(monkeypatch, capsys):
     _gpus(monkeypatch, 2)
-    assert main([*RUN, "--device", "gpu", "--stage-bounds", "0,2,4,6"]) == 2
+    assert main([*RUN, "--device", "gpu", "--stage-bounds", "0,3,4,6"]) == 2
     assert "3 GPUs" in _one_line(capsys, "run")
 
 

@@ -137,11 +137,17 @@ def test_progress_jsonl(tmp_path, capsys, monkeypatch):
     assert prof.meta["timing"]["quick"] and prof.layers.median_ms.shape[1:] == (1, 1)
 
 
-def test_skip_acceptance_and_replace_existing_profile(tiny_profile, tmp_path):
+def test_skip_acceptance_and_replace_existing_profile(tiny_profile, tmp_path, capsys):
     out = tmp_path / "again"
     assert main([*TINY, "--skip-acceptance", "--out", str(out)]) == 0
     assert load_profile(out).meta["acceptance"] is None and not load_profile(out).has_acceptance
-    assert main([*TINY, "--skip-acceptance", "--out", str(out)]) == 0   # a profile folder may be replaced
+    first = (out / "profile.json").read_bytes()
+    capsys.readouterr()
+    assert main([*TINY, "--skip-acceptance", "--out", str(out)]) == 2   # never replaced without --force
+    assert "--force" in _error_line(capsys) and (out / "profile.json").read_bytes() == first
+    assert main([*TINY, "--skip-acceptance", "--out", str(out), "--force"]) == 0   # with it, replaced whole
+    assert (out / "profile.json").read_bytes() != first
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".again")]
 
 
 # --- bad input: one line, exit 2, nothing written ---------------------------------------------------

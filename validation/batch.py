@@ -14,6 +14,7 @@ outputs are checked against AR at the same batch size and at batch 1. The folder
 from __future__ import annotations
 
 import csv
+import datetime as _dt
 import io
 import statistics
 import sys
@@ -24,6 +25,7 @@ import numpy as np
 
 from ppsd import validation_folder as vf
 from ppsd.errors import UserError
+from ppsd.paths import RUNS_DIR
 from ppsd.exit_heads import SHARED
 from ppsd.modes import Mode
 from ppsd.statistics import mape, percent_error
@@ -90,20 +92,29 @@ def default_plans(profile, head: str = SHARED, count: int = DEFAULT_PLANS) -> li
 
 
 def parse_plans(spec: str | None, profile) -> list[BatchPlan]:
-    """--plans 'eesd:E:γ;ppsd:E;...' -> the plans (PPSD: two stages, so no k)."""
-    if not spec:
+    """--plans 'eesd:E:γ;ppsd:E;...' -> the plans (PPSD: two stages, so no k), each checked against the
+    profile's layer count; without --plans, the default set."""
+    if spec is None:
         return default_plans(profile)
+    items = [s.strip() for s in spec.split(";") if s.strip()]
+    if not items:
+        raise UserError(f"--plans {spec!r} names no plan", "give e.g. --plans 'eesd:24:2;ppsd:20', or leave it out")
+    n = profile.num_layers
     plans = []
-    for item in (s.strip() for s in spec.split(";") if s.strip()):
+    for item in items:
         parts = item.split(":")
         kind = parts[0].lower()
         if kind == "eesd" and len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-            plans.append(BatchPlan(Mode.EESD, int(parts[1]), int(parts[2])))
+            plan = BatchPlan(Mode.EESD, int(parts[1]), int(parts[2]))
         elif kind == "ppsd" and len(parts) in (2, 3) and parts[1].isdigit() and parts[2:] in ([], ["2"]):
-            plans.append(BatchPlan(Mode.PPSD, int(parts[1])))
+            plan = BatchPlan(Mode.PPSD, int(parts[1]))
         else:
-            raise UserError(f"--plans {item!r}: with --batch-sizes each plan is eesd:E:γ or ppsd:E (two stages; AR is "
-                            "always measured)", "give e.g. --plans 'eesd:24:2;ppsd:20'")
+            raise UserError(f"--plans item {item!r}: with --batch-sizes each plan is eesd:E:γ or ppsd:E (two stages; "
+                            "AR is always measured)", "give e.g. --plans 'eesd:24:2;ppsd:20'")
+        if not 1 <= plan.exit_layer < n or (plan.draft_len is not None and not 1 <= plan.draft_len <= 64):
+            raise UserError(f"--plans item {item!r} is out of range for this {n}-layer model",
+                            f"give exits between 1 and {n - 1} and γ between 1 and 64, e.g. 'eesd:{n // 2}:2;ppsd:{n // 2}'")
+        plans.append(plan)
     return plans
 
 
@@ -149,9 +160,16 @@ def summary(rows: list[BatchRow]) -> dict:
 
 
 def write_folder(out: Path, doc: dict, rows: list[BatchRow]) -> None:
+    """The folder, all at once (temp folder + swap): an earlier one at `out` stays intact until then."""
+    from ppsd.paths import atomic_dir
+
+    with atomic_dir(out) as tmp:
+        _write_files(tmp, doc, rows)
+
+
+def _write_files(out: Path, doc: dict, rows: list[BatchRow]) -> None:
     from ppsd.paths import atomic_write_json, atomic_write_text
 
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / FILE, doc)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(asdict(rows[0])))
@@ -207,16 +225,10 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     """The whole run (see the module doc); `config` is the validate command's parsed arguments."""
     from ppsd.profile import load_profile
     from ppsd.prompts import load_prompts
-    from runtime.batch_run import ar_one_at_a_time, measure_in_turns
-    from runtime.heads import make_drafter
-    from runtime.llm import load_model
     from sim.batch.costs import check_batch
     from validation.prompts import pick_round_robin
 
-    import torch
-
-    if not config.profile:
-        raise UserError("--batch-sizes needs --profile", "give the profile folder the batches are priced from")
+    config.check_batched()
     profile = load_profile(config.profile)
     predict = load_profile(config.predict_from) if config.predict_from else profile
     for b in sizes:
@@ -224,10 +236,16 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     plans = parse_plans(config.plans, predict)
     max_new = int((predict.meta.get("acceptance") or {}).get("max_new_tokens") or 64)
     seen = {str(g["prompt_id"]) for g in predict.generations()}
-    texts = [p for p in load_prompts(config.prompts or "spec-bench") if str(p.prompt_id) not in seen]
+    texts = [p for p in load_prompts(None if config.prompts == "builtin" else config.prompts or "spec-bench") if str(p.prompt_id) not in seen]
     picked = pick_round_robin([{"category": p.category, "p": p} for p in texts], config.limit or None)
     if not picked:
         raise UserError("no prompt is left that the predicting profile did not trace", "give other --prompts")
+    import torch
+
+    from runtime.batch_run import ar_one_at_a_time, measure_in_turns
+    from runtime.heads import make_drafter
+    from runtime.llm import load_model
+
     torch.set_num_threads(1)
     model = load_model(str(profile.meta["model"]["id"]), device=str(profile.meta["hardware"].get("device") or "cpu"),
                        dtype=str(profile.meta["model"].get("dtype") or "float32"))
@@ -245,7 +263,7 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     doc = {"profile": str(config.profile), "predicted_from": str(config.predict_from or config.profile),
            "prompts": [str(g["p"].prompt_id) for g in picked], "max_new_tokens": max_new, "batch_sizes": sizes,
            "rows": [asdict(r) for r in rows], "summary": summary(rows), "pays_up_to": _pays(rows)}
-    out = Path(config.out or "runs/batch-validation")
+    out = Path(config.out) if config.out else RUNS_DIR / f"batch-validation-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     write_folder(out, doc, rows)
     if getattr(config, "json", False):
         from ppsd.output import print_json

@@ -32,6 +32,9 @@ def register(sub) -> None:
     v.add_argument("--plans", help="mode:exit[:γ|k][:head=NAME][:alpha=A][:stop=TAU];..., e.g. "
                    "'eesd:10:3;ppsd:24:2;eesd:24:6:stop=0.5' (default: 3 exits × EESD, PPSD)")
     v.add_argument("--out", help="validation folder (default runs/validation-<time>)")
+    v.add_argument("--force", action="store_true",
+                   help="replace the validation folder --out names (it stays intact until the new one is complete; "
+                        "--serve too)")
     v.add_argument("--limit", type=int, default=8,
                    help="profiled prompts to decode, taken round-robin over categories (default 8; 0 = all)")
     v.add_argument("--repeats", type=int, default=3)
@@ -90,7 +93,6 @@ def register(sub) -> None:
     serve.add_argument("--max-tokens", type=int, default=2048, help="the servers' token budget an iteration")
     serve.add_argument("--replications", type=int, default=20, help="simulated replications for each 90%% "
                        "interval (default 20)")
-    serve.add_argument("--force", action="store_true", help="replace an existing --out folder")
     v.set_defaults(func=cmd_validate)
 
 
@@ -102,12 +104,13 @@ def cmd_validate(args) -> int:
 
         return run_serve_validation(args)
 
-    if args.batch_sizes:
+    if args.batch_sizes is not None:  # given, even empty: refused by its parser, never run unbatched
         from profiler.batch_cli import parse_batch_sizes
         from validation.batch import run_batch_validation
 
         from validation.config import ValidateConfig
 
-        return run_batch_validation(ValidateConfig.from_args(args), parse_batch_sizes(args.batch_sizes))
+        sizes = parse_batch_sizes(args.batch_sizes)
+        return run_batch_validation(ValidateConfig.from_args(args), sizes)
 
     return validate_command(args)

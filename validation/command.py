@@ -9,16 +9,17 @@ from __future__ import annotations
 import datetime as _dt
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ppsd import validation_folder as vf
 from ppsd.output import print_json
 from ppsd.paths import RUNS_DIR, atomic_dir
-from validation.measuring import MeasureFn
 from validation.config import ValidateConfig
-from validation.greedy import GreedyValidation
 from validation.inputs import load_inputs
 from validation.report import drift_warnings, report_lines
-from validation.sampled import SampledValidation
+
+if TYPE_CHECKING:  # the measuring modules import torch: the flags and --plans are checked without it
+    from validation.measuring import MeasureFn
 
 
 def validate_command(args) -> int:
@@ -40,13 +41,16 @@ def measure_function(config: ValidateConfig) -> MeasureFn:
 
 def validate(config: ValidateConfig, measure: MeasureFn | None = None) -> int:
     """Check, load, measure and predict, write the folder, print the report; 0 on success."""
+    config.check()  # the flags alone
+    inputs = load_inputs(config)  # the profiles and the plans checked, then the model loaded
     import torch
 
     torch.set_num_threads(1)
-    config.check()
-    inputs = load_inputs(config)
     final = Path(config.out) if config.out else RUNS_DIR / f"validation-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    with atomic_dir(final) as out:  # an interrupted validation leaves no half-written folder
+    from validation.greedy import GreedyValidation
+    from validation.sampled import SampledValidation
+
+    with atomic_dir(final) as out:  # an interrupted validation leaves an earlier folder there intact
         (out / vf.TIMELINES_DIR).mkdir(parents=True, exist_ok=True)
         kind = SampledValidation if inputs.temperature > 0 else GreedyValidation
         doc = kind(config, inputs, out, measure or measure_function(config)).run()

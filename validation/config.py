@@ -48,6 +48,7 @@ class ValidateConfig:
     runtime: str = "ppsd"        # "hf": transformers' generate measures every plan (runtime/hf_assisted.py)
     schedule: str = "constant"   # hf EESD plans: "constant", "heuristic" or "both"
     batch_sizes: str | None = None  # "1,2,4,8": AR and EESD plans decoding that many sequences at once (validation/batch.py)
+    force: bool = False          # replace the validation folder --out names
 
     @classmethod
     def from_args(cls, args) -> ValidateConfig:
@@ -80,6 +81,8 @@ class ValidateConfig:
     def check(self) -> None:
         """Every refusal the flags alone decide (UserError, one line), before any profile loads."""
         self._check_sources()
+        self._check_numbers()
+        self.check_out()
         if self.measured_traces and not self.prompts:
             raise UserError("--measured-traces holds the traces of the prompts of --prompts FILE",
                             "give --prompts FILE, the file the traces were profiled on")
@@ -109,10 +112,68 @@ class ValidateConfig:
                             "drop --rounds, or give --seeds S")
         self._check_sampling()
         self._check_runtime()
-        if self.plans:
+        if self.plans is not None:
             from validation.plan_spec import parse_plan_spec
 
-            parse_plan_spec(self.plans)  # a malformed item is refused before a model loads
+            parse_plan_spec(self.plans)  # a malformed item (or none at all) is refused before a model loads
+        self._check_prompts()
+
+    def check_batched(self) -> None:
+        """`--batch-sizes`: the flags the batched validation takes, refused one by one where they do not
+        apply (never silently ignored), before any profile loads."""
+        if not self.profile:
+            raise UserError("--batch-sizes needs --profile", "give the profile folder the batches are priced from")
+        for flag, given in (("--emulate", self.emulated), ("--split", self.split is not None),
+                            ("--measured-traces", bool(self.measured_traces)), ("--heads", bool(self.heads)),
+                            ("--exit-head", bool(self.exit_head)), ("--temperature", self.sampled),
+                            ("--seeds", self.seeds is not None), ("--turns", bool(self.turns)),
+                            ("--rounds", self.rounds != 1), ("--retime", self.retime),
+                            ("--force-trace", self.force_trace), ("--ar-once", self.ar_once),
+                            ("--runtime hf", self.runtime != "ppsd"), ("--schedule", self.schedule != "constant"),
+                            ("--cores", self.cores is not None), ("--warmup-tokens", bool(self.warmup_tokens))):
+            if given:
+                raise UserError(f"{flag} does not apply with --batch-sizes (greedy shared-head plans on one core, "
+                                "AR measured in turns at each batch size)", f"drop {flag.split()[0]}")
+        if int(self.draws) < 2:
+            raise UserError(f"--draws {self.draws} is too few for an interval", "give --draws 20 or more (default 200)")
+        self._check_numbers()
+        self.check_out()
+        self._check_prompts()
+
+    def _check_prompts(self) -> None:
+        if self.prompts is not None:
+            from ppsd.prompts import load_prompts
+
+            load_prompts(None if self.prompts == "builtin" else self.prompts)  # a missing file fails now
+
+    @property
+    def out_marker(self) -> str:
+        """The file that makes a folder this command's output (what --force may replace)."""
+        from ppsd import validation_folder as vf
+
+        return vf.BATCH_JSON_FILE if self.batch_sizes is not None else vf.JSON_FILE
+
+    def check_out(self) -> None:
+        """--out: a new folder, or with --force an earlier validation folder of the same kind; never a file,
+        a folder of anything else, or a place this process cannot write."""
+        if self.out is None:
+            return
+        from ppsd.paths import check_output_folder
+
+        what = "batch validation folder" if self.batch_sizes is not None else "validation folder"
+        check_output_folder(self.out, "--out", force=self.force, marker=self.out_marker, what=what)
+
+    def _check_numbers(self) -> None:
+        import math
+
+        for flag, value, least in (("--limit", self.limit, 0), ("--repeats", self.repeats, 1),
+                                   ("--warmup", self.warmup, 0), ("--cores", self.cores, 1)):
+            if value is not None and int(value) < least:
+                raise UserError(f"{flag} {value} must be at least {least}",
+                                f"give {flag} {least} or more" + (" (0 = all)" if flag == "--limit" else ""))
+        if not (math.isfinite(float(self.stage_timeout)) and float(self.stage_timeout) > 0):
+            raise UserError(f"--stage-timeout {self.stage_timeout} must be a positive number of seconds",
+                            "give e.g. 60")
 
     def _check_runtime(self) -> None:
         if self.runtime == "ppsd":

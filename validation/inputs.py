@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from validation.config import ValidateConfig
-from validation.plan_spec import parse_plan_items
+from validation.plan_spec import check_plan_items, parse_plan_items
 from validation.prompts import (Sides, pick_round_robin, prompt_generations, split_sides,
                                         unseen_exclusions)
 from sim.plan import Plan
@@ -45,17 +45,21 @@ def load_inputs(config: ValidateConfig) -> Inputs:
         predict.match_temperature(config.temperature)
     temperature = float(config.temperature)
     _check_acceptance(config, profile, predict)
+    if config.measured_traces:
+        load_profile(config.measured_traces)  # a missing folder fails before the model loads
+    head = _default_head(config, profile, predict)
+    items = _checked_items(config, profile, predict, head, temperature)  # before the model loads
     if config.emulated:
-        model, head, gens = _load_emulated(config, profile, predict)
+        model, gens = _load_emulated(config, profile, head)
     else:
-        model, head, gens = _load_real(config, profile, predict)
+        model, gens = _load_real(config, profile, predict)
     sides = split_sides(predict, head, gens, config.split, config.limit, prompts_file=config.prompts,
                         emulated=config.emulated)
     for p in (profile, predict):
         if model.num_layers != p.num_layers:
             raise UserError(f"the profile {p.path} is for a {p.num_layers}-layer model but {model.model_id} has "
                             f"{model.num_layers}", "validate on the model that was profiled")
-    plans, forced = _plans(config, model, profile, predict, head, temperature)
+    plans, forced = _plans(config, model, predict, items)
     traced = _measured_traces(config, model, sides, plans) if config.measured_traces else None
     return Inputs(profile, predict, model, head, sides, plans, forced, temperature, traced)
 
@@ -104,29 +108,38 @@ def _check_acceptance(config: ValidateConfig, profile, predict) -> None:
                             if config.emulated else "profile with acceptance enabled")
 
 
-def _load_emulated(config: ValidateConfig, profile, predict):
+def _default_head(config: ValidateConfig, profile, predict) -> str:
+    """The exit head the plans draft with unless a plan names its own, checked against both profiles."""
+    from ppsd.exit_heads import resolve_head_name
+    from sim.planner.heads import check_head
+
+    if config.emulated:
+        if config.heads:
+            raise UserError("--heads does not apply with --emulate (an emulated exit head is its profiled time)",
+                            "drop --heads; --exit-head NAME picks a head the profile has")
+        return check_head(predict, check_head(profile, config.exit_head or SHARED))
+    if config.heads:
+        from runtime.heads.store import read_meta
+
+        read_meta(config.heads)  # a missing or foreign folder fails before the model loads
+    head = resolve_head_name(config.heads, config.exit_head)
+    return check_head(predict, head if config.prompts or predict is not profile else check_head(profile, head))
+
+
+def _load_emulated(config: ValidateConfig, profile, head: str):
     """Emulated devices: synthetic prompts of the profile's prompt and generated lengths
     (runtime/emulate.py); the measured ones are picked later (split_sides: --split, --limit)."""
     from runtime import emulate as em
-    from sim.planner.heads import check_head
 
-    if config.heads:
-        raise UserError("--heads does not apply with --emulate (an emulated exit head is its profiled time)",
-                        "drop --heads; --exit-head NAME picks a head the profile has")
-    head = check_head(predict, check_head(profile, config.exit_head or SHARED))
     gens = pick_round_robin([{"prompt_id": p.prompt_id, "category": p.category, "prompt_tokens": p.tokens,
                               "token_ids": [0] * p.recorded_new} for p in em.emulated_prompts(profile, head)], 0)
-    return em.load_emulated(config.emulate), head, gens
+    return em.load_emulated(config.emulate), gens
 
 
 def _load_real(config: ValidateConfig, profile, predict):
     """The profiled model, and the measured prompts: --prompts FILE's, else the profile's generations."""
     from runtime.llm import load_model
-    from runtime.heads import resolve_head_name
-    from sim.planner.heads import check_head
 
-    head = resolve_head_name(config.heads, config.exit_head)
-    head = check_head(predict, head if config.prompts or predict is not profile else check_head(profile, head))
     if not config.prompts and not profile.generations():
         raise UserError(f"profile {profile.path} lists no generations", "re-create it with ppsd profile")
     hardware = profile.meta["hardware"].get("device")
@@ -137,20 +150,36 @@ def _load_real(config: ValidateConfig, profile, predict):
         gens = prompt_generations(model, config.prompts, config.limit, profile, exclude)
     else:
         gens = pick_round_robin(profile.generations(), 0)
-    return model, head, gens
+    return model, gens
 
 
-def _plans(config: ValidateConfig, model, profile, predict, head: str, temperature: float):
-    """The plans of --plans, each drafting with its head, resolved and checked against the machine;
-    and each one's forced acceptance."""
-    from runtime.request import check_resources, with_exit_head
-    from sim.api import resolve_plan
-
+def _checked_items(config: ValidateConfig, profile, predict, head: str, temperature: float) -> list[tuple]:
+    """The plans of --plans (or the default set) with the head each drafts with, every item checked
+    against the profile's layer count, exit heads, temperature and traces before the model loads."""
     acc = predict.acceptance
     exits = sorted(int(e) for e in acc[acc["head"] == head]["exit_layer"].unique())
-    plans, forced = [], []
-    for item in parse_plan_items(config.plans, model.num_layers, exits):
-        h = _plan_head(config, profile, predict, head, item.head)
+    items = parse_plan_items(config.plans, profile.num_layers, exits)
+    check_plan_items(items, profile.num_layers)
+    checked = []
+    for item in items:
+        where = f"--plans item {item.text!r}: " if item.text else ""
+        if item.head not in (None, SHARED) and not config.heads and not config.emulated:
+            raise UserError(f"{where}head={item.head} drafts with a trained head, and no --heads folder is given",
+                            "add --heads DIR (the folder the profile was made with), or drop head=")
+        try:
+            h = _plan_head(config, profile, predict, head, item.head)
+        except UserError as exc:
+            if not where:
+                raise
+            from sim.planner.heads import available_heads
+
+            raise UserError(f"{where}{exc.problem}", f"give head= one of the heads the profile has "
+                            f"({', '.join(available_heads(predict))}; trained heads need --heads DIR)") from None
+        traced = sorted(int(e) for e in acc[acc["head"] == h]["exit_layer"].unique())
+        if item.forced_alpha is None and int(item.plan.exit_layer) not in traced:
+            raise UserError(f"{where or 'plan ' + item.plan.label() + ': '}profile {predict.path} has no traces of exit "
+                            f"head {h} at exit {item.plan.exit_layer}",
+                            f"give an exit it traced for {h}: {', '.join(map(str, traced))}")
         if item.forced_alpha is not None and temperature > 0:
             raise UserError(f"--plans alpha={item.forced_alpha:g} forces greedy accept/reject decisions; sampled "
                             "validation measures real acceptance", "drop alpha= from --plans, or --temperature")
@@ -162,6 +191,18 @@ def _plans(config: ValidateConfig, model, profile, predict, head: str, temperatu
                 raise UserError("a confidence stop (stop=) is validated on the real model (an emulated one "
                                 "has no draft confidences)", "drop stop= from --plans, or --emulate")
             predict.require_confidence(h, temperature)
+        checked.append((item, h))
+    return checked
+
+
+def _plans(config: ValidateConfig, model, predict, items: list[tuple]):
+    """The checked plans, each drafting with its head, resolved and checked against the machine; and
+    each one's forced acceptance."""
+    from runtime.request import check_resources, with_exit_head
+    from sim.api import resolve_plan
+
+    plans, forced = [], []
+    for item, h in items:
         if config.emulated:
             from runtime import emulate as em
 
@@ -181,7 +222,7 @@ def _plans(config: ValidateConfig, model, profile, predict, head: str, temperatu
 
 def _plan_head(config: ValidateConfig, profile, predict, head: str, named: str | None) -> str:
     """The head a plan drafts with: `head=NAME` in --plans, else --exit-head's."""
-    from runtime.heads import resolve_head_name
+    from ppsd.exit_heads import resolve_head_name
     from sim.planner.heads import check_head
 
     if named is None:

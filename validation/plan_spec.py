@@ -20,6 +20,7 @@ class PlanItem:
     plan: Plan
     head: str | None = None
     forced_alpha: float | None = None
+    text: str | None = None  # the item as typed in --plans (None: a default plan)
 
 
 PLAN_SYNTAX = ("mode:exit[:γ or k][:head=NAME][:alpha=A][:stop=TAU], e.g. "
@@ -41,6 +42,9 @@ def parse_plan_spec(spec: str) -> list[PlanItem]:
     """The items of a `--plans` string, their syntax checked (no model needed: exits are checked
     against the model later); a one-line UserError for a malformed item."""
     items = []
+    if not any(s.strip() for s in spec.split(";")):
+        raise UserError(f"--plans {spec!r} names no plan", f"write e.g. {PLAN_SYNTAX.split('e.g. ')[1]}, or leave "
+                        "--plans out for the default set")
     for item in filter(None, (s.strip() for s in spec.split(";"))):
         parts = [x.strip() for x in item.split(":")]
         options = [x for x in parts[2:] if "=" in x]
@@ -71,7 +75,11 @@ def parse_plan_spec(spec: str) -> list[PlanItem]:
                     raise UserError(f"--plans item {item!r}: alpha={value} is not a probability",
                                     "give a forced acceptance between 0 and 1, e.g. alpha=0.9")
             elif key == "stop":
-                stop = check_draft_stop(_hf_default() if value.strip().lower() == "default" else value)
+                try:
+                    stop = check_draft_stop(_hf_default() if value.strip().lower() == "default" else value)
+                except UserError:
+                    raise UserError(f"--plans item {item!r}: stop={value}: a confidence stop is outside (0, 1)",
+                                    "give e.g. stop=0.5, or stop=default (transformers' own threshold)") from None
             else:
                 raise UserError(f"--plans item {item!r}: unknown option {opt!r}",
                                 "the options are head=NAME (the exit head that drafts), alpha=A "
@@ -81,9 +89,27 @@ def parse_plan_spec(spec: str) -> list[PlanItem]:
             if alpha is not None:
                 raise UserError(f"--plans item {item!r}: a confidence stop reads the drafts' own confidence",
                                 "drop alpha= (forced acceptance) or stop=")
-            plan = replace(plan, draft_stop=stop)  # UserError for a mode without a confidence stop
-        items.append(PlanItem(plan, head, alpha))
+            try:
+                plan = replace(plan, draft_stop=stop)  # UserError for a mode without a confidence stop
+            except UserError as exc:
+                raise UserError(f"--plans item {item!r}: {exc.problem}", "drop stop= from it") from None
+        items.append(PlanItem(plan, head, alpha, item))
     return items
+
+
+def check_plan_items(items: list[PlanItem], num_layers: int) -> None:
+    """Each typed item's exit, γ and k against the model's layer count (read from the profile, before
+    the model loads); the one-line refusal names the item as typed in --plans."""
+    for item in items:
+        if item.text is None:
+            continue
+        try:
+            item.plan.validate(num_layers)
+        except UserError as exc:
+            mid = num_layers // 2
+            raise UserError(f"--plans item {item.text!r}: {exc.problem}",
+                            f"give each plan an exit E between 1 and {num_layers - 1}, γ (EESD) between 1 and 64 "
+                            f"and k (PPSD) between 2 and {num_layers + 1} − E, e.g. 'eesd:{mid}:3;ppsd:{mid}:2'") from None
 
 
 def _hf_default() -> float:

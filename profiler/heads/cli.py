@@ -15,6 +15,8 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
     if any(v < 1 for v in values):
         raise argparse.ArgumentTypeError("sizes must be positive")
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r} names no size; give e.g. 4096,8192")
     return values
 
 
@@ -81,15 +83,45 @@ def _positive(name: str, value: int | None) -> None:
         raise UserError(f"{name} must be at least 1 (got {value})", "give a positive number")
 
 
-def _train(args) -> int:
+def _check_train_args(args) -> None:
+    """`ppsd heads train`'s flags before the model loads: numbers, the model spec and its exits, --out."""
     from ppsd.devices import normalize_device
+    from runtime.model_shape import layer_count
 
     args.device = normalize_device(args.device)  # "gpu" is "cuda"; an unknown name fails before loading
-    for name in ("--per-category", "--max-new-tokens", "--epochs", "--threads"):
-        if name != "--epochs":
-            _positive(name, getattr(args, name[2:].replace("-", "_")))
+    for name in ("--per-category", "--max-new-tokens", "--threads", "--max-prompt-tokens"):
+        _positive(name, getattr(args, name[2:].replace("-", "_")))
     if args.epochs < 0:
         raise UserError(f"--epochs must be 0 or more (got {args.epochs})", "give 0 (closed form only) or more")
+    if args.heldout_per_category < 0:
+        raise UserError(f"--heldout-per-category must be 0 or more (got {args.heldout_per_category})", "give e.g. 3")
+    if not args.lr > 0:
+        raise UserError(f"--lr {args.lr} must be a positive learning rate", "give e.g. --lr 1e-3")
+    layers = layer_count(args.model)  # refuses a model spec nothing could load
+    if layers is not None:
+        from profiler.heads.exits import parse_exits
+
+        parse_exits(args.exits, layers)
+    if args.out:
+        _check_heads_out(Path(args.out).expanduser())
+
+
+def _check_heads_out(out: Path) -> None:
+    """A head folder to train into: new, empty, or one of heads to resume (never a file, nor a folder of
+    other files), in a place this process may write."""
+    from ppsd.paths import check_writable_parent
+    from runtime.heads.store import HEADS_FILE
+
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file", "give --out a folder path (a new folder)")
+    if out.is_dir() and any(out.iterdir()) and not (out / HEADS_FILE).is_file():
+        raise UserError(f"--out {out} holds files that are not exit heads; ppsd does not write into them",
+                        "give --out a new or empty folder, or a head folder to resume")
+    check_writable_parent(out / HEADS_FILE, "--out")
+
+
+def _train(args) -> int:
+    _check_train_args(args)
     import torch
 
     from ppsd.progress import SequentialProgress
@@ -119,6 +151,15 @@ def _eval(args) -> int:
     args.device = normalize_device(args.device)
     _positive("--threads", args.threads)
     _positive("--limit-per-category", args.limit_per_category)
+    _positive("--max-new-tokens", args.max_new_tokens)
+    if args.heldout_per_category is not None and args.heldout_per_category < 1:
+        raise UserError(f"--heldout-per-category must be at least 1 (got {args.heldout_per_category})", "give e.g. 3")
+    from ppsd.paths import check_output_file
+
+    for flag, path in (("--out", args.out), ("--acceptance-out", args.acceptance_out),
+                       ("--latency-out", args.latency_out)):
+        if path:
+            check_output_file(path, flag)
     import torch
 
     from ppsd.paths import atomic_write_json, atomic_write_text
@@ -130,6 +171,12 @@ def _eval(args) -> int:
 
     torch.set_num_threads(args.threads)
     meta = read_meta(args.heads)
+    if args.exits:
+        parse_exits(args.exits, meta.num_layers)  # before the model loads
+    if args.model:
+        from runtime.model_shape import check_spec
+
+        check_spec(args.model)
     adapter = load_model(args.model or meta.model_id, device=args.device, dtype=args.dtype)
     exits = parse_exits(args.exits, adapter.num_layers) if args.exits else None
     heads = load_heads(args.heads, adapter, exits, dtype=adapter.dtype)  # drafted as in the model's dtype

@@ -11,26 +11,7 @@ from __future__ import annotations
 import torch
 
 from ppsd.errors import UserError
-from ppsd.exit_heads import SHARED, TRAINED, vocab_size
-
-
-def parse_head_name(name: str) -> int | None:
-    """None for shared / trained, V for vocab<V>; UserError for anything else."""
-    if name in (SHARED, TRAINED):
-        return None
-    size = vocab_size(name)
-    if size is not None:
-        return size
-    raise UserError(f"unknown exit head {name!r}", "use --exit-head shared, trained or vocab<V> (e.g. vocab4096)")
-
-
-def resolve_head_name(heads_dir: str | None, name: str | None) -> str:
-    """The head a run drafts with: --exit-head, else trained when --heads is given, else shared."""
-    name = name or (TRAINED if heads_dir else SHARED)
-    parse_head_name(name)
-    if name != SHARED and not heads_dir:
-        raise UserError(f"--exit-head {name} needs the head folder", "add --heads DIR (from `ppsd heads train`)")
-    return name
+from ppsd.exit_heads import SHARED, TRAINED, parse_head_name, resolve_head_name, vocab_size  # noqa: F401
 
 
 class Drafter:

@@ -36,6 +36,27 @@ def check_head(profile, name: str) -> str:
 head_label = exit_heads.label
 
 
+def sampled_heads(profile, temperature: float) -> tuple[list[str], str]:
+    """The heads that hold β at `temperature` (what prices sampled decoding; a temperature the profile
+    lacks is a UserError naming those it holds), and a line naming the heads left out ("" when none)."""
+    profile.match_temperature(temperature)
+    have, left = [], []
+    for h in available_heads(profile):
+        try:
+            profile.beta_rows(temperature, h)
+        except UserError:
+            left.append(h)
+            continue
+        have.append(h)
+    if not have:
+        profile.beta_rows(temperature, SHARED)  # the profile's own refusal, naming what it holds
+    many = len(have) > 1
+    line = (f"at T = {temperature:g} only exit head{'s' if many else ''} {', '.join(have)} hold{'' if many else 's'} "
+            f"β along sampled trajectories; {', '.join(left)} {'are' if len(left) > 1 else 'is'} priced for greedy "
+            "decoding only") if left else ""
+    return have, line
+
+
 def sweep_heads(profile, heads: list[str] | None = None, **sweep_kwargs) -> dict:
     """{head: sweep results (best first)} for each head (default: every available head).
     `sweep_kwargs` go to `sim.run.sweep` as they are (alpha_by_exit included: the same given α for each head)."""

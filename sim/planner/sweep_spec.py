@@ -84,7 +84,7 @@ class SweepSpec:
             from sim.plan import check_draft_stop
 
             for tau in self.draft_stops:
-                check_draft_stop(tau)
+                check_draft_stop(tau, "--draft-stops")
             if self.alpha_by_exit is not None:
                 raise UserError("confidence stops are priced from the traces' confidences",
                                 "drop --draft-stops, or the given acceptance")
