@@ -20,9 +20,14 @@ def _parsed(*argv: str) -> argparse.Namespace:
 
 
 def test_every_validate_flag_is_a_config_field():
+    from validation.serve import ServeSettings
+
     args = _parsed("--profile", "p")
     names = {f for f in vars(args) if f not in ("command", "func")}
-    assert names <= set(ValidateConfig.__dataclass_fields__)  # no flag is lost between the CLI and the config
+    # no flag is lost between the CLI and a config: the plans' (ValidateConfig) or --serve's (ServeSettings)
+    assert names <= set(ValidateConfig.__dataclass_fields__) | set(ServeSettings.__dataclass_fields__) | {"serve"}
+    serve_only = names - set(ValidateConfig.__dataclass_fields__) - {"serve"}
+    assert serve_only and serve_only <= set(ServeSettings.__dataclass_fields__)
     config = ValidateConfig.from_args(args)
     assert config.profile == "p" and config.rounds == 1 and config.draws == 200 and not config.sampled
     assert config.seed_list == list(range(DEFAULT_SEEDS))
