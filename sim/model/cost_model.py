@@ -222,6 +222,13 @@ def cost_model(profile, exit_head: str = SHARED) -> CostModel:
     return per_profile(_MODELS, CostModel, profile, exit_head)
 
 
+def pass_jitter_cv(profile) -> float:
+    """The timing model's one pass jitter (docs/model.md): a stage pass's relative spread from one pass to
+    the next in the runtime's own pipeline (the runtime probe's, where a drift or a growing context
+    cancels), else the pipeline probe's pass spread, else 0. The restart race's σ and the lock step read it."""
+    return float(profile.lockstep_jitter_cv() or profile.pass_jitter_cv())
+
+
 def corun_factors(profile, devices: int) -> list[float]:
     """factor[b] = slowdown of each stage while b devices compute at once (index 0 unused)."""
     return [1.0] + [float(profile.corun_slowdown(b)) for b in range(1, devices + 1)]

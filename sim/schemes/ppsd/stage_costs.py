@@ -11,7 +11,7 @@ import numpy as np
 
 from ppsd.errors import UserError
 from ppsd.statistics import expected_max_of
-from sim.model.cost_model import CostModel, corun_factors, cost_model
+from sim.model.cost_model import CostModel, corun_factors, cost_model, pass_jitter_cv
 from sim.model.stops import require_confidence
 from sim.model.streams import Stream
 from sim.schemes.base import PlanLike, StagePart
@@ -20,7 +20,7 @@ from sim.schemes.base import PlanLike, StagePart
 
 def corun_factor(factors: Sequence, devices: int, index_in_cycle: int, stage: int, ahead: int | None = None) -> float:
     """Co-run slowdown of the pass of the i-th token of a cycle at stage m (0-based; factors[b]: the
-    slowdown with b devices busy, or factors[m][b] per stage: `stage_factors`). Stage 1 never idles
+    slowdown with b devices busy, or factors[m][b] per stage: `loaded_factors`). Stage 1 never idles
     (it drafts ahead), so when that token reaches stage m, stages 1..m are busy with it and its
     successors, and min(i, k-m-1) later stages with its predecessors: the pipeline is fully loaded
     from its k-th token on. Stages sharing a device count once. `ahead`: how many of the stages
@@ -46,14 +46,6 @@ def lockstep_factor(stage_means: Sequence[float], jitter_cv: float) -> float:
     if top <= 0.0 or jitter_cv <= 0.0 or len(means) < 2:
         return 1.0
     return expected_max_of(means, float(jitter_cv)) / top
-
-
-def stage_factors(base: Sequence[float], bias: Sequence[float], lockstep: float) -> list[list[float]]:
-    """factors[m][b]: stage m's slowdown with b devices busy: the shared co-run factor `base[b]`, and
-    while it co-runs (b >= 2) the stage's share of it (`Profile.corun_stage_bias`) and the lock step's
-    wait (`lockstep_factor`)."""
-    return [[float(f) * (float(bias[m]) * lockstep if b >= 2 else 1.0) for b, f in enumerate(base)]
-            for m in range(len(bias))]
 
 
 def corun_table(factors: Sequence[float], devices: int, stages: int, cycle_len: int) -> np.ndarray:
@@ -181,7 +173,7 @@ class PPSDCosts:
     stage: list[np.ndarray]  # [k][T] ms
     hop_ms: float
     placement: tuple[int, ...]
-    factors: list  # factors[b]: slowdown with b devices busy, or factors[m][b] per stage (`stage_factors`)
+    factors: list  # factors[b]: slowdown with b devices busy, or factors[m][b] per stage (`loaded_factors`)
     exit_ms: np.ndarray | None = None  # [T] ms, stage[0]'s tail after the send (exit head, overhead)
     jitter_cv: float = 0.0  # relative spread of a pass: softens the restart race (sim/model/restart.py)
     checkpoints: np.ndarray | None = None  # [P][T] ms from stage 1's pass start where it may abandon
@@ -272,13 +264,10 @@ def ppsd_costs(profile, plan: PlanLike, context: np.ndarray) -> PPSDCosts:
     first_pass = lru_cache(maxsize=None)(
         lambda prompt_len: stage_prefill_ms(cm, prompt_len, plan.stage_bounds, over, plan.sampled))
     stage = stage_ms(cm, context, plan.stage_bounds, over, plan.sampled)
-    # the restart race's noise (sim/model/restart.py: σ = cv · sqrt(2 · w0 · fr), w0 stage 1's pass): the
-    # passes' own (the probe's relative spread), or the host's on each hand-over (an absolute spread
-    # s per message, cv = s / w0), whichever is larger. Without it the race is a cliff: at a tie a
-    # 0.1 ms shift moves a whole exit head of waiting per rejection (emulated CPU profile, E = 8, k = 8,
-    # alpha 0.3: the commit 0.03 ms before stage 1's layers end, +13% against the runtime's 1.01x)
+    # the restart race's noise (sim/model/restart.py): the pass jitter, or the host's on each hand-over (an
+    # absolute spread per message, relative to stage 1's pass), whichever is larger (docs/model.md)
     w0 = float(np.median(stage[0])) if np.size(stage[0]) else 0.0
-    jitter = max(float(profile.pass_jitter_cv()), cm.hop_jitter(k) / w0 if w0 > 0 else 0.0)
+    jitter = max(pass_jitter_cv(profile), cm.hop_jitter(k) / w0 if w0 > 0 else 0.0)
     return PPSDCosts(stage=stage,
                      hop_ms=max(float(plan.hop_ms or 0.0), transit),
                      placement=placement, factors=loaded_factors(profile, stage, d),
@@ -305,20 +294,18 @@ def _checked_stop(profile, plan: PlanLike, k: int, devices: int) -> float | None
 
 
 def loaded_factors(profile, stage: list[np.ndarray], devices: int) -> list[list[float]]:
-    """Per-stage co-run factors of a pipeline with one device per stage (`stage_factors`): the profile's
-    co-run slowdown, each role's share of it, and the lock step's wait priced at the stages' median
-    passes once the pipeline is loaded. Stages sharing a device queue instead of waiting in lock step
-    (the event model serialises them): their factors carry no lock step. A two-stage pipeline whose
-    last stage is the shorter waits in that stage before every pass: `waiting_last_stage`."""
+    """factors[m][b]: stage m's co-run slowdown with b devices busy: the profile's (`corun_factors`) and,
+    while the pipeline is loaded on one device per stage, the lock step's wait (`lockstep_factor` at the
+    stages' median passes); a two-stage pipeline whose last stage is the shorter prices that stage at the
+    waiting cut (`waiting_last_stage`). Stages sharing a device queue instead (the event model
+    serialises them): no lock step. docs/model.md."""
     base = corun_factors(profile, devices)
     k = len(stage)
-    bias = profile.corun_stage_bias(k)
     lock = 1.0
     if devices == k:
         loaded = base[min(devices, len(base) - 1)]
-        means = [float(np.median(s)) * loaded * bias[m] for m, s in enumerate(stage)]
-        lock = lockstep_factor(means, profile.lockstep_jitter_cv())
-    factors = stage_factors(base, bias, lock)
+        lock = lockstep_factor([float(np.median(s)) * loaded for s in stage], pass_jitter_cv(profile))
+    factors = [[float(f) * (lock if b >= 2 else 1.0) for b, f in enumerate(base)] for _ in range(k)]
     return waiting_last_stage(profile, factors, stage, devices, lock)
 
 
