@@ -3,18 +3,20 @@
   .venv/bin/python -m bench.ablation [--markdown]
 
 Re-prices every folder with an `expected.json` (validation/reprice.py) once as the code stands and once
-per term with that term taken out of the predicting profile (`ABLATIONS`), and prints each folder's MAPE
-and signed mean error: the table in docs/design-notes.md ("Ablating the PPSD correction terms"). A term
-is a candidate for removal only where taking it out worsens no folder's MAPE by more than
-`HARMLESS_POINTS`. Nothing is measured: it is simulation, a minute or two.
+per term with that term taken out (`ABLATIONS`: of the predicting profile, or of the code that prices
+it), and prints each folder's MAPE and signed mean error: the table in docs/design-notes.md ("Ablating
+the PPSD correction terms"). A term is a candidate for removal only where taking it out worsens no
+folder's MAPE by more than `HARMLESS_POINTS`. Nothing is measured: it is simulation, a minute or two.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from unittest import mock
 
 HARMLESS_POINTS = 0.5
 
@@ -56,28 +58,34 @@ def _uncalibrated(p):
     return p.retimed(s)
 
 
-def _no_sigma(p):
-    """The restart race without noise: the pass jitter and the hand-over jitter at 0."""
-    from ppsd.profile import ControlPlane
-
-    zero = ControlPlane.from_block({})
-    base = p.overheads
-
-    class Quiet:
-        def __getattr__(self, name):
-            return getattr(zero if name == "hop_jitter_ms" else base, name)
-
-    return Ablated(p, pass_jitter_cv=lambda: 0.0, overheads=Quiet())
+def _no_lock_step():
+    """The lock step's wait at 1 (`stage_costs.lockstep_factor`)."""
+    return mock.patch("sim.schemes.ppsd.stage_costs.lockstep_factor", lambda means, cv: 1.0)
 
 
-ABLATIONS: dict[str, Callable] = {
-    "co-run slowdown (all of it)": lambda p: Ablated(p, corun_slowdown=lambda n: 1.0),
-    "co-run table's shape past 2 processes": _flat_corun_shape,
-    "stage bias share": lambda p: Ablated(p, corun_stage_bias=lambda k: [1.0] * max(int(k), 1)),
-    "lock-step factor": lambda p: Ablated(p, lockstep_jitter_cv=lambda: 0.0),
-    "waiting-last-stage factor": lambda p: Ablated(p, waiting_last_stage_slowdown=lambda: None),
-    "restart-race σ": _no_sigma,
-    "piece calibration": _uncalibrated,
+def _no_sigma():
+    """The restart race without noise: every PPSD plan's `jitter_cv` at 0 (the lock step keeps its jitter)."""
+    from sim.schemes import ppsd
+
+    priced = ppsd.ppsd_costs
+    return mock.patch("sim.schemes.ppsd.ppsd_costs", lambda *a, **k: replace(priced(*a, **k), jitter_cv=0.0))
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """One term taken out: an edit of the predicting profile, or a patch of the code that prices it."""
+
+    hook: Callable | None = None
+    patch: Callable | None = None
+
+
+ABLATIONS: dict[str, Ablation] = {
+    "co-run slowdown (all of it)": Ablation(lambda p: Ablated(p, corun_slowdown=lambda n: 1.0)),
+    "co-run table's shape past 2 processes": Ablation(_flat_corun_shape),
+    "lock-step factor": Ablation(patch=_no_lock_step),
+    "waiting-last-stage factor": Ablation(lambda p: Ablated(p, waiting_last_stage_slowdown=lambda: None)),
+    "restart-race σ": Ablation(patch=_no_sigma),
+    "piece calibration": Ablation(_uncalibrated),
 }
 
 
@@ -87,8 +95,9 @@ def run(markdown: bool = False) -> list[tuple[str, dict]]:
 
     exps = [Expected.load(p) for p in committed()]
     table = [("today's code", {e.folder: reprice(e) for e in exps})]
-    for name, hook in ABLATIONS.items():
-        table.append((name, {e.folder: reprice(e, hooks=hook) for e in exps}))
+    for name, ab in ABLATIONS.items():
+        with ab.patch() if ab.patch else contextlib.nullcontext():
+            table.append((name, {e.folder: reprice(e, hooks=ab.hook) for e in exps}))
         print(f"priced without {name}", file=sys.stderr)
     _print(table, markdown)
     return table
@@ -97,8 +106,8 @@ def run(markdown: bool = False) -> list[tuple[str, dict]]:
 def _short(folder) -> str:
     from ppsd.paths import PROJECT_ROOT
 
-    rel = str(folder.relative_to(PROJECT_ROOT / "examples"))
-    return rel.replace("smollm2-135m-", "").replace("/validation", "").replace("-amd-epyc", "")
+    parts = [x for x in folder.relative_to(PROJECT_ROOT / "examples").parts if not x.startswith("validation")]
+    return "/".join(parts).replace("smollm2-135m-", "").replace("-amd-epyc", "")
 
 
 def _print(table, markdown: bool) -> None:

@@ -106,17 +106,9 @@ def plan_of_row(row: dict):
         stop = next((float(w[2:]) for w in words if w.startswith("τ=")), None)
     runtime, schedule = ("hf", "heuristic" if "heuristic]" in words else "constant") if "[hf" in row["plan"] \
         else ("ppsd", "constant")
-    mode = Mode.parse(row["mode"])
-    fields = dict(runtime=runtime, schedule=schedule)
-    if mode is Mode.AR:
-        return Plan(mode, **fields), None
-    if mode is Mode.EESD:
-        plan = Plan(mode, int(row["exit_layer"]), draft_len=int(row["draft_len"]), exit_head=head,
-                    draft_stop=stop, **fields)
-    else:
-        bounds = tuple(int(b) for b in row["stage_bounds"])
-        plan = Plan(mode, int(row["exit_layer"]), stage_bounds=bounds, stages=len(bounds) - 1, exit_head=head,
-                    draft_stop=stop, **fields)
+    bounds = tuple(int(b) for b in row["stage_bounds"]) if row.get("stage_bounds") else None
+    plan = Plan(row["mode"], row.get("exit_layer"), draft_len=int(row.get("draft_len") or 1), stage_bounds=bounds,
+                exit_head=head, draft_stop=stop, runtime=runtime, schedule=schedule)
     return plan, row.get("forced_alpha")
 
 

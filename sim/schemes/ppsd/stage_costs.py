@@ -151,24 +151,13 @@ def stage1_checkpoints(cm: CostModel, context: np.ndarray, exit_layer: int) -> n
 
 @dataclass
 class PPSDCosts:
-    """Everything the PPSD engines need: per-stage cost arrays over the stream's positions, the hop,
-    the device of each stage and the co-run factors.
-
-    `exit_ms` is the tail of `stage[0]` per position (None: 0): what stage 1 does after its hidden
-    state has left. Stage 1's pass of a token is embed + layers [0, E) + the overhead before the
-    send (the hidden state leaves for stage 2 then), followed by the tail: the exit head (the draft
-    for the next token, sent to the last stage on its own channel) and the rest of the pass's
-    overhead; both parts get the pass's co-run factor.
-
-    `checkpoints` [P][T]: offsets from stage 1's pass start at which it can abandon a stale pass
-    (`stage1_checkpoints`); the pass start is one too. Between two of them (and from the last to
-    the pass's end: overhead and exit head) a pass cannot be cut. None: anywhere before the exit
-    head (the pass's last `exit_ms`). `launch` "local" (the runtime's shared epoch board: stage 1
-    hears of a rejection at the commit and drops its pass at the next checkpoint) or "torchrun"
-    (stage 1 finishes its passes and hears of a rejection only from the verdict, which its
-    in-flight cap makes it read before its k-th pass after the rejected token). Either way stage 1
-    starts the i-th pass of a cycle (i >= cap) only once the verdict on the (i − cap)-th is in:
-    the runtime's in-flight cap (`inflight_cap`, k; 0 = none)."""
+    """Everything the PPSD engines need (docs/model.md): per-stage cost arrays over the stream's positions,
+    the hop, each stage's device and the co-run factors. Stage 1's pass is embed + layers [0, E) + the
+    overhead before its send, then its tail (`exit_ms`: the exit head and the rest of the overhead), both
+    at the pass's co-run factor. It can drop a stale pass only at its `checkpoints` (the pass start too):
+    with the "local" launch it hears of a rejection on the epoch board at the commit, under "torchrun"
+    only from the verdict its in-flight cap makes it read. Either way it starts the i-th pass of a cycle
+    (i >= cap) only once the verdict on the (i − cap)-th is in (`inflight_cap`: k; 0 = none)."""
 
     stage: list[np.ndarray]  # [k][T] ms
     hop_ms: float
@@ -176,7 +165,9 @@ class PPSDCosts:
     factors: list  # factors[b]: slowdown with b devices busy, or factors[m][b] per stage (`loaded_factors`)
     exit_ms: np.ndarray | None = None  # [T] ms, stage[0]'s tail after the send (exit head, overhead)
     jitter_cv: float = 0.0  # relative spread of a pass: softens the restart race (sim/model/restart.py)
-    checkpoints: np.ndarray | None = None  # [P][T] ms from stage 1's pass start where it may abandon
+    # [P][T] ms from stage 1's pass start where it may abandon a stale pass (`stage1_checkpoints`); between two
+    # of them, and from the last to the pass's end, it cannot. None: anywhere before the exit head
+    checkpoints: np.ndarray | None = None
     launch: str = "local"
     inflight_cap: int | None = None  # None: k (the runtime's); 0: no cap
     overhead_ms: float = 0.0  # stage 1's fixed cost per pass, already in `stage` (reported, not added again)
@@ -283,7 +274,7 @@ def _checked_stop(profile, plan: PlanLike, k: int, devices: int) -> float | None
     """The plan's confidence stop, where the engines price one: traces with confidences (greedy, or
     sampled at the plan's temperature) and one device per stage (the local launch a `Plan` with a
     stop already has)."""
-    stop = getattr(plan, "draft_stop", None)
+    stop = plan.draft_stop
     if stop is None:
         return None
     profile.require_confidence(plan.exit_head, plan.temperature)
