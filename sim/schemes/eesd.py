@@ -189,9 +189,9 @@ class EESD(Scheme):
         return "the best fixed γ"
 
     def batch_closed_forms(self, costs, batch, context, exit_layer, alpha, gammas):
-        from sim.batch.replay import closed_form_speedup
-
-        return [(closed_form_speedup(costs, batch, context, exit_layer, g, alpha), int(g)) for g in gammas]
+        # every sequence live, a round costing the same whatever it accepts
+        return [(expected_tokens_per_round(alpha, int(g)) * costs.ar_step(batch, context)
+                 / costs.eesd_round(batch, context, exit_layer, int(g)), int(g)) for g in gammas]
 
     def batch_holes(self, draft_len: int | None) -> int:
         return int(draft_len or 1)  # a round's drafts, all rejected

@@ -188,9 +188,8 @@ class PPSD(Scheme):
         return {"exit_layer": exit_layer, "stages": 2, "stage_bounds": (0, int(exit_layer), int(num_layers))}
 
     def batch_closed_forms(self, costs, batch, context, exit_layer, alpha, gammas):
-        from sim.batch.replay import closed_form_ppsd_speedup
-
-        return [(closed_form_ppsd_speedup(costs, batch, context, exit_layer, alpha), None)]
+        # a token costs a tick, and a rejected draft (1 − α of them) one tick more
+        return [(costs.ar_step(batch, context) / ((2.0 - alpha) * costs.ppsd_tick(batch, context, exit_layer)), None)]
 
     def batch_holes(self, draft_len: int | None) -> int:
         return 1  # a rejection leaves one stale draft's slot a token
