@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from ppsd import exit_heads
@@ -116,6 +117,14 @@ def _path(value: str) -> Path:
     return PROJECT_ROOT / value
 
 
+@lru_cache(maxsize=16)
+def _load(value: str):
+    """A committed profile, loaded once (several folders predict from one; `hooks` never edit it in place)."""
+    from ppsd.profile import load_profile
+
+    return load_profile(_path(value))
+
+
 def _sides_and_work(exp: Expected, doc: dict, predict):
     """The validation's Sides and Workload, rebuilt from the folder (prompt ids) and expected.json (lengths)."""
     from validation.prompts import Sides, Workload
@@ -145,10 +154,8 @@ def reprice(exp: Expected, hooks: Callable | None = None) -> Repriced:
     """Every speculative row of the folder predicted again with today's code, against its measured
     speedup (priced from the profile: a `--retime` run's pieces timed before each plan are not kept).
     `hooks(profile) -> profile` edits the predicting profile first."""
-    from ppsd.profile import load_profile
-
     doc = exp.doc
-    predict = load_profile(_path(exp.profile or doc.get("predicted_from") or doc["profile"]))
+    predict = _load(exp.profile or doc.get("predicted_from") or doc["profile"])
     if hooks is not None:
         predict = hooks(predict)
     rows = _batched(doc, predict) if exp.batched else _greedy_or_sampled(exp, doc, predict)
@@ -156,13 +163,12 @@ def reprice(exp: Expected, hooks: Callable | None = None) -> Repriced:
 
 
 def _greedy_or_sampled(exp: Expected, doc: dict, predict) -> list[RepricedRow]:
-    from ppsd.profile import load_profile
     from sim.planner.resolve import resolve_plan
     from validation.predictor import GreedyPredictor, SampledPredictor
 
     sides, work = _sides_and_work(exp, doc, predict)
     temperature = float(doc.get("temperature") or 0.0)
-    traced = load_profile(_path(doc["measured_traces"])) if doc.get("measured_traces") else None
+    traced = _load(doc["measured_traces"]) if doc.get("measured_traces") else None
     seed = int((doc.get("interval") or {}).get("seed") or 0)
     greedy = GreedyPredictor(predict, predict, sides, work, draws=0, seed=seed, traced=traced)
     out = []

@@ -4,7 +4,8 @@ The one module that reads a profile's latency tables for the simulator (DistServ
 plays this part there): every scheme prices its work through `CostModel` (layer ranges, LM head,
 embedding, exit head, co-run slowdown), so all engines and the AR baseline price the same work
 identically; they differ only in how they schedule it. What a scheme's unit of work is (a draft, a
-verification, a stage pass) lives with the scheme, under `sim/schemes/`.
+verification, a stage pass) lives with the scheme, under `sim/schemes/`. docs/model.md has every term of
+the timing model, what measures it and what validates it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """PPSD unit costs: each stage's time per token over a stream's positions, the hop, the device of
-each stage and the co-run slowdown, priced once by `CostModel` for every PPSD engine."""
+each stage and the co-run slowdown, priced once by `CostModel` for every PPSD engine (the terms and
+their formulas: docs/model.md, "A PPSD pass at batch 1")."""
 
 from __future__ import annotations
 
@@ -55,18 +56,12 @@ def corun_table(factors: Sequence[float], devices: int, stages: int, cycle_len: 
 
 def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: Sequence[float] | float = 0.0,
              sampled: bool = False) -> list[np.ndarray]:
-    """Per-stage one-token times: stage 1 adds embed and the exit head (it drafts), the last stage
-    adds the final norm + LM head (it verifies), and every stage the fixed cost of a pass
-    (`overhead_ms`, one per stage or one for all: host sync, sends and receives, the stage loop).
-    Stage 1's time is its whole occupancy per token; its hidden state leaves `PPSDCosts.exit_ms`
-    earlier (the exit head and the overhead after the send).
-
-    Sampled decoding (T > 0) adds what the runtime does then: stage 1 draws each draft over the exit
-    head's vocabulary and sends q(draft) with it; the verifier takes the softmax of its logits and
-    draws one token over the whole vocabulary (it draws only at a rejection, so this over-prices an
-    accepted verification by one draw, `CostModel.sample_full`, ~0.9 ms of a 20 ms pass on the
-    example CPU). At a rejection it also recomputes all of q with the exit head from the layer-E
-    state, for the residual: `reject_ms`, which the engines add where the draft is rejected."""
+    """Per-stage one-token times (docs/model.md): stage 1 adds the embedding and the exit head (it
+    drafts), the last stage the LM head (it verifies), every stage its role's fixed cost of a pass
+    (`overhead_ms`, one per stage or one for all). Stage 1's hidden state leaves `PPSDCosts.exit_ms`
+    before its pass ends. At T > 0 stage 1 draws each draft and the verifier one token over the whole
+    vocabulary (it draws only at a rejection: an accepted verification is over-priced by one draw);
+    a rejection's residual recomputes q with the exit head (`reject_ms`, added by the engines)."""
     return [np.asarray(t, dtype=float) for t in
             _stages(cm, bounds, lambda lo, hi: cm.layers(context, lo, hi), 1, overhead_ms, sampled)]
 
