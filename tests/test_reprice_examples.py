@@ -13,6 +13,9 @@ from ppsd.paths import EXAMPLES_DIR, PROJECT_ROOT
 from validation.reprice import BATCH_FILE, EXPECTED_FILE, FIGURES, Expected, committed, plan_of_row, reprice
 
 TOLERANCE_POINTS = 1.0
+# a sampled figure averages this many seeded simulations (`ppsd validate` 16): the two sampled folders re-price at
+# 1.58% and 1.48% with 4 (1.67% and 1.62% with 16; their notes state 1.7%), in a quarter of the time
+SAMPLED_SEEDS = 4
 # validation folders that cannot be re-priced from what is committed, and why
 NOT_REPRICED = {
     "examples/ppsd-conformance-emulated": "its predicting profiles are copies of three base profiles with this "
@@ -54,7 +57,7 @@ def test_the_stated_figure_is_the_notes_and_the_folders(path):
 @pytest.mark.parametrize("path", EXPECTED, ids=_name)
 def test_repricing_keeps_the_stated_mape(path):
     exp = Expected.load(path)
-    got = reprice(exp)
+    got = reprice(exp, seeds=SAMPLED_SEEDS)
     assert got.rows, f"{path}: nothing re-priced"
     detail = "; ".join(f"{r.label}: {r.recorded:.4f} then, {r.repriced:.4f} now" for r in got.rows
                        if abs(r.repriced / r.recorded - 1) > 0.005)

@@ -150,21 +150,22 @@ def _targets(measured: list[dict]):
     return iv.Targets.from_generations(measured)
 
 
-def reprice(exp: Expected, hooks: Callable | None = None) -> Repriced:
+def reprice(exp: Expected, hooks: Callable | None = None, seeds: int | None = None) -> Repriced:
     """Every speculative row of the folder predicted again with today's code, against its measured
     speedup (priced from the profile: a `--retime` run's pieces timed before each plan are not kept).
-    `hooks(profile) -> profile` edits the predicting profile first."""
+    `hooks(profile) -> profile` edits the predicting profile first; `seeds`: simulations averaged per
+    sampled figure (`ppsd validate`'s 16 unless given)."""
     doc = exp.doc
     predict = _load(exp.profile or doc.get("predicted_from") or doc["profile"])
     if hooks is not None:
         predict = hooks(predict)
-    rows = _batched(doc, predict) if exp.batched else _greedy_or_sampled(exp, doc, predict)
+    rows = _batched(doc, predict) if exp.batched else _greedy_or_sampled(exp, doc, predict, seeds)
     return Repriced(exp.folder, exp.stated_pct, rows)
 
 
-def _greedy_or_sampled(exp: Expected, doc: dict, predict) -> list[RepricedRow]:
+def _greedy_or_sampled(exp: Expected, doc: dict, predict, seeds: int | None) -> list[RepricedRow]:
     from sim.planner.resolve import resolve_plan
-    from validation.predictor import GreedyPredictor, SampledPredictor
+    from validation.predictor import PREDICT_SEEDS, GreedyPredictor, SampledPredictor
 
     sides, work = _sides_and_work(exp, doc, predict)
     temperature = float(doc.get("temperature") or 0.0)
@@ -178,7 +179,8 @@ def _greedy_or_sampled(exp: Expected, doc: dict, predict) -> list[RepricedRow]:
             continue
         plan = resolve_plan(plan, predict)
         if temperature > 0:
-            speedup = SampledPredictor(predict, sides, work, temperature, plan.exit_head).expected(plan).speedup
+            sampled = SampledPredictor(predict, sides, work, temperature, plan.exit_head)
+            speedup = sampled.expected(plan, seeds or PREDICT_SEEDS).speedup
         else:
             speedup = greedy.result(plan, alpha, engine="fast").speedup_vs_ar
         recorded = row.get("predicted_speedup_profile") or row["predicted_speedup"]
