@@ -18,6 +18,7 @@ NOT_OURS = {
     ("bench/paper_check.py", "self_speculation_generator.py"): "LayerSkip's repository",
     ("bench/paper_check.py", "benchmark.py"): "LayerSkip's repository",
     ("tests/test_machine_check.py", "examples/x/measured_prompts.jsonl"): "a path the test writes into a document",
+    ("sim/serve/engine.py", "runtime/serve/engine.py"): "the serving runtime, on its own branch (issue 52) until it lands",
 }
 TOP = {"ppsd", "sim", "runtime", "profiler", "validation", "dashboard", "bench", "tests", "docs", "examples"}
 EXT = "py|md|json|csv|jsonl|sh|toml|png|gz|txt|log|tgz"
