@@ -763,10 +763,10 @@ def _print_runtime_probe(console, profile, run: dict) -> None:
                   f"slowdown {run['slowdown']:.3f}x (median of rounds {each}; spread {100 * run['slowdown_cv']:.1f}%), "
                   "the co-run slowdown the simulator uses")
     shares = " / ".join(f"{b:.3f}" for b in profile.corun_stage_bias(2))
-    jitter = (f"pass-to-pass jitter {100 * profile.lockstep_jitter_cv():.1f}% (the lock step's wait)"
-              if "pass_jitter_cv" in run else "no pass-to-pass jitter recorded (the lock step priced at the slower "
-              "stage; re-profile to price its wait)")
-    console.print(f"  stage shares of it {shares}, {jitter}")
+    jitter = (f"pass-to-pass jitter {100 * profile.lockstep_jitter_cv():.1f}% (the lock step's wait and the restart "
+              "race's noise)" if "pass_jitter_cv" in run else "no pass-to-pass jitter recorded (the lock step and the "
+              "restart race read the pipeline probe's pass spread)")
+    console.print(f"  stage shares of it {shares} (shown, not priced: docs/model.md), {jitter}")
     waiting = run.get("waiting")
     if waiting:
         each = " / ".join(f"{r['slowdown_per_stage'][1]:.3f}" for r in waiting["rounds"])

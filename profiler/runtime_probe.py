@@ -6,9 +6,9 @@ accepted. Each stage's pass in the pipeline over the same pass priced from this 
 what running beside the other stage costs it; a round's slowdown is the mean over the two stages, the
 profile keeps the median round, and the rounds' spread says how much that figure moves over a
 sitting (`latency.pipeline.runtime`, `Profile.corun_slowdown`, `Profile.pipeline_slowdown_cv`). Each
-stage's slowdown against the mean says how the co-run cost splits between the roles
-(`Profile.corun_stage_bias`), and each stage's pass-to-pass jitter what the lock step of two tokens
-in flight waits out beyond the slower stage (`Profile.lockstep_jitter_cv`).
+stage's slowdown against the mean is recorded (`Profile.corun_stage_bias`; shown, not priced), and each
+stage's pass-to-pass jitter is the timing model's pass jitter (`Profile.lockstep_jitter_cv`): what the
+lock step of two tokens in flight waits out and the restart race's noise (docs/model.md).
 
 Each round also runs the pipeline cut where its last stage waits for every draft (`waiting_exit_layer`:
 stage 1 the longer, as in the plans users run): a last stage that sleeps on each hidden state and then

@@ -54,14 +54,17 @@ def check_batch_request(args) -> None:
     batch = int(args.batch)
     if batch < 1:
         raise UserError(f"--batch {batch} must be at least 1", "use e.g. --batch 4")
+    from sim.schemes import scheme
+
     mode = Mode.parse(args.mode)
     if mode not in BATCH_MODES:
         raise UserError(f"--mode {mode.value} does not run batched (AR, EESD and PPSD do)",
                         "use --mode ar, eesd or ppsd with --batch")
-    if mode is Mode.PPSD and (int(getattr(args, "stages", 2) or 2) != 2 or float(args.temperature or 0) > 0):
+    pipelined = scheme(mode).pipelined
+    if pipelined and (int(getattr(args, "stages", 2) or 2) != 2 or float(args.temperature or 0) > 0):
         raise UserError("batched PPSD runs greedy with two stages", "use --stages 2 --temperature 0 with --batch, "
                         "or --batch 1 for other PPSD plans")
-    if mode is Mode.PPSD and str(getattr(args, "device", "cpu") or "cpu") != "cpu":
+    if pipelined and str(getattr(args, "device", "cpu") or "cpu") != "cpu":
         raise UserError("batched PPSD runs on a CPU (two processes)", "use --device cpu with --batch")
     for flag, given in (("--emulate", getattr(args, "emulate", None)), ("--force-trace", args.force_trace),
                         ("--timeline", args.timeline), ("--runtime hf", getattr(args, "runtime", "ppsd") == "hf"),
@@ -106,9 +109,9 @@ def decode_batches(model, plan, prompts, max_new, batch, temperature, seed, eos,
         samplers = [Sampler.make(temperature, seed * 1_000_003 + (b * batch + i) * 2 + 1, model.device)
                     for i in range(len(group))]
         budget = [max_new] * len(group)
-        if plan.mode is Mode.AR:
+        if not plan.scheme.speculative:
             records.append(generate_ar_batch(model, group, budget, samplers, eos))
-        elif plan.mode is Mode.PPSD:
+        elif plan.scheme.pipelined:
             records.append(generate_ppsd_batch(model, stage_one, group, budget, plan.exit_layer, eos))
         else:
             records.append(generate_eesd_batch(model, group, budget, samplers, plan.exit_layer, plan.draft_len, eos,
@@ -152,14 +155,14 @@ def measure_in_turns(model, plans: dict, prompts: list[list[int]], max_new: int,
 
     ar = make_plan(Mode.AR, model.num_layers)
     runs = {"AR": ar, **plans}
-    if any(p.mode is Mode.PPSD for p in plans.values()):
+    if any(p.scheme.pipelined for p in plans.values()):
         runs[AR_BOTH_CORES] = ar
     names, drafters = list(runs), drafters or {}
     speeds, firsts = {n: [] for n in names}, {}
     with ExitStack() as stack:
         # stage processes fork before the progress bar's thread starts (a fork copies no other thread)
         stage_ones = {n: stack.enter_context(StageOneProcess(model, p.exit_layer, drafters.get(n)))
-                      for n, p in plans.items() if p.mode is Mode.PPSD}
+                      for n, p in plans.items() if p.scheme.pipelined}
         bar = stack.enter_context(PhaseBars())
         bar.phase(f"batch {batch} in turns", warmup + repeats)
         for rep in range(-warmup, repeats):
@@ -178,13 +181,7 @@ def measure_in_turns(model, plans: dict, prompts: list[list[int]], max_new: int,
 def acceptance_of(plan, records) -> tuple[float | None, float | None]:
     """(acceptance rate, mean tokens a round) of a plan's batches; PPSD: the share of drafts accepted, one
     draft a tick."""
-    rounds = [a for r in records for seq in r.rounds for a in seq]
-    if not rounds or plan.mode is Mode.AR:
-        return None, None
-    if plan.mode is Mode.PPSD:
-        rate = statistics.fmean(rounds)
-        return rate, 1.0 / (2.0 - rate)
-    return sum(rounds) / (len(rounds) * plan.draft_len), statistics.fmean(rounds) + 1
+    return plan.scheme.batch_acceptance([a for r in records for seq in r.rounds for a in seq], plan.draft_len)
 
 
 def outputs(records) -> list[list[int]]:
@@ -261,7 +258,7 @@ def run_batched(args) -> int:
     plan = make_plan(args.mode, model.num_layers, args.exit_layer, args.draft_len, args.stages, None, None)
     plan = with_exit_head(model, plan, getattr(args, "heads", None), getattr(args, "exit_head", None))
     prompts = [model.encode_prompt(t.text) for t in texts]
-    check_fits(model, batch, prompts, args.max_new_tokens, {Mode.EESD: plan.draft_len, Mode.PPSD: 1}.get(plan.mode, 0))
+    check_fits(model, batch, prompts, args.max_new_tokens, plan.scheme.batch_holes(plan.draft_len))
     drafter = make_drafter(model, plan.exit_layer, getattr(args, "heads", None), plan.exit_head) \
         if plan.mode.speculative else None
     eos = None if args.ignore_eos else model.eos_token_ids

@@ -102,7 +102,7 @@ def generate_ar(model, prompt: list[int], max_new: int, sampler: Sampler, eos: s
 def draft(model, cache, token: int, pos: int, exit_layer: int, sampler: Sampler, drafter=None,
           confident: list[float] | None = None):
     """Layers [0, E) + exit head on one token at `pos` -> (layer-E state [1,1,H], draft token, q).
-    The exit head is the shared one, or `drafter`'s (runtime/heads.py: trained / reduced vocabulary).
+    The exit head is the shared one, or `drafter`'s (runtime/heads/: trained / reduced vocabulary).
     With `confident` (a list), the draft's confidence is appended to it: the top-1 probability of the
     exit head's distribution (`draft_confidence`), what a confidence stop reads."""
     ids = torch.tensor([[token]], dtype=torch.long)

@@ -299,7 +299,7 @@ class EmulatedModel:
         return out
 
     def emulated_drafter(self, exit_layer: int, name: str = SHARED) -> EmulatedDrafter:
-        """The exit head of `name` (runtime/heads.py's make_drafter hands this out for emulated models)."""
+        """The exit head of `name` (runtime/heads/__init__.py's make_drafter hands this out for emulated models)."""
         self.profile.exit_head_ms(name, 1)  # UserError when the profile has no such head
         return EmulatedDrafter(self, exit_layer, name)
 

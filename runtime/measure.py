@@ -18,7 +18,6 @@ import numpy as np
 from runtime.acceptance import ForcedTrace, Sampler
 from runtime.decoding import SeqRecord, generate_ar, generate_eesd
 from runtime.warmup import warmup_view
-from ppsd.modes import Mode
 from sim.plan import MeasuredDetails, Plan, Result
 from sim.timeline import Event
 
@@ -74,13 +73,11 @@ def _sequence(job: Job, i: int, warm: bool) -> tuple[list[int], int]:
     return job.prompts[i], job.max_new[i]
 
 
-# the single-process decoders, per scheme (PPSD decodes in stage processes: `_run_pipeline`)
-IN_PROCESS = {Mode.AR: _decode_ar, Mode.EESD: _decode_eesd}
 
 
 def _run_in_process(model, job: Job) -> list[list[SeqRecord]]:
     plan, eos = job.plan, (model.eos_token_ids if job.stop_at_eos else None)
-    decode = IN_PROCESS[plan.mode]
+    decode = _decode_eesd if plan.scheme.speculative else _decode_ar  # pipelines decode in `_run_pipeline`
     reps: list[list[SeqRecord]] = []
     seq = 0
     origin = None
@@ -223,13 +220,10 @@ def _run_threaded(model, job: Job) -> list[list[SeqRecord]]:
         torch.set_num_threads(before)
 
 
-# where each scheme's plans run: AR and EESD in this process, PPSD in its stage processes
-WORKERS = {Mode.AR: _run_threaded, Mode.EESD: _run_threaded, Mode.PPSD: _run_pipeline}
-
-
 def measure(model, job: Job, *, load_s: float = 0.0, facts: dict | None = None) -> Measurement:
-    """Run `job` with its scheme's worker (`WORKERS`) and summarise it."""
-    reps = WORKERS[job.plan.mode](model, job)
+    """Run `job` where its scheme runs (a pipeline in its stage processes, else in this process) and
+    summarise it."""
+    reps = (_run_pipeline if job.plan.scheme.pipelined else _run_threaded)(model, job)
     return summarize(job.plan, reps, load_s=load_s, facts=details_facts(model, job, facts))
 
 

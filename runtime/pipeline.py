@@ -89,7 +89,7 @@ class PipelineJob:
     dtype: str = "float32"
     model_seed: int = 0
     threads: int = 1
-    heads_dir: str | None = None  # exit-head folder (runtime/heads.py) when exit_head is not "shared"
+    heads_dir: str | None = None  # exit-head folder (runtime/heads/store.py) when exit_head is not "shared"
     exit_head: str = SHARED
     transport: str = "auto"  # runtime/transport.py: split over NCCL, fused on gloo; strict* in tests
     # "local": stages read a shared-memory epoch board between layers (stage 1 and middle stages

@@ -34,47 +34,30 @@ def check_draft_stop(value, flag: str = "--draft-stop-confidence") -> float:
 
 @dataclass(frozen=True)
 class Plan:
-    """How to decode.
+    """How to decode: a scheme (`mode`, its name parsed on construction) and its choices, each field's
+    meaning beside it. The timing model each mode prices is docs/model.md."""
 
-    mode         Mode.AR (one token per full pass), Mode.EESD (draft γ with the exit head, then
-                 verify), Mode.PPSD (pipeline: stage 1 ends at the exit layer and drafts while later
-                 stages verify); a mode's name is parsed on construction
-    exit_layer   E: the draft reads the hidden state after E decoder layers (1 <= E < N); None for AR
-    draft_len    γ, drafts per EESD round (ignored by AR and PPSD)
-    stage_bounds PPSD layer cut points (0 = b0 < b1 = E < ... < bk = N): stage i runs layers
-                 [b_i, b_{i+1}); None means "balanced by profiled time" (the simulator fills it in)
-    stages       k, number of PPSD stages (used when stage_bounds is None)
-    placement    device index of each stage; None = one device per stage
-    hop_ms       one-way stage-to-stage message time; None = the profile's measured hop
-    exit_head    which exit head drafts ("shared" = final norm + LM head)
-    launch       how PPSD stage processes are started: "local" (`ppsd run` starts them itself; a
-                 shared-memory epoch board lets stage 1 abandon a stale pass between layers) or
-                 "torchrun" (stage 1 finishes stale passes and learns of a rejection only when its
-                 in-flight cap makes it read the verdict); ignored by AR and EESD
-    draft_stop   τ, a confidence stop: an EESD round stops drafting after the first draft whose
-                 confidence (the top-1 probability of the exit head's distribution) is below τ, γ
-                 still the cap; PPSD's stage 1 waits for the verdict on such a draft instead of
-                 running it (local launch); None = no stop (runtime "hf": transformers'
-                 `assistant_confidence_threshold`, which None sets to 0)
-    temperature  0 = greedy; T > 0 = sampled decoding, where every drawn token costs a softmax and a
-                 multinomial over its vocabulary and the PPSD verifier, where it rejects a draft,
-                 recomputes the draft's distribution with the exit head (the runtime's work;
-                 `sim/schemes/ppsd/stage_costs.py`)
-    """
-
-    mode: Mode
-    exit_layer: int | None = None
-    draft_len: int = 1
+    mode: Mode  # AR (a full pass a token), EESD (draft γ with the exit head, then verify), PPSD (a pipeline)
+    exit_layer: int | None = None  # E: the draft reads the hidden state after E layers (1 <= E < N); None for AR
+    draft_len: int = 1  # γ, drafts per EESD round (ignored by AR and PPSD)
+    # PPSD cut points 0 = b0 < b1 = E < ... < bk = N (stage i runs [b_i, b_{i+1})); None: balanced by profiled time
     stage_bounds: tuple[int, ...] | None = None
-    stages: int = 2
-    placement: tuple[int, ...] | None = None
-    hop_ms: float | None = None
-    exit_head: str = SHARED_HEAD
+    stages: int = 2  # k, PPSD stages (used when stage_bounds is None)
+    placement: tuple[int, ...] | None = None  # each stage's device; None: one device per stage
+    hop_ms: float | None = None  # one-way stage-to-stage message time; None: the profile's measured hop
+    exit_head: str = SHARED_HEAD  # which exit head drafts ("shared": the final norm + LM head)
+    # how PPSD stage processes start: "local" (a shared-memory epoch board lets stage 1 abandon a stale pass
+    # between layers) or "torchrun" (stage 1 finishes stale passes, hears of a rejection at its in-flight cap)
     launch: str = "local"
+    # 0: greedy; T > 0: sampled, every drawn token paying a draw and the PPSD verifier, where it rejects, the exit
+    # head again for the draft's distribution (sim/schemes/ppsd/stage_costs.py)
     temperature: float = 0.0
     runtime: str = "ppsd"  # "ppsd" (ppsd's own decoders) | "hf" (transformers' generate; sim/schemes/hf.py)
     schedule: str = "constant"  # hf EESD: transformers' num_assistant_tokens_schedule, "constant" | "heuristic"
-    draft_stop: float | None = None  # τ: stop drafting below this confidence (EESD round, PPSD stage 1)
+    # τ, a confidence stop: an EESD round stops drafting after its first draft less confident than τ (γ still the
+    # cap); PPSD's stage 1 waits for that draft's verdict (local launch); with runtime "hf" transformers'
+    # `assistant_confidence_threshold` (None sets it to 0). None: no stop
+    draft_stop: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "mode", Mode.parse(self.mode))
@@ -92,12 +75,7 @@ class Plan:
         object.__setattr__(self, "temperature", t)
         if self.draft_stop is not None:
             object.__setattr__(self, "draft_stop", check_draft_stop(self.draft_stop))
-            if self.mode not in (Mode.EESD, Mode.PPSD):
-                raise UserError("a confidence stop stops an EESD round's drafting or PPSD's stage 1",
-                                "drop --draft-stop-confidence, or use --mode eesd or ppsd")
-            if self.mode == Mode.PPSD and self.launch != "local":
-                raise UserError("a PPSD confidence stop runs with the local launch (stage 1 waits for a verdict "
-                                "the shared epoch board brings)", "drop --draft-stop-confidence or --launch torchrun")
+            SCHEMES[self.mode].check_draft_stop(self)
         if self.stage_bounds is not None:
             object.__setattr__(self, "stage_bounds", tuple(int(b) for b in self.stage_bounds))
             object.__setattr__(self, "stages", len(self.stage_bounds) - 1)

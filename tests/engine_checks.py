@@ -28,3 +28,9 @@ def simulate_both_engines(profile, plan, **kw):
     b = api.simulate(profile, plan, engine="event", **kw)
     assert a.time_s == pytest.approx(b.time_s, rel=1e-9) and a.details.rounds == b.details.rounds
     return a
+
+
+def per_stage_factors(base, shares, lock: float) -> list[list[float]]:
+    """factors[m][b] that differ by stage (as the waiting last stage makes them): `base[b]` times the
+    stage's share and a lock step while b >= 2, for the engines to agree on."""
+    return [[float(f) * (float(s) * lock if b >= 2 else 1.0) for b, f in enumerate(base)] for s in shares]

@@ -16,7 +16,7 @@ from sim.model.budget import Budget, THREADS, default_budget, units_for
 from ppsd.modes import Mode
 from sim.plan import Plan
 
-SPEEDUP_2T = 1.65  # what 2 threads gave ppsd's AR on the Intel machine (ARCHITECTURE.md)
+SPEEDUP_2T = 1.65  # what 2 threads gave ppsd's AR on the Intel machine (../shared/ARCHITECTURE.md)
 
 
 @pytest.fixture(scope="module")

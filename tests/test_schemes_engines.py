@@ -11,10 +11,10 @@ from ppsd.profile.synthetic import synthetic_meta, write_synthetic_profile
 from sim import api
 from sim.schemes import eesd
 from sim.schemes import scheme
-from sim.schemes.ppsd.stage_costs import PPSDCosts, stage_factors
+from sim.schemes.ppsd.stage_costs import PPSDCosts
 from sim.plan import Plan
 from sim.model.streams import Stream
-from engine_checks import assert_ppsd_engines_agree
+from engine_checks import assert_ppsd_engines_agree, per_stage_factors
 
 
 def stream(bits, gens=None):
@@ -252,7 +252,7 @@ def test_fast_equals_event_random_pipelines_up_to_8_stages():
         launch = str(rng.choice(["local", "torchrun"]))
         factors = None if rng.random() < 0.5 else [1.0] + list(1.0 + np.sort(rng.uniform(0.0, 0.4, size=k)))
         if factors is not None and rng.random() < 0.5:  # per stage: each role's share and a lock step
-            factors = stage_factors(factors, rng.uniform(0.9, 1.1, size=k), float(rng.uniform(1.0, 1.06)))
+            factors = per_stage_factors(factors, rng.uniform(0.9, 1.1, size=k), float(rng.uniform(1.0, 1.06)))
         alpha = float(rng.choice([0.2, 0.6, 0.9, 1.0]))
         bits = (rng.random(300) < alpha).astype(int)
         jitter = float(rng.choice([0.0, 0.03]))

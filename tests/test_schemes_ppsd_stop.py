@@ -16,8 +16,8 @@ from sim.model.streams import Stream
 from sim.plan import Plan
 from sim.schemes.ppsd import closed_form as ppsd_cf
 from sim.schemes.ppsd import replay as ppsd_replay
-from sim.schemes.ppsd.stage_costs import PPSDCosts, corun_factor, stage_factors
-from engine_checks import assert_ppsd_engines_agree, simulate_both_engines
+from sim.schemes.ppsd.stage_costs import PPSDCosts, corun_factor
+from engine_checks import assert_ppsd_engines_agree, per_stage_factors, simulate_both_engines
 
 
 def stream(bits, conf, gens=()):
@@ -87,7 +87,7 @@ def test_replay_equals_the_event_model_on_random_pipelines():
         cps = None if rng.random() < 0.3 else np.sort(rng.uniform(0.0, stage[0] - exit, size=int(rng.integers(1, 5))))
         factors = None if rng.random() < 0.3 else [1.0] + list(1.0 + np.sort(rng.uniform(0.0, 0.4, size=k)))
         if factors is not None and rng.random() < 0.5:
-            factors = stage_factors(factors, rng.uniform(0.9, 1.1, size=k), float(rng.uniform(1.0, 1.06)))
+            factors = per_stage_factors(factors, rng.uniform(0.9, 1.1, size=k), float(rng.uniform(1.0, 1.06)))
         t = 300
         bits = rng.random(t) < float(rng.choice([0.3, 0.7, 0.95]))
         conf = np.clip(np.where(bits, 0.3, 0.0) + 0.7 * rng.random(t), 0.0, 1.0)

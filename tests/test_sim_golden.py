@@ -28,11 +28,11 @@ def _diff(want: dict, got: dict) -> str:
     return ", ".join(f"{k}: want {want[k]!r} got {got.get(k)!r}" for k in keys[:4])
 
 
-@pytest.mark.parametrize("section", ["sweeps", "simulations", "closed_forms"])
+@pytest.mark.parametrize("section", ["sweeps", "simulations", "closed_forms", "batches"])
 def test_figures_match_the_golden_record(golden, computed, section):
     assert len(golden[section]) == len(computed[section])
     for want, got in zip(golden[section], computed[section]):
-        case = {k: want[k] for k in want if k in ("profile", "kwargs", "plan", "alpha")}
+        case = {k: want[k] for k in want if k in ("profile", "kwargs", "plan", "alpha", "case")}
         if section == "sweeps":
             rows_w, rows_g = gc.rows(want["results"]), gc.rows(got["results"])
             assert [r["label"] for r in rows_w] == [r["label"] for r in rows_g], case
@@ -40,6 +40,8 @@ def test_figures_match_the_golden_record(golden, computed, section):
                 assert gc.close(w, g), (case, w["label"], _diff(w, g))
         elif section == "simulations":
             assert gc.close(want["result"], got["result"]), (case, _diff(want["result"], got["result"]))
+        elif section == "batches":
+            assert gc.close(want["figures"], got["figures"]), (case, _diff(want["figures"], got["figures"]))
         else:
             assert gc.close(want["figures"], got["figures"]), (case, _diff(want["figures"], got["figures"]))
 

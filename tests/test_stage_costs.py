@@ -11,7 +11,8 @@ from ppsd.statistics import expected_max
 from sim import api
 from sim.plan import Plan
 from profiler.runtime_probe import waiting_exit_layer
-from sim.schemes.ppsd.stage_costs import lockstep_factor, loaded_factors, ppsd_costs, stage_factors
+from sim.model.cost_model import pass_jitter_cv
+from sim.schemes.ppsd.stage_costs import lockstep_factor, loaded_factors, ppsd_costs
 from tests.engine_checks import simulate_both_engines
 
 
@@ -43,29 +44,44 @@ def test_lockstep_factor_is_the_expected_slowest_pass():
     assert lockstep_factor([10.0, 5.0], 0.05) == pytest.approx(1.0, abs=1e-6)  # one stage far the slowest
 
 
-def test_stage_factors_scale_only_co_running_passes():
-    f = stage_factors([1.0, 1.0, 1.2], [0.9, 1.1], 1.05)
-    assert f[0][:2] == [1.0, 1.0] and f[1][:2] == [1.0, 1.0]  # alone: no share, no lock step
-    assert f[0][2] == pytest.approx(1.2 * 0.9 * 1.05) and f[1][2] == pytest.approx(1.2 * 1.1 * 1.05)
+def test_the_lock_step_scales_only_co_running_passes(base):
+    p = with_runtime_probe(base, per_stage=(1.3, 1.3), jitter=0.06)
+    stage = [np.array([10.0]), np.array([9.5])]
+    f = loaded_factors(p, stage, 2)
+    lock = lockstep_factor([10.0 * 1.3, 9.5 * 1.3], 0.06)
+    assert lock > 1.0
+    assert f[0][:2] == [1.0, 1.0] and f[1][:2] == [1.0, 1.0]  # alone: no lock step
+    assert f[0][2] == f[1][2] == pytest.approx(1.3 * lock)
+    assert loaded_factors(p, stage, 1) == [[1.0, 1.0]] * 2  # sharing a device: they queue instead
+
+
+def test_one_pass_jitter(base):
+    """The restart race and the lock step read one pass jitter: the runtime probe's pass-to-pass spread,
+    else the pipeline probe's pass spread, else none."""
+    assert pass_jitter_cv(base) == base.pass_jitter_cv()
+    p = with_runtime_probe(base, jitter=0.05)
+    assert pass_jitter_cv(p) == 0.05
+    plan = api.resolve_plan(Plan("ppsd", exit_layer=6, stages=2), p)
+    assert ppsd_costs(p, plan, np.array([64.0])).jitter_cv == pytest.approx(0.05)
+    older = with_runtime_probe(base, jitter=0.0)
+    older.latency["pipeline"]["pass_cv"] = 0.03
+    assert pass_jitter_cv(older) == 0.03 and ppsd_costs(older, plan, np.array([64.0])).jitter_cv == pytest.approx(0.03)
 
 
 def test_profile_reads_the_runtime_probe(base):
-    assert base.corun_stage_bias(2) == [1.0, 1.0] and base.lockstep_jitter_cv() == 0.0  # no probe: as before
-    p = with_runtime_probe(base)
-    assert p.corun_stage_bias(2) == pytest.approx([1.25 / 1.3, 1.35 / 1.3])
-    assert p.corun_stage_bias(4) == pytest.approx([1.25 / 1.3, 1.0, 1.0, 1.35 / 1.3])
-    assert p.lockstep_jitter_cv() == 0.05
+    assert base.lockstep_jitter_cv() == 0.0  # no probe: as before
+    assert with_runtime_probe(base).lockstep_jitter_cv() == 0.05
 
 
 def test_older_profiles_price_as_before(base):
-    """Without the runtime probe's per-stage figures and jitter, every stage shares the co-run factor."""
+    """Without the runtime probe's jitter and waiting cut, every stage shares the co-run factor."""
     c = ppsd_costs(base, api.resolve_plan(Plan("ppsd", exit_layer=6, stages=2), base), np.array([64.0]))
     assert c.factors[0] == c.factors[1] == pytest.approx([1.0, 1.0, base.corun_slowdown(2)])
 
 
 def test_balanced_stages_wait_out_the_jitter(base):
     """A lock step costs most where the stages balance: the loaded factor carries the expected slowest
-    pass of the priced stages; the measured per-stage shares split the co-run slowdown between roles."""
+    pass of the priced stages; the runtime probe's per-stage shares do not split it (docs/model.md)."""
     p = with_runtime_probe(base, per_stage=(1.3, 1.3), jitter=0.06)
     costs = {e: ppsd_costs(p, api.resolve_plan(Plan("ppsd", exit_layer=e, stages=2), p), np.array([64.0]))
              for e in range(2, 11)}
@@ -76,7 +92,7 @@ def test_balanced_stages_wait_out_the_jitter(base):
     means = [float(s[0]) * 1.3 for s in costs[6].stage]
     assert lock[6] == pytest.approx(expected_max(*means, 0.06) / max(means))
     shares = loaded_factors(with_runtime_probe(base, per_stage=(1.2, 1.4), jitter=0.0), costs[6].stage, 2)
-    assert shares[0][2] == pytest.approx(1.2) and shares[1][2] == pytest.approx(1.4)
+    assert shares[0][2] == shares[1][2] == pytest.approx(1.3)
 
 
 def test_jitter_slows_a_balanced_pipeline_in_every_engine(base):
@@ -100,7 +116,7 @@ def test_the_waiting_cut_leaves_the_last_stage_a_fifth_of_the_layers():
 def test_a_last_stage_that_waits_is_priced_at_the_waiting_cut(base):
     """Where the last stage is the shorter it sleeps on every hidden state, and its pass costs what the
     runtime probe's waiting cut measured, whether stage 1 runs beside it or not; where it binds, or in a
-    longer pipeline, the co-run shares stand."""
+    longer pipeline, the shared co-run factor stands."""
     plain = with_runtime_probe(base, per_stage=(1.2, 1.3), jitter=0.0)
     waits = with_runtime_probe(base, per_stage=(1.2, 1.3), jitter=0.0, waiting=1.45)
     assert plain.waiting_last_stage_slowdown() is None and waits.waiting_last_stage_slowdown() == 1.45

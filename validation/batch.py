@@ -72,6 +72,20 @@ class BatchPlan:
 
         return label(self.scheme, self.exit_layer, self.draft_len, SHARED)
 
+    @property
+    def pipelined(self) -> bool:
+        from sim.schemes import scheme
+
+        return scheme(self.scheme).pipelined
+
+    def as_plan(self, num_layers: int):
+        """The batch-1 plan doing the same work (its latency spread; what the runtime decodes)."""
+        from sim.plan import Plan
+        from sim.schemes import scheme
+
+        fields = scheme(self.scheme).batch_fields(self.exit_layer, self.draft_len, num_layers)
+        return Plan(self.scheme, **fields).validate(num_layers)
+
 
 def default_plans(profile, head: str = SHARED, count: int = DEFAULT_PLANS) -> list[BatchPlan]:
     """The best EESD plans at batch 1, one per exit layer; PPSD at the best PPSD exit at batch 1 and at exits
@@ -126,16 +140,12 @@ def interval(profile, plan: BatchPlan, batch: int, prompts: int, draws: int, see
     from sim.batch.replay import replay_batches
     from sim.intervals.spread import latency_cv
     from sim.model.streams import trace_stream
-    from sim.plan import Plan
 
     ids = sorted({str(g["prompt_id"]) for g in profile.generations()})
-    pipelined = plan.scheme is Mode.PPSD
+    pipelined = plan.pipelined
     rng = np.random.default_rng([seed, plan.exit_layer, plan.draft_len or 0, batch, int(pipelined)])
     costs = batch_costs(profile)
-    one = Plan(Mode.PPSD, exit_layer=plan.exit_layer, stages=2,
-               stage_bounds=(0, plan.exit_layer, profile.num_layers)) if pipelined else \
-        Plan(Mode.EESD, exit_layer=plan.exit_layer, draft_len=plan.draft_len)
-    cv = latency_cv(profile, one)
+    cv = latency_cv(profile, plan.as_plan(profile.num_layers))
     got = []
     for _ in range(draws):
         pick = list(rng.choice(ids, size=prompts, replace=True))
@@ -209,9 +219,9 @@ def _row(plan: BatchPlan, batch, predict, speeds, firsts, single, draws, seed, p
     mine_speed, ar_speed = statistics.median(speeds[name]), statistics.median(speeds["AR"])
     measured = mine_speed / ar_speed
     same_budget = None
-    if plan.scheme is Mode.PPSD and AR_BOTH_CORES in speeds:
+    if plan.pipelined and AR_BOTH_CORES in speeds:
         same_budget = mine_speed / max(ar_speed, statistics.median(speeds[AR_BOTH_CORES]))
-    rate, _ = acceptance_of(_plan(predict.num_layers, plan), firsts[name])
+    rate, _ = acceptance_of(plan.as_plan(predict.num_layers), firsts[name])
     mine = outputs(firsts[name])
     budget_error = None if same_budget is None or point.speedup_vs_ar_tp is None else \
         percent_error(point.speedup_vs_ar_tp, same_budget)
@@ -250,7 +260,7 @@ def run_batch_validation(config, sizes: list[int]) -> int:
     model = load_model(str(profile.meta["model"]["id"]), device=str(profile.meta["hardware"].get("device") or "cpu"),
                        dtype=str(profile.meta["model"].get("dtype") or "float32"))
     prompts = [model.encode_prompt(g["p"].text) for g in picked]
-    runs = {p.name: _plan(model.num_layers, p) for p in plans}
+    runs = {p.name: p.as_plan(model.num_layers) for p in plans}
     drafters = {p.name: make_drafter(model, p.exit_layer) for p in plans}
     eos = model.eos_token_ids
     single = ar_one_at_a_time(model, prompts, max_new, eos)
@@ -273,14 +283,6 @@ def run_batch_validation(config, sizes: list[int]) -> int:
         print_table(doc, rows)
     print(f"written to {out}", file=sys.stderr)
     return 0
-
-
-def _plan(num_layers: int, plan: BatchPlan):
-    from runtime.request import make_plan
-
-    if plan.scheme is Mode.PPSD:
-        return make_plan(Mode.PPSD, num_layers, plan.exit_layer, stages=2, bounds=(0, plan.exit_layer, num_layers))
-    return make_plan(Mode.EESD, num_layers, plan.exit_layer, plan.draft_len)
 
 
 def _pays(rows: list[BatchRow]) -> dict:

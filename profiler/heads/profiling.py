@@ -30,7 +30,7 @@ def fingerprint(folder: str | Path) -> str:
 
 def load_for_profile(folder: str | Path, adapter):
     """Every exit the folder has (UserError for another model / layer count / a missing weight file),
-    computing in the model's dtype, as `ppsd run` drafts with them (runtime/heads.py): their latency
+    computing in the model's dtype, as `ppsd run` drafts with them (runtime/heads/): their latency
     and traces are then those of the runtime's drafts, at the shared head's precision."""
     from runtime.heads.store import load_heads
 

@@ -10,6 +10,7 @@ from ppsd.exit_heads import SHARED, TRAINED
 from ppsd.modes import Mode
 from sim.batch.costs import check_batch
 from sim.batch.sweep import SCHEMES, curve, pays_up_to, rank
+from sim.schemes import scheme as scheme_of
 
 
 def batch_heads(profile, asked) -> list[str]:
@@ -91,7 +92,7 @@ def plan_batch(args, profile) -> int:
         for p in points:
             print(f"  batch {p.batch:>3}: {p.plan:<26} {p.speedup_vs_ar:.3f}× AR at batch {p.batch}")
     print(verdict(batch, ranked[0], upto, note))
-    if any(p.scheme == Mode.PPSD.value for p in ranked[: args.top]):
+    if any(scheme_of(p.scheme).pipelined for p in ranked[: args.top]):
         if any(p.speedup_vs_ar_tp is not None for p in ranked):
             print("same budget: a PPSD plan's two stages use two cores; against the faster AR on those two cores")
         else:

@@ -1,6 +1,6 @@
 """What a pass of B sequences costs, from a profile: its batch-1 tables (`CostModel`) times the
 measured ratio of a pass of B to a pass of one (`Profile.batch`, paired round by round), so that the
-batch-1 prices are the ones every other prediction uses."""
+batch-1 prices are the ones every other prediction uses (docs/model.md, "Batched")."""
 
 from __future__ import annotations
 

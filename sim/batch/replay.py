@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ppsd.modes import Mode
 from sim.batch.costs import BatchCosts
+from sim.schemes import SCHEMES
 
 
 @dataclass
@@ -166,14 +168,10 @@ def replay_batches(costs: BatchCosts, stream, batch: int, exit_layer: int | None
 
 def closed_form_speedup(costs: BatchCosts, batch: int, context: float, exit_layer: int, draft_len: int,
                         alpha: float) -> float:
-    """EESD against AR at `batch`, i.i.d. acceptance α, every sequence live: each commits
-    (1 - α^(γ+1)) / (1 - α) tokens a round, a round costs the same whatever it accepts."""
-    g = int(draft_len)
-    per_round = g + 1 if alpha >= 1.0 else (1.0 - alpha ** (g + 1)) / (1.0 - alpha)
-    return per_round * costs.ar_step(batch, context) / costs.eesd_round(batch, context, exit_layer, g)
+    """EESD against AR at `batch`, i.i.d. acceptance α, every sequence live (the scheme's `batch_closed_forms`)."""
+    return SCHEMES[Mode.EESD].batch_closed_forms(costs, batch, context, exit_layer, alpha, [draft_len])[0][0]
 
 
 def closed_form_ppsd_speedup(costs: BatchCosts, batch: int, context: float, exit_layer: int, alpha: float) -> float:
-    """Batched PPSD against AR at `batch`, i.i.d. acceptance α, every sequence live: a token costs a tick, and
-    a rejected draft (1 − α of them) one tick more."""
-    return costs.ar_step(batch, context) / ((2.0 - alpha) * costs.ppsd_tick(batch, context, exit_layer))
+    """Batched PPSD against AR at `batch`, i.i.d. acceptance α, every sequence live (the scheme's)."""
+    return SCHEMES[Mode.PPSD].batch_closed_forms(costs, batch, context, exit_layer, alpha, [None])[0][0]

@@ -17,8 +17,9 @@ import numpy as np
 from ppsd.exit_heads import SHARED
 from ppsd.modes import Mode
 from sim.batch.costs import batch_costs, check_batch
-from sim.batch.replay import closed_form_ppsd_speedup, closed_form_speedup, replay_batches
+from sim.batch.replay import replay_batches
 from sim.model.streams import trace_stream
+from sim.schemes import scheme as scheme_of
 
 MAX_GAMMA = 8
 REPLAY_TOP = 12  # plans of a scheme the closed form ranks highest, replayed over the traces
@@ -52,8 +53,7 @@ class BatchPoint:
 
 def label(scheme: Mode, exit_layer: int, draft_len: int | None, head: str) -> str:
     """The plan's name in tables and validation rows ("EESD E=24 γ=2", "PPSD E=24 k=2")."""
-    what = f"PPSD E={exit_layer} k=2" if scheme is Mode.PPSD else f"EESD E={exit_layer} γ={draft_len}"
-    return what + ("" if head == SHARED else f" {head}")
+    return scheme_of(scheme).batch_label(exit_layer, draft_len) + ("" if head == SHARED else f" {head}")
 
 
 def predict(profile, exit_layer: int, draft_len: int | None, batch: int, head: str = SHARED, ar=None,
@@ -64,10 +64,9 @@ def predict(profile, exit_layer: int, draft_len: int | None, batch: int, head: s
     costs = batch_costs(profile, head)
     stream = trace_stream(profile, exit_layer, head=head)
     ar = ar or replay_batches(costs, stream, batch, None)
-    pipelined = scheme is Mode.PPSD
+    pipelined = scheme_of(scheme).pipelined
     run = replay_batches(costs, stream, batch, exit_layer, draft_len or 1, pipelined=pipelined)
-    per_round = 1 if pipelined else draft_len
-    rate = sum(run.accepted) / (len(run.accepted) * per_round) if run.accepted and per_round else None
+    rate = scheme_of(scheme).batch_acceptance(run.accepted, draft_len)[0]
     both = tp = None
     if pipelined and costs.prices_both_cores:
         both = (ar_both or replay_batches(costs, stream, batch, None, both_cores=True)).tokens_per_s
@@ -88,12 +87,8 @@ def screen(profile, batch: int, heads, gammas, exits=None, scheme: Mode = Mode.E
         for exit_layer, alpha in sorted(profile.alpha_by_exit(head=head).items()):
             if exits is not None and exit_layer not in exits:
                 continue
-            if scheme is Mode.PPSD:
-                out.append((closed_form_ppsd_speedup(costs, batch, context, exit_layer, alpha), head, exit_layer,
-                            None))
-            else:
-                out += [(closed_form_speedup(costs, batch, context, exit_layer, g, alpha), head, exit_layer, g)
-                        for g in gammas]
+            out += [(speedup, head, exit_layer, g) for speedup, g in
+                    scheme_of(scheme).batch_closed_forms(costs, batch, context, exit_layer, alpha, gammas)]
     return sorted(out, key=lambda x: -x[0])
 
 
@@ -104,7 +99,7 @@ def rank(profile, batch: int, heads=(SHARED,), gammas=range(1, MAX_GAMMA + 1), e
     check_batch(profile, batch)
     points, ars = [], {}
     for scheme in schemes:
-        both = scheme is Mode.PPSD and batch_costs(profile).prices_both_cores
+        both = scheme_of(scheme).pipelined and batch_costs(profile).prices_both_cores
         for _, head, exit_layer, g in screen(profile, batch, heads, gammas, exits, scheme)[:replay_top]:
             if (head, exit_layer, both) not in ars:
                 costs, stream = batch_costs(profile, head), trace_stream(profile, exit_layer, head=head)

@@ -4,7 +4,8 @@ The one module that reads a profile's latency tables for the simulator (DistServ
 plays this part there): every scheme prices its work through `CostModel` (layer ranges, LM head,
 embedding, exit head, co-run slowdown), so all engines and the AR baseline price the same work
 identically; they differ only in how they schedule it. What a scheme's unit of work is (a draft, a
-verification, a stage pass) lives with the scheme, under `sim/schemes/`.
+verification, a stage pass) lives with the scheme, under `sim/schemes/`. docs/model.md has every term of
+the timing model, what measures it and what validates it.
 """
 
 from __future__ import annotations
@@ -220,6 +221,13 @@ def per_profile(store: dict, make, profile, exit_head: str, limit: int = 32):
 def cost_model(profile, exit_head: str = SHARED) -> CostModel:
     """One CostModel per (profile object, exit head), so sweeps reuse the summed tables."""
     return per_profile(_MODELS, CostModel, profile, exit_head)
+
+
+def pass_jitter_cv(profile) -> float:
+    """The timing model's one pass jitter (docs/model.md): a stage pass's relative spread from one pass to
+    the next in the runtime's own pipeline (the runtime probe's, where a drift or a growing context
+    cancels), else the pipeline probe's pass spread, else 0. The restart race's σ and the lock step read it."""
+    return float(profile.lockstep_jitter_cv() or profile.pass_jitter_cv())
 
 
 def corun_factors(profile, devices: int) -> list[float]:

@@ -14,7 +14,8 @@ schedule) the expected entry time is
 over the exit heads [hs, he] of stage 1's passes begun before the flush; with σ = 0 it is the
 deterministic rule (wait for the head the flush lands in). σ grows like a random walk over the
 cycle: σ = cv · sqrt(2 · w₀ · fr), cv the relative spread of one pass, w₀ stage 1's pass time and fr
-the flush's time since the restart (both chains are about fr / w₀ passes long).
+the flush's time since the restart (both chains are about fr / w₀ passes long). cv is the timing
+model's one pass jitter, or the hand-over's where that is larger (docs/model.md).
 """
 
 from __future__ import annotations

@@ -27,37 +27,23 @@ MAX_DRAFT_LEN = 8  # EESD γ from 1 to this
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """One sweep's settings (see `sim.run.sweep`).
+    """One sweep's settings (see `sim.run.sweep`), each field's meaning beside it."""
 
-    devices        the most PPSD stages (k = 2..devices, as far as they fit after the exit layer)
-    gammas         the EESD draft lengths γ tried
-    tokens         trace-driven tokens replayed per plan
-    hop_ms         stage-to-stage hop; None = the profile's
-    alpha_scale    what-if: every position's acceptance scaled (seeded)
-    temperature    0 = greedy; T > 0 prices sampled decoding with the profile's β at T
-    category       replay only this prompt category's traces
-    exit_head      which exit head drafts
-    seed           of every seeded stream
-    budget         same-budget comparison within this many cores / GPUs (None: the profile's most)
-    prompt_len     prompt tokens before each generation (None: the profile's prompts)
-    alpha_by_exit  {exit layer: α}: seeded Bernoulli(α) streams at exactly these exits instead of the traces
-    draft_stops    confidence stops τ tried beside every plan (`Plan.draft_stop`: EESD at γ >= 2, PPSD with
-                   the local launch, transformers' threshold with --runtime hf; traces with confidences,
-                   greedy or sampled at the temperature); () = no stop
-    """
-
-    devices: int = DEFAULT_DEVICES
-    gammas: tuple[int, ...] = tuple(range(1, MAX_DRAFT_LEN + 1))
-    tokens: int = DEFAULT_TOKENS
-    hop_ms: float | None = None
-    alpha_scale: float = 1.0
-    temperature: float = 0.0
-    category: str | None = None
-    exit_head: str = SHARED
-    seed: int = 0
-    budget: int | None = None
-    prompt_len: int | None = None
+    devices: int = DEFAULT_DEVICES  # the most PPSD stages (k = 2..devices, as far as they fit after the exit)
+    gammas: tuple[int, ...] = tuple(range(1, MAX_DRAFT_LEN + 1))  # the EESD draft lengths γ tried
+    tokens: int = DEFAULT_TOKENS  # trace-driven tokens replayed per plan
+    hop_ms: float | None = None  # stage-to-stage hop; None: the profile's
+    alpha_scale: float = 1.0  # what-if: every position's acceptance scaled (seeded)
+    temperature: float = 0.0  # 0: greedy; T > 0 prices sampled decoding with the profile's β at T
+    category: str | None = None  # replay only this prompt category's traces
+    exit_head: str = SHARED  # which exit head drafts
+    seed: int = 0  # of every seeded stream
+    budget: int | None = None  # same-budget comparison within this many cores / GPUs (None: the profile's most)
+    prompt_len: int | None = None  # prompt tokens before each generation (None: the profile's prompts)
+    # {exit layer: α}: seeded Bernoulli(α) streams at exactly these exits instead of the traces
     alpha_by_exit: Mapping[int, float] | None = field(default=None, hash=False)
+    # confidence stops τ tried beside every plan (`Plan.draft_stop`: EESD at γ >= 2, PPSD with the local launch,
+    # transformers' threshold with --runtime hf; traces with confidences, greedy or sampled at T); (): no stop
     draft_stops: tuple[float, ...] = ()
 
     def __post_init__(self):

@@ -271,7 +271,7 @@ def decide(results: Sequence[Result], profile=None, band: NoiseBand | None = Non
     best_spec = usable[0] if usable else None
     passed = spec[: spec.index(best_spec)] if best_spec is not None else spec
     excluded = tuple(Exclusion(r, degenerate_reason(r)) for r in passed)
-    by_mode = {Mode.AR: ar} if ar is not None else {}
+    by_mode = {ar.plan.mode: ar} if ar is not None else {}
     for r in usable:
         by_mode.setdefault(r.plan.mode, r)
     outcome = Outcome.NO_PLAN if best_spec is None else band.classify(score(best_spec))
@@ -280,9 +280,9 @@ def decide(results: Sequence[Result], profile=None, band: NoiseBand | None = Non
     if best_spec is not None and profile is not None:
         be = break_even(profile, best_spec, mean_decode_context(profile))
     # the best confidence stop (EESD or PPSD) against the best plan of its scheme without one
-    stops = [r for r in usable if getattr(r.plan, "draft_stop", None) is not None]
+    stops = [r for r in usable if r.plan.draft_stop is not None]
     fixed = [r for r in usable if stops and r.plan.mode is stops[0].plan.mode
-             and getattr(r.plan, "draft_stop", None) is None]
+             and r.plan.draft_stop is None]
     versus = (stops[0], fixed[0]) if stops and fixed else None
     v = Verdict(outcome, recommended, best_spec, by_mode, same_budget, budget, band, excluded, break_even=be,
                 stop_vs_fixed=versus)
@@ -354,7 +354,7 @@ def _with_text(v: Verdict) -> Verdict:
     if v.stop_vs_fixed is not None and v.stop_gain is not None:
         stop, fixed = v.stop_vs_fixed
         where = "beyond" if abs(v.stop_gain) > v.band.rel else "within"
-        other = "the best fixed γ" if fixed.plan.mode is Mode.EESD else f"the best {fixed.plan.mode.name} plan without one"
+        other = fixed.plan.scheme.without_stop_words()
         text += (f"; the best confidence stop, {stop.plan.label()} ({v.score(stop):.2f}×), is {v.stop_gain:+.1%} "
                  f"against {other}, {fixed.plan.label()} ({v.score(fixed):.2f}×), {where} the {band} "
                  "noise band")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
+from ppsd.errors import UserError
 from ppsd.exit_heads import SHARED
 from sim.model.cost_model import cost_model
 from sim.model.streams import Stream
@@ -36,6 +37,16 @@ class AR(Scheme):
 
     def check(self, plan: PlanLike, num_layers: int, num_devices: int | None) -> None:
         return None  # no exit layer, nothing else to choose
+
+    def check_draft_stop(self, plan: PlanLike) -> None:
+        raise UserError("a confidence stop stops an EESD round's drafting or PPSD's stage 1",
+                        "drop --draft-stop-confidence, or use --mode eesd or ppsd")
+
+    def batch_label(self, exit_layer: int | None, draft_len: int | None) -> str:
+        return "AR"
+
+    def batch_fields(self, exit_layer: int | None, draft_len: int | None, num_layers: int) -> dict:
+        return {}
 
     def in_words(self, plan: PlanLike) -> str:
         return "plain AR, no early exit"

@@ -54,6 +54,8 @@ class PlanLike(Protocol):
     launch: str
     runtime: str
     schedule: str
+    temperature: float
+    draft_stop: float | None  # a confidence stop τ (None: none), which the drafting schemes read
 
     @property
     def sampled(self) -> bool: ...
@@ -124,7 +126,7 @@ class Scheme(ABC):
     def label(self, plan: PlanLike) -> str:
         """A plan's short name, e.g. "EESD E=12 γ=3 vocab4096"."""
         head = exit_head_suffix(plan.exit_head)
-        stop = "" if getattr(plan, "draft_stop", None) is None else f" τ={plan.draft_stop:g}"
+        stop = "" if plan.draft_stop is None else f" τ={plan.draft_stop:g}"
         return f"{self.mode.name} E={plan.exit_layer} {self.size.symbol}={self.size_of(plan)}{stop}{head}"
 
     def has_size(self, field_name: str) -> bool:
@@ -239,6 +241,36 @@ class Scheme(ABC):
         """The plans of this scheme a sweep tries at one exit layer (unresolved), built from `base`
         (its hop, exit head, temperature); `draft_stops`: the confidence stops a drafting scheme tries."""
         return []
+
+    def check_draft_stop(self, plan: PlanLike) -> None:
+        """UserError unless a plan of this scheme can carry a confidence stop (`Plan.draft_stop`)."""
+
+    def without_stop_words(self) -> str:
+        """What the verdict sets a confidence stop against: the scheme's best plan without one."""
+        return f"the best {self.mode.name} plan without one"
+
+    # --- batched decoding (sim/batch/, runtime/batched*.py): B sequences at once -------------------
+    def batch_label(self, exit_layer: int, draft_len: int | None) -> str:
+        """A batched plan's name in tables and validation rows, e.g. "EESD E=24 γ=2"."""
+        return f"{self.mode.name} E={exit_layer} {self.size.symbol}={draft_len}"
+
+    def batch_fields(self, exit_layer: int | None, draft_len: int | None, num_layers: int) -> dict:
+        """The `Plan` fields of the batch-1 plan that does a batched plan's work (mode aside)."""
+        return {"exit_layer": exit_layer, "draft_len": int(draft_len or 1)}
+
+    def batch_closed_forms(self, costs, batch: int, context: float, exit_layer: int, alpha: float,
+                           gammas) -> list[tuple[float, int | None]]:
+        """(speedup against AR at `batch`, γ or None) of each batched plan at one exit, i.i.d. acceptance α
+        (`sim/batch/replay.py`'s closed forms): what `sim.batch.sweep.screen` ranks."""
+        return []
+
+    def batch_holes(self, draft_len: int | None) -> int:
+        """KV-cache slots a committed token may leave as holes in the batched runtime (rejected drafts)."""
+        return 0
+
+    def batch_acceptance(self, rounds: list[int], draft_len: int | None) -> tuple[float | None, float | None]:
+        """(acceptance rate, tokens a round) of a batched run's per-sequence rounds (accepted drafts each)."""
+        return None, None
 
 
 def exit_head_suffix(head: str) -> str:

@@ -17,6 +17,7 @@ confidence is not recorded), which changes only how many drafts that round waste
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -183,6 +184,22 @@ class EESD(Scheme):
 
     def context_slack(self, plan: PlanLike) -> int:
         return plan.draft_len + 1  # a round's drafts and the verifier's token
+
+    def without_stop_words(self) -> str:
+        return "the best fixed γ"
+
+    def batch_closed_forms(self, costs, batch, context, exit_layer, alpha, gammas):
+        # every sequence live, a round costing the same whatever it accepts
+        return [(expected_tokens_per_round(alpha, int(g)) * costs.ar_step(batch, context)
+                 / costs.eesd_round(batch, context, exit_layer, int(g)), int(g)) for g in gammas]
+
+    def batch_holes(self, draft_len: int | None) -> int:
+        return int(draft_len or 1)  # a round's drafts, all rejected
+
+    def batch_acceptance(self, rounds: list[int], draft_len: int | None) -> tuple[float | None, float | None]:
+        if not rounds:
+            return None, None
+        return sum(rounds) / (len(rounds) * int(draft_len or 1)), statistics.fmean(rounds) + 1
 
     def how_it_pays(self, plan: PlanLike, alpha: float) -> str:
         return (f"Drafting γ = {plan.draft_len} tokens per round commits about "

@@ -5,7 +5,7 @@ the exit head, so while later stages verify token t, stage 1 already runs t+1 on
 mismatch flushes the pipeline and restarts stage 1 with the verifier's token. The whole timing
 model lives here:
 
-  costs.py        each stage's time per token, the hop, placement and co-run slowdown
+  stage_costs.py  each stage's time per token, the hop, placement and co-run slowdown
   event_model.py  the SimPy model of the stages (the reference; timelines)
   replay.py       the same model replayed exactly, cycle by cycle, without SimPy (sweeps)
   closed_form.py  expected time per token for i.i.d. acceptance (oracle, preview)
@@ -17,6 +17,7 @@ The restart rule (when the corrected token can enter stage 1) is shared by all t
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import numpy as np
@@ -47,7 +48,7 @@ class PPSD(Scheme):
     def label(self, plan: PlanLike) -> str:
         bounds = "" if plan.stage_bounds is None else " [" + ",".join(map(str, plan.stage_bounds)) + "]"
         launch = "" if plan.launch == "local" else f" ({plan.launch})"
-        stop = "" if getattr(plan, "draft_stop", None) is None else f" τ={plan.draft_stop:g}"
+        stop = "" if plan.draft_stop is None else f" τ={plan.draft_stop:g}"
         return f"PPSD E={plan.exit_layer} k={plan.num_stages}{bounds}{stop}{exit_head_suffix(plan.exit_head)}{launch}"
 
     def num_stages(self, plan: PlanLike) -> int:
@@ -173,6 +174,31 @@ class PPSD(Scheme):
         # the prompt's hidden states go through the stages one after another (one payload per hop);
         # the verifier's first token is the first token out, the draft rides along in parallel
         return whole_prefill_ms + (plan.num_stages - 1) * float(plan.hop_ms or 0.0)
+
+    def check_draft_stop(self, plan: PlanLike) -> None:
+        if plan.launch != "local":
+            raise UserError("a PPSD confidence stop runs with the local launch (stage 1 waits for a verdict the "
+                            "shared epoch board brings)", "drop --draft-stop-confidence or --launch torchrun")
+
+    # batched PPSD (runtime/batched_pipeline.py): two stages in lock step, a draft a tick (docs/model.md)
+    def batch_label(self, exit_layer: int, draft_len: int | None) -> str:
+        return f"PPSD E={exit_layer} k=2"
+
+    def batch_fields(self, exit_layer: int, draft_len: int | None, num_layers: int) -> dict:
+        return {"exit_layer": exit_layer, "stages": 2, "stage_bounds": (0, int(exit_layer), int(num_layers))}
+
+    def batch_closed_forms(self, costs, batch, context, exit_layer, alpha, gammas):
+        # a token costs a tick, and a rejected draft (1 − α of them) one tick more
+        return [(costs.ar_step(batch, context) / ((2.0 - alpha) * costs.ppsd_tick(batch, context, exit_layer)), None)]
+
+    def batch_holes(self, draft_len: int | None) -> int:
+        return 1  # a rejection leaves one stale draft's slot a token
+
+    def batch_acceptance(self, rounds: list[int], draft_len: int | None) -> tuple[float | None, float | None]:
+        if not rounds:
+            return None, None
+        rate = statistics.fmean(rounds)
+        return rate, 1.0 / (2.0 - rate)
 
     def sweep_plans(self, base, exit_layer, *, num_layers, gammas, devices, draft_stops=()):
         stops = draft_stops if base.launch == "local" else ()  # stage 1 hears its verdict on the board

@@ -8,7 +8,7 @@ that starts the clock when stage 1 starts the first token pays the pipeline's fi
 every stage, about k passes long) once per generation, which the runtime never shows: on 32-token
 generations at k = 8 that alone under-predicted the emulated runtime by 10-20%.
 
-Stage 1 gets further ahead because a generation's first pass is its prefill (costs.py:
+Stage 1 gets further ahead because a generation's first pass is its prefill (stage_costs.py:
 `stage_prefill_ms`): later stages spend a whole prompt's time on it, while stage 1 drafts on up to
 its in-flight cap.
 

@@ -1,7 +1,7 @@
 """The PPSD event model: SimPy processes for the stages (the reference; `replay.py` replays it exactly).
 
 The model in words
-- Times come from the profile via `CostModel` (costs.py), at each token's own context (it grows
+- Times come from the profile via `CostModel` (stage_costs.py), at each token's own context (it grows
   as tokens are generated).
 - Stage m runs layers [b_m, b_{m+1}); stage 1 adds the embedding and the exit head, the last
   stage the final norm + LM head. Devices are `simpy.Resource`s, so stages placed on one device
@@ -147,7 +147,7 @@ class _Pipeline:
         self.computing[m] = None
         if req is not None:
             self.device[m].release(req)
-        # a generation's first pass is its prefill (costs.py: stage_prefill_ms), which the runtime
+        # a generation's first pass is its prefill (stage_costs.py: stage_prefill_ms), which the runtime
         # keeps out of the stages' busy time
         prefill = i == 0 and j < self.t and self.gen_start[j]
         if not prefill:

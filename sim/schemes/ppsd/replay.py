@@ -10,7 +10,7 @@ Same stream, same costs, same rules; only the bookkeeping differs: the stream sp
   Stale tokens (drafted behind the mismatch) are replayed too, clipped at the flush, for busy-time
   accounting and to find that head. A confidence stop ends a cycle too: stage 1 runs nothing behind
   the unsure draft, so the cycle has no stale token and ends at its commit + hop.
-Tested equal to the event model (tests/test_sim_schemes_ppsd.py).
+Tested equal to the event model (tests/test_schemes_engines.py).
 """
 
 from __future__ import annotations

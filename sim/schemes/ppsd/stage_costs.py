@@ -1,5 +1,6 @@
 """PPSD unit costs: each stage's time per token over a stream's positions, the hop, the device of
-each stage and the co-run slowdown, priced once by `CostModel` for every PPSD engine."""
+each stage and the co-run slowdown, priced once by `CostModel` for every PPSD engine (the terms and
+their formulas: docs/model.md, "A PPSD pass at batch 1")."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from ppsd.errors import UserError
 from ppsd.statistics import expected_max_of
-from sim.model.cost_model import CostModel, corun_factors, cost_model
+from sim.model.cost_model import CostModel, corun_factors, cost_model, pass_jitter_cv
 from sim.model.stops import require_confidence
 from sim.model.streams import Stream
 from sim.schemes.base import PlanLike, StagePart
@@ -20,7 +21,7 @@ from sim.schemes.base import PlanLike, StagePart
 
 def corun_factor(factors: Sequence, devices: int, index_in_cycle: int, stage: int, ahead: int | None = None) -> float:
     """Co-run slowdown of the pass of the i-th token of a cycle at stage m (0-based; factors[b]: the
-    slowdown with b devices busy, or factors[m][b] per stage: `stage_factors`). Stage 1 never idles
+    slowdown with b devices busy, or factors[m][b] per stage: `loaded_factors`). Stage 1 never idles
     (it drafts ahead), so when that token reaches stage m, stages 1..m are busy with it and its
     successors, and min(i, k-m-1) later stages with its predecessors: the pipeline is fully loaded
     from its k-th token on. Stages sharing a device count once. `ahead`: how many of the stages
@@ -48,14 +49,6 @@ def lockstep_factor(stage_means: Sequence[float], jitter_cv: float) -> float:
     return expected_max_of(means, float(jitter_cv)) / top
 
 
-def stage_factors(base: Sequence[float], bias: Sequence[float], lockstep: float) -> list[list[float]]:
-    """factors[m][b]: stage m's slowdown with b devices busy: the shared co-run factor `base[b]`, and
-    while it co-runs (b >= 2) the stage's share of it (`Profile.corun_stage_bias`) and the lock step's
-    wait (`lockstep_factor`)."""
-    return [[float(f) * (float(bias[m]) * lockstep if b >= 2 else 1.0) for b, f in enumerate(base)]
-            for m in range(len(bias))]
-
-
 def corun_table(factors: Sequence[float], devices: int, stages: int, cycle_len: int) -> np.ndarray:
     """`corun_factor` for every stage (rows) and index in cycle below `cycle_len` (columns)."""
     return np.array([[corun_factor(factors, devices, i, m) for i in range(cycle_len)] for m in range(stages)])
@@ -63,18 +56,12 @@ def corun_table(factors: Sequence[float], devices: int, stages: int, cycle_len: 
 
 def stage_ms(cm: CostModel, context: np.ndarray, bounds: tuple[int, ...], overhead_ms: Sequence[float] | float = 0.0,
              sampled: bool = False) -> list[np.ndarray]:
-    """Per-stage one-token times: stage 1 adds embed and the exit head (it drafts), the last stage
-    adds the final norm + LM head (it verifies), and every stage the fixed cost of a pass
-    (`overhead_ms`, one per stage or one for all: host sync, sends and receives, the stage loop).
-    Stage 1's time is its whole occupancy per token; its hidden state leaves `PPSDCosts.exit_ms`
-    earlier (the exit head and the overhead after the send).
-
-    Sampled decoding (T > 0) adds what the runtime does then: stage 1 draws each draft over the exit
-    head's vocabulary and sends q(draft) with it; the verifier takes the softmax of its logits and
-    draws one token over the whole vocabulary (it draws only at a rejection, so this over-prices an
-    accepted verification by one draw, `CostModel.sample_full`, ~0.9 ms of a 20 ms pass on the
-    example CPU). At a rejection it also recomputes all of q with the exit head from the layer-E
-    state, for the residual: `reject_ms`, which the engines add where the draft is rejected."""
+    """Per-stage one-token times (docs/model.md): stage 1 adds the embedding and the exit head (it
+    drafts), the last stage the LM head (it verifies), every stage its role's fixed cost of a pass
+    (`overhead_ms`, one per stage or one for all). Stage 1's hidden state leaves `PPSDCosts.exit_ms`
+    before its pass ends. At T > 0 stage 1 draws each draft and the verifier one token over the whole
+    vocabulary (it draws only at a rejection: an accepted verification is over-priced by one draw);
+    a rejection's residual recomputes q with the exit head (`reject_ms`, added by the engines)."""
     return [np.asarray(t, dtype=float) for t in
             _stages(cm, bounds, lambda lo, hi: cm.layers(context, lo, hi), 1, overhead_ms, sampled)]
 
@@ -159,32 +146,23 @@ def stage1_checkpoints(cm: CostModel, context: np.ndarray, exit_layer: int) -> n
 
 @dataclass
 class PPSDCosts:
-    """Everything the PPSD engines need: per-stage cost arrays over the stream's positions, the hop,
-    the device of each stage and the co-run factors.
-
-    `exit_ms` is the tail of `stage[0]` per position (None: 0): what stage 1 does after its hidden
-    state has left. Stage 1's pass of a token is embed + layers [0, E) + the overhead before the
-    send (the hidden state leaves for stage 2 then), followed by the tail: the exit head (the draft
-    for the next token, sent to the last stage on its own channel) and the rest of the pass's
-    overhead; both parts get the pass's co-run factor.
-
-    `checkpoints` [P][T]: offsets from stage 1's pass start at which it can abandon a stale pass
-    (`stage1_checkpoints`); the pass start is one too. Between two of them (and from the last to
-    the pass's end: overhead and exit head) a pass cannot be cut. None: anywhere before the exit
-    head (the pass's last `exit_ms`). `launch` "local" (the runtime's shared epoch board: stage 1
-    hears of a rejection at the commit and drops its pass at the next checkpoint) or "torchrun"
-    (stage 1 finishes its passes and hears of a rejection only from the verdict, which its
-    in-flight cap makes it read before its k-th pass after the rejected token). Either way stage 1
-    starts the i-th pass of a cycle (i >= cap) only once the verdict on the (i − cap)-th is in:
-    the runtime's in-flight cap (`inflight_cap`, k; 0 = none)."""
+    """Everything the PPSD engines need (docs/model.md): per-stage cost arrays over the stream's positions,
+    the hop, each stage's device and the co-run factors. Stage 1's pass is embed + layers [0, E) + the
+    overhead before its send, then its tail (`exit_ms`: the exit head and the rest of the overhead), both
+    at the pass's co-run factor. It can drop a stale pass only at its `checkpoints` (the pass start too):
+    with the "local" launch it hears of a rejection on the epoch board at the commit, under "torchrun"
+    only from the verdict its in-flight cap makes it read. Either way it starts the i-th pass of a cycle
+    (i >= cap) only once the verdict on the (i − cap)-th is in (`inflight_cap`: k; 0 = none)."""
 
     stage: list[np.ndarray]  # [k][T] ms
     hop_ms: float
     placement: tuple[int, ...]
-    factors: list  # factors[b]: slowdown with b devices busy, or factors[m][b] per stage (`stage_factors`)
+    factors: list  # factors[b]: slowdown with b devices busy, or factors[m][b] per stage (`loaded_factors`)
     exit_ms: np.ndarray | None = None  # [T] ms, stage[0]'s tail after the send (exit head, overhead)
     jitter_cv: float = 0.0  # relative spread of a pass: softens the restart race (sim/model/restart.py)
-    checkpoints: np.ndarray | None = None  # [P][T] ms from stage 1's pass start where it may abandon
+    # [P][T] ms from stage 1's pass start where it may abandon a stale pass (`stage1_checkpoints`); between two
+    # of them, and from the last to the pass's end, it cannot. None: anywhere before the exit head
+    checkpoints: np.ndarray | None = None
     launch: str = "local"
     inflight_cap: int | None = None  # None: k (the runtime's); 0: no cap
     overhead_ms: float = 0.0  # stage 1's fixed cost per pass, already in `stage` (reported, not added again)
@@ -272,13 +250,10 @@ def ppsd_costs(profile, plan: PlanLike, context: np.ndarray) -> PPSDCosts:
     first_pass = lru_cache(maxsize=None)(
         lambda prompt_len: stage_prefill_ms(cm, prompt_len, plan.stage_bounds, over, plan.sampled))
     stage = stage_ms(cm, context, plan.stage_bounds, over, plan.sampled)
-    # the restart race's noise (sim/model/restart.py: σ = cv · sqrt(2 · w0 · fr), w0 stage 1's pass): the
-    # passes' own (the probe's relative spread), or the host's on each hand-over (an absolute spread
-    # s per message, cv = s / w0), whichever is larger. Without it the race is a cliff: at a tie a
-    # 0.1 ms shift moves a whole exit head of waiting per rejection (emulated CPU profile, E = 8, k = 8,
-    # alpha 0.3: the commit 0.03 ms before stage 1's layers end, +13% against the runtime's 1.01x)
+    # the restart race's noise (sim/model/restart.py): the pass jitter, or the host's on each hand-over (an
+    # absolute spread per message, relative to stage 1's pass), whichever is larger (docs/model.md)
     w0 = float(np.median(stage[0])) if np.size(stage[0]) else 0.0
-    jitter = max(float(profile.pass_jitter_cv()), cm.hop_jitter(k) / w0 if w0 > 0 else 0.0)
+    jitter = max(pass_jitter_cv(profile), cm.hop_jitter(k) / w0 if w0 > 0 else 0.0)
     return PPSDCosts(stage=stage,
                      hop_ms=max(float(plan.hop_ms or 0.0), transit),
                      placement=placement, factors=loaded_factors(profile, stage, d),
@@ -294,7 +269,7 @@ def _checked_stop(profile, plan: PlanLike, k: int, devices: int) -> float | None
     """The plan's confidence stop, where the engines price one: traces with confidences (greedy, or
     sampled at the plan's temperature) and one device per stage (the local launch a `Plan` with a
     stop already has)."""
-    stop = getattr(plan, "draft_stop", None)
+    stop = plan.draft_stop
     if stop is None:
         return None
     profile.require_confidence(plan.exit_head, plan.temperature)
@@ -305,20 +280,18 @@ def _checked_stop(profile, plan: PlanLike, k: int, devices: int) -> float | None
 
 
 def loaded_factors(profile, stage: list[np.ndarray], devices: int) -> list[list[float]]:
-    """Per-stage co-run factors of a pipeline with one device per stage (`stage_factors`): the profile's
-    co-run slowdown, each role's share of it, and the lock step's wait priced at the stages' median
-    passes once the pipeline is loaded. Stages sharing a device queue instead of waiting in lock step
-    (the event model serialises them): their factors carry no lock step. A two-stage pipeline whose
-    last stage is the shorter waits in that stage before every pass: `waiting_last_stage`."""
+    """factors[m][b]: stage m's co-run slowdown with b devices busy: the profile's (`corun_factors`) and,
+    while the pipeline is loaded on one device per stage, the lock step's wait (`lockstep_factor` at the
+    stages' median passes); a two-stage pipeline whose last stage is the shorter prices that stage at the
+    waiting cut (`waiting_last_stage`). Stages sharing a device queue instead (the event model
+    serialises them): no lock step. docs/model.md."""
     base = corun_factors(profile, devices)
     k = len(stage)
-    bias = profile.corun_stage_bias(k)
     lock = 1.0
     if devices == k:
         loaded = base[min(devices, len(base) - 1)]
-        means = [float(np.median(s)) * loaded * bias[m] for m, s in enumerate(stage)]
-        lock = lockstep_factor(means, profile.lockstep_jitter_cv())
-    factors = stage_factors(base, bias, lock)
+        lock = lockstep_factor([float(np.median(s)) * loaded for s in stage], pass_jitter_cv(profile))
+    factors = [[float(f) * (lock if b >= 2 else 1.0) for b, f in enumerate(base)] for _ in range(k)]
     return waiting_last_stage(profile, factors, stage, devices, lock)
 
 
