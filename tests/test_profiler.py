@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler import runtime_probe
-
 from ppsd.cli import main
+from ppsd.errors import UserError
 from ppsd.profile import ACCEPTANCE_COLUMNS, SCHEMA_VERSION, load_profile
+from profiler import runtime_probe
 
 # A tiny, fast run: the random tiny Llama, 3 prompts, a 2 x 2 latency grid, no extra processes.
 TINY = ["profile", "--model", "tiny-llama", "--limit", "3", "--max-new-tokens", "6", "--n-values", "1,2",
@@ -349,10 +349,14 @@ def test_a_cpu_profile_names_its_cores(tmp_path):
     assert load_profile(tmp_path / "a").cpu_cores is None  # synthetic
     meta = json.loads((tmp_path / "a" / "profile.json").read_text())
     for hw, cores in (({"device": "cpu", "cores": 2}, 2), ({"device": "cuda", "cores": 2}, None),
-                      ({"device": "cpu", "cores": 0}, None), ({"device": "cpu", "cores": "x"}, None)):
+                      ({"device": "cpu", "cores": 0}, None)):
         meta["hardware"] = {"device_name": "d", "threads": 1, "gpu_count": 0, **hw}
         (tmp_path / "a" / "profile.json").write_text(json.dumps(meta))
         assert load_profile(tmp_path / "a").cpu_cores == cores, hw
+    meta["hardware"]["cores"] = "x"  # not a count: the schema refuses it, naming the field
+    (tmp_path / "a" / "profile.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="hardware.cores"):
+        load_profile(tmp_path / "a")
 
 
 def test_profile_measures_the_control_plane_at_the_stage_counts_asked(tmp_path):
