@@ -6,9 +6,9 @@ No torch at import time: the handlers import the runtime lazily.
 from __future__ import annotations
 
 from ppsd.modes import MODES, Mode
-
-
 from sim.hf_cli import add_runtime_options
+from sim.schemes import SCHEMES
+
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="decode for real with AR, EESD or PPSD and measure it",
@@ -85,12 +85,13 @@ def check_draft_stop_args(args) -> None:
 
         given = hf_default_threshold()
     args.draft_stop_confidence = check_draft_stop(given)
-    if Mode.parse(args.mode) not in (Mode.EESD, Mode.PPSD):
+    scheme = SCHEMES[Mode.parse(args.mode)]
+    if not scheme.speculative:
         raise UserError("--draft-stop-confidence stops an EESD round's drafting or PPSD's stage 1",
                         "add --mode eesd or --mode ppsd")
     if args.batch != 1:
         raise UserError("batched decoding drafts without a confidence stop", "drop --draft-stop-confidence or --batch")
-    if Mode.parse(args.mode) == Mode.PPSD and getattr(args, "launch", None) == "torchrun":
+    if scheme.pipelined and getattr(args, "launch", None) == "torchrun":
         raise UserError("a PPSD confidence stop runs with the local launch (stage 1 waits for a verdict the shared "
                         "epoch board brings)", "drop --draft-stop-confidence or --launch torchrun")
     if args.emulate:
