@@ -171,14 +171,33 @@ GLOSSARY = {
 }
 
 
-def glossary_markdown() -> str:
-    return "  \n".join(f"**{term}**: {text}" for term, text in GLOSSARY.items())
+# the words the Under traffic page cannot do without (vLLM's names for the latencies)
+TRAFFIC_GLOSSARY = {
+    "TTFT": "time to first token: from a request's arrival to its first output token, waiting in the queue and "
+            "reading the prompt included.",
+    "TPOT": "time per output token: a request's decoding time after its first token, divided by the tokens after "
+            "the first. What a reader of a streamed answer feels.",
+    "end to end": "from a request's arrival to its last token.",
+    "median, p99": "half of the requests are faster than the median; 99 in 100 are faster than the p99.",
+    "max batch": "the most requests decoding at once; requests beyond it wait in the queue.",
+    "SLO": "the latency each request must meet (e.g. TTFT ≤ 500 ms, TPOT ≤ 50 ms); goodput counts the requests "
+           "a second that meet it.",
+    "stops beating AR": "the load at which a policy's TPOT reaches plain decoding's: speculation's extra work "
+                        "costs more than it saves once the batch is full.",
+}
+
+
+def glossary_markdown(glossary: dict[str, str] = GLOSSARY) -> str:
+    return "  \n".join(f"**{term}**: {text}" for term, text in glossary.items())
 
 
 # words a user never reads on a page: the simulator's inner names and raw column names
 JARGON = ("closed form", "closed-form", "stale pass", "co-run", "corun", "calibration's doubt", "% floor",
           "speedup_vs_ar", "error_pct", "tokens_per_s", "stage_bounds", "mean_accepted", "outputs_match_ar",
-          "acceptance_rate", "predicted_speedup", "measured_speedup", "exit_layer", "draft_len")
+          "acceptance_rate", "predicted_speedup", "measured_speedup", "exit_layer", "draft_len",
+          # serving (sim/serve/, serve_validation.json)
+          "ttft_p", "tpot_p", "e2e_p", "_ms_lo", "_ms_hi", "request_goodput", "request_throughput",
+          "output_throughput", "runs_real", "predicted_acceptance", "measured_acceptance", "cpu_share")
 
 
 def jargon_in(text: str) -> list[str]:

@@ -1,7 +1,8 @@
 """Finding and reading the folders the dashboard shows (no Streamlit here, so tests call it directly).
 
 Sources are plain folders: profile folders (profile.json, written by `ppsd profile`) and
-validation folders (validation.json, written by `ppsd validate`). They are looked for under the
+validation folders (validation.json, written by `ppsd validate`; batch_validation.json and
+serve_validation.json, by its `--batch-sizes` and `--serve`). They are looked for under the
 data roots: `$PPSD_DATA_DIRS` (os.pathsep-separated) when set, else `examples/` and `runs/`.
 """
 
@@ -78,6 +79,11 @@ def find_batch_validations(roots: list[Path] | None = None) -> list[Path]:
     return _find(data_roots() if roots is None else roots, vf.BATCH_JSON_FILE)
 
 
+def find_serve_validations(roots: list[Path] | None = None) -> list[Path]:
+    """Folders written by `ppsd validate --serve` (serve_validation.json), shown on the Under traffic page."""
+    return _find(data_roots() if roots is None else roots, vf.SERVE_JSON_FILE)
+
+
 def display_name(path: Path, roots: list[Path] | None = None) -> str:
     """`examples/smollm2-135m-cpu` style label: the path relative to its root's parent."""
     for root in data_roots() if roots is None else roots:
@@ -86,6 +92,15 @@ def display_name(path: Path, roots: list[Path] | None = None) -> str:
         except ValueError:
             continue
     return str(path)
+
+
+def relative_paths(text: str, roots: list[Path] | None = None) -> str:
+    """`text` (an error's one line) with every folder under a data root or the project named as the sidebar
+    names it (`examples/NAME`), so a page shows no machine's absolute paths."""
+    bases = {str(r.resolve().parent) for r in (data_roots() if roots is None else roots)} | {str(PROJECT_ROOT)}
+    for base in sorted(bases, key=len, reverse=True):
+        text = text.replace(base.rstrip(os.sep) + os.sep, "")
+    return text
 
 
 def reference_first(labels: list[str]) -> list[str]:

@@ -24,7 +24,7 @@ CHROMIUM = os.environ.get("PPSD_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 # url path of each page (Streamlit derives it from the file name; the default page is "/")
 PAGE_URLS = {"overview": "", "profile": "profile", "planner": "planner", "timeline": "timeline",
-             "validation": "validation", "profile_model": "profile_model"}
+             "validation": "validation", "traffic": "traffic", "profile_model": "profile_model"}
 
 
 @contextlib.contextmanager

@@ -25,16 +25,17 @@ OWN_PROMPTS = "its own prompts"
 @contextlib.contextmanager
 def guard(what: str = ""):
     """Show a UserError as its one line (problem; fix) and anything unexpected as one line too;
-    the traceback goes to the server log, never to the page. Streamlit's own stop/rerun signals
+    the traceback goes to the server log, never to the page, and folders are named as the sidebar
+    names them (`data.relative_paths`). Streamlit's own stop/rerun signals
     derive from BaseException and pass through."""
     try:
         yield
     except UserError as exc:
-        st.error(exc.one_line())
+        st.error(data.relative_paths(exc.one_line()))
     except Exception as exc:  # noqa: BLE001 - the page must not show a raw traceback
         log.exception("dashboard error%s", f" in {what}" if what else "")
-        st.error(f"{what + ': ' if what else ''}{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                 " (details in the server log)")
+        first = data.relative_paths(str(exc).splitlines()[0]) if str(exc) else ""
+        st.error(f"{what + ': ' if what else ''}{exc.__class__.__name__}: {first} (details in the server log)")
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)

@@ -132,3 +132,64 @@ def make_estimate_pair(root: Path) -> tuple[Path, Path]:
             meta["estimate"] = {"method": "roofline", "hardware": "test-gpu"}
         (path / "profile.json").write_text(json.dumps(meta))
     return measured, estimated
+
+
+def make_serve_validation(root: Path, profile_dir: Path, name: str = "serve-validation", *,
+                          policies: str | None = None, mismatched: str | None = None, requests: int = 16,
+                          output_len: int = 24, replications: int = 4, seed: int = 0) -> Path:
+    """A folder as `ppsd validate --serve` writes it, made by validation/serve.py's own functions and types
+    (`build_loads`, `ServeRow.from_prediction`, `validation_document`): two Poisson loads at its default
+    fractions of AR's capacity and a window of a small trace, on prompts the profile never traced (its own,
+    renamed), each (policy, load) predicted by the simulator. The real loop's measurement is stood in for by
+    the simulator run again with another seed's acceptance draws on a machine a few per cent off the profile
+    (each request's times stretched, `_stretched`); `mismatched`: a policy whose first two requests are recorded
+    as differing from AR's output."""
+    from ppsd.paths import atomic_write_json
+    from ppsd.profile import load_profile
+    from sim.serve.policies import parse_policies
+    from sim.serve.metrics import summarize
+    from sim.serve.predict import predict_serving, simulate_serving
+    from sim.serve.scheduler import SchedulerConfig
+    from sim.serve.workload import PromptInfo, TraceRow, profile_prompts
+    from validation.serve import (JSON_FILE, ServeRow, ServeSettings, build_loads, default_policies,
+                                  validation_document)
+
+    profile = load_profile(profile_dir)
+    out = root / name
+    max_batch = max(profile.batch.sizes)
+    specs = policies or default_policies(profile)
+    settings = ServeSettings(str(profile_dir), None, specs, None, "fixture-trace.jsonl", 0.0, None, requests,
+                             output_len, max_batch, 2048, replications, "fixture", out, True, seed, False)
+    prompts = [PromptInfo(f"unseen-{p.prompt_id}", p.category, p.prompt_tokens, p.text)
+               for p in profile_prompts(profile)]
+    trace = ("fixture-trace.jsonl", [TraceRow(0.7 * i + 0.3 * (i % 3), 40 + 13 * (i % 5), 20 + 9 * (i % 4))
+                                     for i in range(3 * requests)])
+    loads = build_loads(settings, profile, prompts, output_len, trace)
+    config = SchedulerConfig(max_batch=max_batch)
+    rows = []
+    for i, load in enumerate(loads):
+        for j, policy in enumerate(parse_policies(specs)):
+            pred = predict_serving(profile, load.workload, policy, config, replications=replications, seed=seed)
+            run = simulate_serving(profile, load.workload, policy, config, seed=seed + 1)
+            measured = summarize(_stretched(run.records, 1.0 + 0.03 * ((i + 2 * j) % 4 - 1)))
+            bad = [0, 1] if policy.spec() == mismatched else []
+            rows.append(ServeRow.from_prediction(policy.spec(), load, pred, measured, not bad, bad, {},
+                                                 f"runs/{load.name}.json"))
+    doc = validation_document(settings, profile, "synthetic stand-in", parse_policies(specs), loads, rows, prompts,
+                              output_len, config)
+    (out / "workloads").mkdir(parents=True, exist_ok=True)
+    for load in loads:
+        load.workload.save(out / "workloads" / f"{load.name}.json")
+    atomic_write_json(out / JSON_FILE, doc)
+    return out
+
+
+def _stretched(records, factor: float) -> list:
+    """Request timings as a machine `factor` times slower would see them (every time after arrival scaled)."""
+    from dataclasses import replace
+
+    def t(r, x):
+        return None if x is None else r.arrival_s + factor * (x - r.arrival_s)
+
+    return [replace(r, first_token_s=t(r, r.first_token_s), finish_s=t(r, r.finish_s),
+                    token_times=[t(r, x) for x in r.token_times]) for r in records]

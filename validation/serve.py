@@ -100,6 +100,17 @@ class ServeRow:
                  cpu_share=self.cpu_share, run=self.run)
         return d
 
+    @classmethod
+    def from_prediction(cls, policy: str, load: "Load", pred, measured, outputs_match_ar: bool | None,
+                        mismatched_requests: list[int] | None = None, cpu_share: dict | None = None,
+                        run: str = "") -> "ServeRow":
+        """The row of `policy` (its spec) at `load`: the simulator's `ServePrediction` beside the measured run's
+        `ServeMetrics`."""
+        return cls(policy, load.name, load.rate, len(load.workload.requests), measured.completed,
+                   {x: (pred.bands[x].point, pred.bands[x].lo, pred.bands[x].hi) for x in HEADLINE},
+                   headline(measured), outputs_match_ar, list(mismatched_requests or []),
+                   pred.run.metrics.acceptance_rate, measured.acceptance_rate, dict(cpu_share or {}), run)
+
     def covered(self, x: str) -> bool:
         _, lo, hi = self.predicted[x]
         return lo <= self.measured[x] <= hi
@@ -320,7 +331,7 @@ def run_serve_validation(args, predictor=None) -> int:
             load.workload.save(tmp / "workloads" / f"{load.name}.json")
         measured = _measure(settings, model_spec, policies, loads, predictions, tmp)
         rows = _rows(model, policies, loads, predictions, measured)
-        doc = _document(settings, profile, model_spec, policies, loads, rows, prompts, output_len, config)
+        doc = validation_document(settings, profile, model_spec, policies, loads, rows, prompts, output_len, config)
         from ppsd.paths import atomic_write_json
 
         atomic_write_json(tmp / JSON_FILE, doc)
@@ -425,11 +436,9 @@ def _rows(model, policies, loads, predictions, measured) -> list[ServeRow]:
             result, name = measured[(load.name, spec)]
             pred = predictions[(load.name, spec)]
             mismatched, checked = mismatches(result.results, texts, reference)
-            rows.append(ServeRow(spec, load.name, load.rate, len(load.workload.requests), result.metrics.completed,
-                                 {x: (pred.bands[x].point, pred.bands[x].lo, pred.bands[x].hi) for x in HEADLINE},
-                                 headline(result.metrics), (not mismatched) if checked else None, mismatched,
-                                 pred.run.metrics.acceptance_rate, result.metrics.acceptance_rate, result.cpu_share,
-                                 name))
+            match = (not mismatched) if checked else None
+            rows.append(ServeRow.from_prediction(spec, load, pred, result.metrics, match, mismatched, result.cpu_share,
+                                                 name))
     return rows
 
 
@@ -460,7 +469,8 @@ def _ar_references(model, loads, measured) -> dict[str, list[int]]:
             for pid, n in longest.items()}
 
 
-def _document(settings, profile, model_spec, policies, loads, rows, prompts, output_len, config) -> dict:
+def validation_document(settings, profile, model_spec, policies, loads, rows, prompts, output_len, config) -> dict:
+    """serve_validation.json's content (the module doc) from the run's settings, loads and rows."""
     from ppsd.paths import display_path
 
     covered = [r.covered(x) for r in rows for x in HEADLINE if math.isfinite(r.measured[x])]

@@ -15,8 +15,11 @@ from ppsd import validation_folder as vf
 
 ui.page_header("Validation", None, "Predicted versus measured speedup for the same plans on the same machine.")
 
+SERVING = dict(page="views/traffic.py", icon=":material/traffic:",
+               label="Serving validations (ppsd validate --serve) are on the Under traffic page")
 folders = data.find_validations()
 if not folders:
+    st.page_link(**SERVING)
     st.info("No validation results yet. Produce one with\n\n"
             "```\nppsd validate --profile examples/smollm2-135m-cpu --out runs/validate-smollm2\n```\n\n"
             "It decodes a few plans for real (AR, EESD, PPSD), compares with the simulator and writes "
@@ -149,3 +152,4 @@ if len(breakdown):
 st.subheader("Under load: batched validations")
 with ui.guard("batched validation"):
     batch_view.validation_section()
+st.page_link(**SERVING)

@@ -129,6 +129,12 @@ class ServePlan:
     def ranked_by(self) -> str:
         return "request_goodput, then e2e_p50_ms" if self.slo else "e2e_p50_ms"
 
+    def chosen_lines(self) -> list[str]:
+        """The chosen policy, its γ by live batch size and its config, as `ppsd plan --rate` prints them."""
+        return ([f"chosen: {self.chosen.policy.spec()}; γ by live batch size: "
+                 + ", ".join(f"{b}→{g}" for b, g in self.table.items())]
+                + ["  " + line for line in self.config_lines()])
+
     def config_lines(self) -> list[str]:
         """The chosen policy as a user pastes it."""
         p = self.chosen.policy
