@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from dashboard import data
 from dashboard.charts import _fig, interval_band
-from dashboard.traffic import COLOURS, FIGURES, policy_words
+from dashboard.traffic import COLOURS, FIGURES, compact_legend, policy_words, rate_axis
 from ppsd.errors import UserError
 from ppsd.validation_folder import SERVE_JSON_FILE
 from sim.serve.predict import HEADLINE
@@ -34,11 +34,17 @@ class ServeValidation:
     rows: pd.DataFrame
 
     def load_words(self, name: str) -> str:
-        """A load in words: "Poisson arrivals, 0.3 req/s" or "a trace window, 0.2 req/s"."""
-        load = next((x for x in self.meta.get("loads") or [] if x.get("name") == name), {})
+        """A load in words: "Poisson, 0.3 req/s" or "trace, 0.2 req/s" (a window of a recorded trace)."""
+        load = self.load(name)
         rate = load.get("rate")
-        how = {"poisson": "Poisson arrivals", "trace": "a trace window"}.get(load.get("kind"), str(name))
+        how = {"poisson": "Poisson", "trace": "trace"}.get(load.get("kind"), str(name))
         return how + ("" if rate is None else f", {rate:.2g} req/s")
+
+    def load(self, name: str) -> dict:
+        return next((x for x in self.meta.get("loads") or [] if x.get("name") == name), {})
+
+    def is_trace(self, name: str) -> bool:
+        return self.load(name).get("kind") == "trace"
 
 
 def read(path: str | Path) -> ServeValidation:
@@ -87,9 +93,9 @@ def same_output(row: dict) -> str:
     if v is None or v != v:
         return "not checked"
     if bool(v):
-        return "yes, every request"
+        return "yes, all"
     bad = row.get("mismatched_requests") or []
-    return f"NO: {len(bad)} request{'s' if len(bad) != 1 else ''} differ" if bad else "NO: differs"
+    return f"NO: {len(bad)} differ" if bad else "NO: differs"
 
 
 def _num(v) -> float:
@@ -99,33 +105,32 @@ def _num(v) -> float:
         return float("nan")
 
 
-def _interval(row: dict, x: str) -> tuple[str, str]:
+def interval_words(row: dict, x: str) -> str:
+    """The 90% interval of figure `x` and whether it holds the measurement: "74.5–92.4, holds it"."""
     lo, hi, got = (_num(row.get(k)) for k in (f"predicted_{x}_lo", f"predicted_{x}_hi", f"measured_{x}"))
     if not (np.isfinite(lo) and np.isfinite(hi)):
-        return "not computed", "no interval"
-    inside = "not measured" if not np.isfinite(got) else ("yes" if lo <= got <= hi else "no")
-    return f"{lo:.1f} to {hi:.1f} ms", inside
+        return "not computed"
+    inside = "not measured" if not np.isfinite(got) else ("holds it" if lo <= got <= hi else "misses it")
+    return f"{lo:.1f}–{hi:.1f}, {inside}"
 
 
 def table(v: ServeValidation, figure: str = "tpot_p50_ms") -> tuple[pd.DataFrame, dict]:
-    """Per (policy, load), for `figure`: predicted, its 90% interval, measured, the error, whether the interval
-    holds the measurement, whether every output matched AR's, requests completed; the key columns first, and
-    {header: (format, word for a missing value)} for `tables.worded`."""
-    name = FIGURES[figure]
+    """Per (policy, load), for `figure` (the caption names it): predicted, measured, the error, the 90% interval
+    and whether it holds the measurement, whether every output matched AR's, requests completed (the key columns
+    first), and {header: (format, word for a missing value)} for `tables.worded`."""
     records = v.rows.to_dict("records")
     out = pd.DataFrame({
         "policy": [policy_words(r["policy"]) for r in records],
         "load": [v.load_words(r["load"]) for r in records],
-        f"predicted {name} (ms)": [r[f"predicted_{figure}"] for r in records],
+        "predicted (ms)": [r[f"predicted_{figure}"] for r in records],
         "measured (ms)": [r[f"measured_{figure}"] for r in records],
         "error": [r.get(f"error_{figure}_pct", np.nan) for r in records],
-        "90% interval": [_interval(r, figure)[0] for r in records],
-        "inside it": [_interval(r, figure)[1] for r in records],
+        "90% interval (ms)": [interval_words(r, figure) for r in records],
         "same output as AR": [same_output(r) for r in records],
-        "requests": [f"{r.get('completed', '?')} of {r.get('requests', '?')}" for r in records],
+        "requests": [f"{r.get('completed', '?')}/{r.get('requests', '?')}" for r in records],
     })
     out["error"] = pd.to_numeric(out["error"], errors="coerce")
-    formats = {f"predicted {name} (ms)": ("{:.1f}", "none finished"), "measured (ms)": ("{:.1f}", "none finished"),
+    formats = {"predicted (ms)": ("{:.1f}", "none finished"), "measured (ms)": ("{:.1f}", "none finished"),
                "error": ("{:+.1f}%", "not measured")}
     return out, formats
 
@@ -158,24 +163,38 @@ def summary(v: ServeValidation, figure: str = "tpot_p50_ms") -> Summary:
 
 
 def chart(v: ServeValidation, figure: str = "tpot_p50_ms") -> go.Figure:
-    """Per policy, the simulator's prediction of `figure` at each load measured (a curve with its 90% interval)
-    and the measurement at each (a diamond of the curve's colour)."""
+    """Per policy, the simulator's prediction of `figure` at each load measured and the measurement at each (a
+    diamond of the policy's colour): the Poisson loads as a curve with its 90% interval shaded, a trace window as
+    a square with its interval as a bar (another kind of workload: not on the curve)."""
     name = FIGURES[figure]
-    fig = _fig(f"{name}: measured on the real loop over the prediction", "requests a second (log scale)",
-               f"{name} (ms)", height=420)
+    fig = _fig(f"{name}: predicted (curves, 90% intervals) and measured on the real loop (diamonds)",
+               "requests a second (log scale)", f"{name} (ms)", height=440)
     for i, (spec, part) in enumerate(v.rows.groupby("policy", sort=False)):
         colour, words = COLOURS[i % len(COLOURS)], policy_words(spec)
         part = part.sort_values("rate", kind="stable")
-        loads = [v.load_words(x) for x in part["load"]]
-        interval_band(fig, part["rate"], part[f"predicted_{figure}_lo"], part[f"predicted_{figure}_hi"], colour, words)
-        fig.add_scatter(x=part["rate"], y=part[f"predicted_{figure}"], mode="lines+markers", name=f"{words} predicted",
+        trace = part["load"].map(v.is_trace).astype(bool)
+        curve, windows = part[~trace], part[trace]
+        interval_band(fig, curve["rate"], curve[f"predicted_{figure}_lo"], curve[f"predicted_{figure}_hi"], colour,
+                      words)
+        fig.add_scatter(x=curve["rate"], y=curve[f"predicted_{figure}"], mode="lines+markers", name=words,
                         line=dict(color=colour, width=2), marker=dict(size=6), legendgroup=f"band {words}",
-                        text=loads, hovertemplate=f"{words} predicted<br>%{{text}}: %{{y:.1f}} ms<extra></extra>")
+                        text=[v.load_words(x) for x in curve["load"]],
+                        hovertemplate=f"{words} predicted<br>%{{text}}: %{{y:.1f}} ms<extra></extra>")
+        if len(windows):
+            point = windows[f"predicted_{figure}"]
+            fig.add_scatter(x=windows["rate"], y=point, mode="markers", name=f"{words}, trace window", meta="trace",
+                            marker=dict(symbol="square-open", size=10, color=colour), legendgroup=f"band {words}",
+                            error_y=dict(type="data", symmetric=False, color=colour,
+                                         array=(windows[f"predicted_{figure}_hi"] - point).tolist(),
+                                         arrayminus=(point - windows[f"predicted_{figure}_lo"]).tolist()),
+                            text=[v.load_words(x) for x in windows["load"]],
+                            hovertemplate=f"{words} predicted<br>%{{text}}: %{{y:.1f}} ms<extra></extra>")
         fig.add_scatter(x=part["rate"], y=part[f"measured_{figure}"], mode="markers", name=f"{words} measured",
                         marker=dict(symbol="diamond", size=12, color=colour, line=dict(width=1.5, color="#222")),
-                        legendgroup=f"band {words}", meta="measured", text=loads,
+                        legendgroup=f"band {words}", meta="measured", text=[v.load_words(x) for x in part["load"]],
                         hovertemplate=f"{words} measured<br>%{{text}}: %{{y:.1f}} ms<extra></extra>")
-    fig.update_xaxes(type="log")
+    compact_legend(fig)
+    rate_axis(fig, v.rows["rate"])
     return fig
 
 

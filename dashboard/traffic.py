@@ -22,17 +22,20 @@ from dashboard import theme
 from dashboard.charts import _fig, _translucent, interval_band
 from ppsd.errors import UserError
 from sim.serve.metrics import Slo
-from sim.serve.planner import ServePlan, candidate_policies, plan_serving
+from sim.serve.planner import PLAN_REQUESTS, ServePlan, candidate_policies, plan_serving
 from sim.serve.policies import (ArPolicy, EesdPolicy, GammaTablePolicy, GoodputPolicy, OffAbovePolicy, PpsdPolicy,
                                 parse_policy)
 from sim.serve.scheduler import SchedulerConfig
-from sim.serve.sweep import BEYOND, CROSSES, CROSSOVER_FIGURES, NEVER, Crossover, LoadSweep, load_sweep
+from sim.serve.sweep import (BEYOND, CROSSES, CROSSOVER_FIGURES, NEVER, Crossover, LoadSweep, ar_capacity,
+                             default_rates, load_sweep)
 from sim.serve.workload import profile_prompts
 
 FIGURES = {"tpot_p50_ms": "median TPOT", "tpot_p99_ms": "p99 TPOT", "ttft_p50_ms": "median TTFT",
            "e2e_p50_ms": "median end to end", "e2e_p99_ms": "p99 end to end"}
 COLOURS = [theme.OKABE_ITO[c] for c in ("black", "orange", "blue", "green", "purple", "vermillion", "sky")]
-SWEEP_REQUESTS, SWEEP_REPLICATIONS = 60, 5  # the page's default simulation size (its expander changes them)
+# the curves' default simulation size (the page's expander changes it): as many requests as the plan simulates,
+# so at the load asked about the curves pass through the ranking's figures
+SWEEP_REQUESTS, SWEEP_REPLICATIONS = PLAN_REQUESTS, 5
 
 
 def latency(ms: float | None) -> str:
@@ -67,7 +70,7 @@ def policy_words(spec: str) -> str:
             parts.append(f"{span}: {'off' if g == 0 else f'γ {g}'}")
         return f"EESD E={p.exit_layer}, γ by batch size ({', '.join(parts)})"
     if isinstance(p, GoodputPolicy):
-        return f"EESD E={p.exit_layer}, γ picked each step (up to {p.max_gamma})"
+        return f"EESD E={p.exit_layer}, adaptive γ ≤ {p.max_gamma}"
     return p.spec()
 
 
@@ -147,12 +150,12 @@ def plan_table(plan: ServePlan) -> tuple[pd.DataFrame, dict]:
     rows = []
     for r in plan.rows:
         h, m = r.run.headline, r.run.metrics
-        row = {"policy": policy_words(r.policy.spec()), "median TTFT (ms)": h["ttft_p50_ms"],
-               "median TPOT (ms)": h["tpot_p50_ms"], "p99 TPOT (ms)": h["tpot_p99_ms"],
-               "median end to end (s)": h["e2e_p50_ms"] / 1000, "p99 end to end (s)": h["e2e_p99_ms"] / 1000}
+        row = {"policy": policy_words(r.policy.spec())}
         if plan.slo is not None:
             row["goodput (req/s)"] = m.request_goodput
-        row["drafts accepted"] = m.acceptance_rate
+        row.update({"median TPOT (ms)": h["tpot_p50_ms"], "p99 TPOT (ms)": h["tpot_p99_ms"],
+                    "median end to end (s)": h["e2e_p50_ms"] / 1000, "median TTFT (ms)": h["ttft_p50_ms"],
+                    "p99 end to end (s)": h["e2e_p99_ms"] / 1000, "drafts accepted": m.acceptance_rate})
         row["ppsd serve runs it"] = "yes" if r.policy.runs_real else "simulated only"
         row["--policy"] = r.policy.spec()
         rows.append(row)
@@ -178,12 +181,18 @@ def drawn_policies(profile, max_batch: int, also: str | None = None) -> list[str
     return picked
 
 
-def traffic_sweep(profile, specs: list[str], max_batch: int, num_prompts: int = SWEEP_REQUESTS,
-                  replications: int = SWEEP_REPLICATIONS, seed: int = 0) -> LoadSweep:
-    """Each policy predicted at the default rates (light load to past AR's capacity), with 90% intervals."""
+def traffic_sweep(profile, specs: list[str], max_batch: int, rate: float | None = None,
+                  num_prompts: int = SWEEP_REQUESTS, replications: int = SWEEP_REPLICATIONS, seed: int = 0) -> LoadSweep:
+    """Each policy predicted at the default rates (light load to past AR's capacity) and at `rate` (the load asked
+    about), with 90% intervals."""
     config = SchedulerConfig(max_batch=max_batch)
-    return load_sweep(profile, specs, config, prompts=profile_prompts(profile), num_prompts=num_prompts,
-                      replications=replications, seed=seed)
+    prompts = profile_prompts(profile)
+    capacity = ar_capacity(profile, prompts, config, seed=seed)
+    rates = sorted(set(default_rates(capacity)) | ({float(rate)} if rate else set()))
+    sweep = load_sweep(profile, specs, config, prompts=prompts, rates=rates, num_prompts=num_prompts,
+                       replications=replications, seed=seed)
+    sweep.capacity = capacity
+    return sweep
 
 
 @dataclass
@@ -211,7 +220,8 @@ def traffic_data(profile, rate: float, slo: Slo | None = None, max_batch: int | 
     """The page's data in one call (the page caches the plan and the sweep apart)."""
     plan = traffic_plan(profile, rate, slo, max_batch)
     specs = drawn_policies(profile, plan.config.max_batch, plan.chosen.policy.spec())
-    return traffic_view(traffic_sweep(profile, specs, plan.config.max_batch, num_prompts, replications, seed), plan)
+    return traffic_view(traffic_sweep(profile, specs, plan.config.max_batch, rate, num_prompts, replications, seed),
+                        plan)
 
 
 def crossover_words(sweep: LoadSweep) -> list[str]:
@@ -224,12 +234,24 @@ def crossover_words(sweep: LoadSweep) -> list[str]:
             return f"its {what} never beats AR, not even at the lightest load drawn ({lo_rate:.3g} req/s)"
         if c.status == BEYOND:
             return f"its {what} beats AR at every load drawn (up to {hi_rate:.3g} req/s)"
+        if c.lo is not None and c.hi is not None and f"{c.lo:.3g}" == f"{c.hi:.3g}":
+            return f"its {what} stops beating AR at {c.rate:.3g} req/s"
         lo = "below the lightest load drawn" if c.lo is None else f"{c.lo:.3g}"
         hi = "beyond the heaviest load drawn" if c.hi is None else f"{c.hi:.3g}"
         return f"its {what} stops beating AR at {c.rate:.3g} req/s (90% interval {lo} to {hi})"
 
-    return [f"{policy_words(spec)}: " + "; ".join(one(figs[f]) for f in CROSSOVER_FIGURES if f in figs) + "."
-            for spec, figs in sweep.crossovers.items()]
+    out = []
+    for spec, figs in sweep.crossovers.items():
+        got = [figs[f] for f in CROSSOVER_FIGURES if f in figs]
+        if len(got) == 2 and got[0].status == got[1].status == NEVER:
+            text = (f"its median and p99 TPOT never beat AR, not even at the lightest load drawn "
+                    f"({lo_rate:.3g} req/s)")
+        elif len(got) == 2 and got[0].status == got[1].status == BEYOND:
+            text = f"its median and p99 TPOT beat AR at every load drawn (up to {hi_rate:.3g} req/s)"
+        else:
+            text = "; ".join(one(c) for c in got)
+        out.append(f"{policy_words(spec)}: {text}.")
+    return out
 
 
 def load_chart(view: TrafficView, figure: str = "tpot_p50_ms") -> go.Figure:
@@ -249,12 +271,28 @@ def load_chart(view: TrafficView, figure: str = "tpot_p50_ms") -> go.Figure:
         cross = view.sweep.crossovers.get(spec, {}).get(figure if figure in CROSSOVER_FIGURES else "tpot_p50_ms")
         if cross is not None and cross.status == CROSSES:
             _mark_crossover(fig, cross, part, colour, name, view.sweep.rates)
-    fig.add_vline(x=view.plan.rate, line=dict(color="#888888", width=1), annotation_text="the load asked about",
-                  annotation_position="top left", annotation_font_size=11)
-    fig.update_xaxes(type="log")
+    fig.add_vline(x=view.plan.rate, line=dict(color="#888888", width=1))
+    fig.add_annotation(x=math.log10(view.plan.rate), y=1.0, yref="paper", text="the load asked about", xanchor="left",
+                       yanchor="top", showarrow=False, font=dict(size=11, color="#666666"))  # (log axis: x in log10)
+    compact_legend(fig)
+    rate_axis(fig, view.sweep.rates)
     if figure.startswith(("ttft", "e2e")):
         fig.update_yaxes(type="log")  # past capacity the queue grows without bound
     return fig
+
+
+def compact_legend(fig: go.Figure) -> None:
+    """One legend entry per policy (its curve): intervals, crossings and measurements go unlisted (the caption
+    says how they are drawn), so the legend stays a row or two above the plot."""
+    for t in fig.data:
+        if t.meta in ("reference", "crossover", "measured", "trace"):
+            t.showlegend = False
+
+
+def rate_axis(fig: go.Figure, rates) -> None:
+    """A log request-rate axis ticked at the rates drawn."""
+    ticks = sorted({float(r) for r in rates})
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{r:.3g}" for r in ticks])
 
 
 def _mark_crossover(fig: go.Figure, cross: Crossover, part: pd.DataFrame, colour: str, name: str,

@@ -5,7 +5,8 @@ Streamlit exception, every plotly chart is drawn (SVG or canvas in the DOM), and
 verdict's story (issue 51): the Overview's first screen says what to run, how much faster and against what; no
 chart shows a plan above the line the verdict compares with unless the verdict names it a win; no metric is cut;
 Validation opens on the greedy out-of-sample run; acceptance-only folders are no profile; plain words; the
-Timeline opens on the recommendation. The logic behind each is checked fast in tests/test_dashboard_story.py."""
+Timeline opens on the recommendation; Under traffic answers on its first screen which policy to serve with and its
+latency against AR's, and draws a serving validation's measurements over the predicted curves. The logic behind each is checked fast in tests/test_dashboard_story.py."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from dashboard import answer, snapshots
 from dashboard.snapshots import Visit
-from dashboard_fixtures import EXAMPLE, make_validation
+from dashboard_fixtures import EXAMPLE, make_serve_validation, make_validation
 from ppsd.paths import EXAMPLES_DIR
 
 pytestmark = pytest.mark.browser
@@ -38,6 +39,8 @@ VISITS = [
     Visit("profile_model", *SMALL),
     Visit("overview", *WIDE, query=f"profile={BATCH}", min_charts=3, probe=True),
     Visit("timeline", *SMALL, query=f"profile={BATCH}", min_charts=1, probe=True),
+    Visit("traffic", *SMALL, query=f"profile={BATCH}", min_charts=2, probe=True),
+    Visit("traffic", *WIDE, query=f"profile={BATCH}", min_charts=2, probe=True),
 ]
 
 
@@ -63,6 +66,7 @@ def shots(tmp_path_factory):
     assert (EXAMPLE / "profile.json").exists(), "the committed example profile is missing"
     tmp = tmp_path_factory.mktemp("browser")
     make_validation(tmp / "runs")  # a recorded timeline beside the examples' own
+    make_serve_validation(tmp / "runs", EXAMPLES_DIR.parent / BATCH)  # a serving validation of the batch profile
     env = {"PPSD_DATA_DIRS": os.pathsep.join([str(EXAMPLES_DIR), str(tmp / "runs")]), "PPSD_CACHE": str(tmp / "cache")}
     with snapshots.serve(env) as url:
         taken = snapshots.visit(url, VISITS, tmp / "screenshots", timeout_s=300)
@@ -171,3 +175,24 @@ def test_the_timeline_opens_on_the_recommended_plan(shots):
         f = shots[("timeline", SMALL[0], profile)].facts
         title = next(c["title"] for c in f["charts"] if c["title"].startswith("Simulated: "))
         assert answer.short_label(title.removeprefix("Simulated: ")) == answer.short_label(rec["label"]), title
+
+
+def test_under_traffic_answers_first_and_draws_the_serving_validation(shots):
+    """Which policy at the load asked about and its latency against AR's, above the fold at both widths; the load
+    curves with their intervals; the serving validation's measured points over its predicted curves; words, not
+    raw columns or None."""
+    for width in (SMALL[0], WIDE[0]):
+        f = shots[("traffic", width, BATCH)].facts
+        line, height = f["headline"], f["viewport"]["height"]
+        assert line and line["text"].startswith("Serve with ") and line["bottom"] <= height, (width, line)
+        labels = [m["label"] for m in f["metrics"]]
+        assert labels[:4] == ["median TPOT", "median TTFT", "median end to end", "p99 TPOT"], labels
+        assert all(m["bottom"] <= height for m in f["metrics"][:4])
+        curves = next(c for c in f["charts"] if c["title"].startswith("median TPOT against load"))
+        assert sum(t["name"].startswith("90% interval of") for t in curves["traces"]) >= 4
+        checked = next(c for c in f["charts"] if "measured on the real loop" in c["title"])
+        measured = [t for t in checked["traces"] if t["meta"] == "measured"]
+        assert len(measured) == 3 and all(len(t["y"]) == 3 for t in measured)  # 3 policies × 3 loads
+        assert "same output as AR" in f["text"] and "ppsd serve --policy" in f["text"]
+        words = f["text"].split()
+        assert "None" not in words and "nan" not in words and "NaN" not in words

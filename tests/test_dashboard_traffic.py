@@ -22,6 +22,7 @@ from ppsd.paths import EXAMPLES_DIR, PROJECT_ROOT
 from serve_fixtures import write_serving_profile
 from sim.serve.cli import strict
 from sim.serve.metrics import Slo
+from sim.serve.planner import PLAN_REQUESTS
 
 APP = str(PROJECT_ROOT / "dashboard" / "app.py")
 BATCH_PROFILE = EXAMPLES_DIR / "smollm2-135m-batch-amd-epyc" / "profile"
@@ -70,7 +71,7 @@ def test_policies_read_as_the_other_pages_name_plans():
     assert words == {"ar": "AR (no speculation)", "eesd:29:1": "EESD E=29 γ=1", "ppsd:15": "PPSD E=15 k=2",
                      "off-above:29:1:2": "EESD E=29 γ=1 up to 2 at once, AR above",
                      "table:29:1=3,2=1,4=0": "EESD E=29, γ by batch size (1: γ 3, 2–3: γ 1, 4+: off)",
-                     "goodput:29:8": "EESD E=29, γ picked each step (up to 8)"}
+                     "goodput:29:8": "EESD E=29, adaptive γ ≤ 8"}
     assert traffic.latency(float("nan")) == "none finished" and traffic.latency(57795.0) == "57.8 s"
 
 
@@ -88,12 +89,26 @@ def test_the_load_chart_draws_intervals_and_marks_where_a_policy_stops_beating_a
         assert mark.x[0] == pytest.approx(cross.rate) and mark.meta == "crossover"
         assert any(s.type == "rect" and s.x0 <= cross.rate <= s.x1 for s in fig.layout.shapes)  # its interval
     assert any(s.type == "line" and s.x0 == view.plan.rate for s in fig.layout.shapes)  # the load asked about
+    note = next(a for a in fig.layout.annotations if a.text == "the load asked about")
+    assert 10 ** note.x == pytest.approx(view.plan.rate)  # (on a log axis, annotations are placed in log10)
     assert fig.layout.xaxis.type == "log"
     thick = [t for t in fig.data if t.line and t.line.width == 4]
     assert [t.name for t in thick] == [traffic.policy_words(view.chosen) + " · recommended"]
     lines = traffic.crossover_words(view.sweep)
     assert len(lines) == 3 and any("stops beating AR at" in w for w in lines)
     assert not any(answer.jargon_in(w) or ":" in w.split(": ", 1)[1] for w in lines), lines
+
+
+def test_at_the_load_asked_about_the_curves_pass_through_the_rankings_figures(root):
+    from ppsd.profile import load_profile
+
+    view = traffic.traffic_data(load_profile(root / "examples" / "serving"), 1.3, replications=2)
+    assert traffic.SWEEP_REQUESTS == PLAN_REQUESTS and 1.3 in view.sweep.rates
+    at = view.rows[(view.rows["rate"] == 1.3) & (view.rows["figure"] == "tpot_p50_ms")].set_index("policy")["point"]
+    for row in view.plan.rows:
+        if row.policy.spec() in at.index:
+            assert at[row.policy.spec()] == pytest.approx(row.run.headline["tpot_p50_ms"]), row.policy.spec()
+    assert view.chosen in at.index
 
 
 def test_the_first_lines_answer_which_policy_and_its_latency_against_ar(view):
@@ -116,13 +131,13 @@ def test_serve_validation_folders_are_found_read_and_shown_predicted_against_mea
     v = sv.read(folders[0])
     assert len(v.rows) == 3 * 3 and v.meta["out_of_sample"]  # 3 policies × (2 Poisson loads and a trace window)
     shown, formats = sv.table(v, "tpot_p99_ms")
-    assert list(shown.columns[:5]) == ["policy", "load", "predicted p99 TPOT (ms)", "measured (ms)", "error"]
+    assert list(shown.columns[:5]) == ["policy", "load", "predicted (ms)", "measured (ms)", "error"]
     assert list(shown["measured (ms)"]) == list(v.rows["measured_tpot_p99_ms"])
     eesd = shown[shown["policy"] == "EESD E=2 γ=3"]
-    assert set(eesd["same output as AR"]) == {"NO: 2 requests differ"}
-    assert set(shown.loc[shown["policy"] != "EESD E=2 γ=3", "same output as AR"]) == {"yes, every request"}
-    assert {"Poisson arrivals", "a trace window"} == {x.rsplit(",", 1)[0] for x in shown["load"]}
-    assert set(shown["inside it"]) <= {"yes", "no"} and shown["90% interval"].str.endswith(" ms").all()
+    assert set(eesd["same output as AR"]) == {"NO: 2 differ"}
+    assert set(shown.loc[shown["policy"] != "EESD E=2 γ=3", "same output as AR"]) == {"yes, all"}
+    assert {"Poisson", "trace"} == {x.rsplit(",", 1)[0] for x in shown["load"]}
+    assert shown["90% interval (ms)"].str.fullmatch(r"[\d.]+–[\d.]+, (holds|misses) it").all()
     s = sv.summary(v, "tpot_p99_ms")
     assert (s.matched, s.judged, s.out_of_sample) == (6, 9, True) and 0 <= s.coverage <= 1
     errors, _ = sv.errors_table(v)
@@ -133,7 +148,14 @@ def test_serve_validation_folders_are_found_read_and_shown_predicted_against_mea
     ar = v.rows[v.rows["policy"] == "ar"].sort_values("rate")
     got = next(t for t in measured if t.name == "AR (no speculation) measured")
     assert list(got.y) == list(ar["measured_tpot_p99_ms"])
+    curve = next(t for t in fig.data if t.name == "AR (no speculation)")  # the Poisson loads; the trace apart
+    poisson = ar[ar["load"].str.startswith("poisson")]
+    assert list(curve.x) == list(poisson["rate"]) and list(curve.y) == list(poisson["predicted_tpot_p99_ms"])
+    window = next(t for t in fig.data if t.name == "AR (no speculation), trace window")
+    assert window.error_y.array[0] >= 0 and window.error_y.arrayminus[0] >= 0
     assert sum(t.name.startswith("90% interval of") for t in fig.data) == 3
+    assert [t.name for t in fig.data if t.showlegend is not False] == [
+        traffic.policy_words(p) for p in POLICIES.split(";")]  # one legend entry per policy
     text = " ".join([sv.facts_line(v), *shown.columns, *errors.columns, *(t.name for t in fig.data)])
     assert not answer.jargon_in(text) and str(root) not in text
 

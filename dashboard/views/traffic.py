@@ -45,10 +45,11 @@ def _plan(path: str, stamp: float, rate: float, slo: str, max_batch: int):
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def _sweep(path: str, stamp: float, specs: tuple[str, ...], max_batch: int, num_prompts: int, replications: int):
+def _sweep(path: str, stamp: float, specs: tuple[str, ...], max_batch: int, rate: float, num_prompts: int,
+           replications: int):
     from dashboard.sweep_cache import profile as load
 
-    return traffic.traffic_sweep(load(path, stamp), list(specs), max_batch, num_prompts, replications)
+    return traffic.traffic_sweep(load(path, stamp), list(specs), max_batch, rate, num_prompts, replications)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -82,7 +83,7 @@ st.markdown("#### " + traffic.headline(plan))
 m = st.columns(4)
 for slot, card in zip(m, traffic.cards(plan)):
     slot.metric(card.label, card.value, card.delta, delta_color="off", delta_arrow="off", help=card.help)
-st.code("\n".join(plan.chosen_lines()), language="text")
+st.code("\n".join(plan.chosen_lines()), language="text", wrap_lines=True)
 source = st.session_state.get(ui.ACCEPTANCE_KEY)
 st.caption(f"As `ppsd plan --profile {data.display_name(Path(ui.selected_base_path() or path))} --rate {rate:g}"
            + (f" --slo {slo}" if slo else "") + f" --max-batch {max_batch}"
@@ -90,17 +91,20 @@ st.caption(f"As `ppsd plan --profile {data.display_name(Path(ui.selected_base_pa
            + "; ".join(plan.notes) + ". Drafts with the model's own LM head (the head timed at every batch size).")
 
 with st.expander("simulation size of the curves"):
-    num_prompts = st.slider("requests per load", 20, 400, traffic.SWEEP_REQUESTS, 20, key="tr_requests")
+    num_prompts = st.slider("requests per load", 20, 400, traffic.SWEEP_REQUESTS, 20, key="tr_requests",
+                            help=f"{traffic.SWEEP_REQUESTS}: as many as the ranking above simulates, so the curves pass "
+                                 "through its figures at the load asked about.")
     replications = st.slider("replications (intervals)", 2, 40, traffic.SWEEP_REPLICATIONS, key="tr_reps")
 with st.spinner("Simulating the load sweep…"):
     sweep = _sweep(path, stamp, _drawn(path, stamp, int(max_batch), plan.chosen.policy.spec()), int(max_batch),
-                   int(num_prompts), int(replications))
+                   float(rate), int(num_prompts), int(replications))
 view = traffic.traffic_view(sweep, plan)
 st.plotly_chart(traffic.load_chart(view, figure), key="chart_traffic")
 st.caption(f"Each point: {num_prompts} requests of the profile's prompts arriving at random (Poisson), max batch "
            f"{max_batch}, prompts read before decoding; bands: 90% intervals from {replications} replications (each "
            "prompt's acceptance drawn from prompts of its kind, the profile's timing doubt). A cross and a dashed line: "
-           "where a policy stops beating AR on TPOT, its interval shaded; the grey line: the load asked about.")
+           "where a policy stops beating AR on TPOT, its 90% interval shaded; the grey line: the load asked about; "
+           "the thick curve: the recommendation.")
 for line in traffic.crossover_words(sweep):
     st.write(line)
 
@@ -142,10 +146,13 @@ with ui.guard("serving validation"):
         k[3].metric("prompts", "unseen" if s.out_of_sample else "seen before", "by the profile", delta_color="off",
                     delta_arrow="off", help="Unseen: measured on prompts the profile never traced (out of sample).")
         st.plotly_chart(sv.chart(v, figure), key="chart_traffic_validation")
+        st.caption(f"The {traffic.FIGURES[figure]} of each policy at each load (pick another figure under "
+                   "*latency* above):")
         shown, formats = sv.table(v, figure)
         st.dataframe(tables.worded(shown, formats), hide_index=True, width="stretch", key="table_traffic_validation")
         errors, formats = sv.errors_table(v)
         st.caption("Every figure's error, predicted against measured:")
         st.dataframe(tables.worded(errors, formats), hide_index=True, width="stretch", key="table_traffic_errors")
         st.caption(sv.facts_line(v) + " The curves are the simulator's predictions for the very arrivals the real "
-                   "loop was sent; the diamonds, what it measured.")
+                   "loop was sent (a trace window's, a square with its interval as a bar); the diamonds, what it "
+                   "measured.")
