@@ -78,8 +78,8 @@ def slo_words(slo: Slo | None) -> str:
     if slo is None:
         return "none"
     names = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "end to end"}
-    return ", ".join(f"{names.get(k, k)} ≤ {v:g} ms" for k, v in
-                     (item.split(":") for item in slo.spec().split(",")))
+    return ", ".join(f"{label} ≤ {getattr(slo, key + '_ms'):g} ms" for key, label in names.items()
+                     if getattr(slo, key + "_ms", None) is not None)
 
 
 # --- the recommendation: ppsd plan --rate's -----------------------------------------------------------

@@ -125,6 +125,19 @@ def test_the_first_lines_answer_which_policy_and_its_latency_against_ar(view):
     assert not answer.jargon_in(" ".join([line, *table.columns, *(c.label for c in cards)]))
 
 
+def test_under_an_slo_the_first_lines_lead_with_goodput(root):
+    from ppsd.profile import load_profile
+
+    plan = traffic.traffic_plan(load_profile(root / "examples" / "serving"), 2.0, Slo.parse("ttft:60,tpot:8"))
+    line = traffic.headline(plan)
+    assert "at 2 requests a second under the SLO TTFT ≤ 60 ms, TPOT ≤ 8 ms" in line
+    assert plan.chosen.policy.spec() == "ar" or "of requests meeting the SLO against AR's" in line
+    cards = traffic.cards(plan)
+    assert [c.label for c in cards] == ["goodput (req/s)", "median TPOT", "median TTFT", "median end to end"]
+    table, _ = traffic.plan_table(plan)
+    assert list(table.columns[:2]) == ["policy", "goodput (req/s)"]
+
+
 def test_serve_validation_folders_are_found_read_and_shown_predicted_against_measured(root):
     folders = data.find_serve_validations([root / "examples", root / "runs"])
     assert [f.name for f in folders] == ["serve-validation"]
@@ -223,3 +236,15 @@ def test_an_error_names_the_folder_as_the_sidebar_does(monkeypatch, tmp_path):
     assert [e.value for e in at.error] == ["profile examples/nogen recorded no generations to take prompts from; give a "
                                            "profile made by `ppsd profile` with acceptance traces"]
     assert data.relative_paths(f"see {PROJECT_ROOT}/runs/x and {tmp_path}/y", [tmp_path / "examples"]) == "see runs/x and y"
+
+
+def test_the_traffic_page_ranks_by_goodput_under_an_slo(monkeypatch, root):
+    monkeypatch.setenv(data.DATA_DIRS_ENV, os.pathsep.join(map(str, [root / "examples"])))
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["profile_path"] = "examples/serving"
+    for key, value in (("tr_requests", 20), ("tr_reps", 2), ("tr_tpot", 8.0), ("tr_rate", 2.0)):
+        at.session_state[key] = value
+    at = at.switch_page("views/traffic.py").run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert "under the SLO TPOT ≤ 8 ms" in at.markdown[1].value and at.metric[0].label == "goodput (req/s)"
+    assert "--slo tpot:8" in " ".join(c.value for c in at.caption)

@@ -24,7 +24,7 @@ ui.page_header("Under traffic", profile,
 
 if not profile.batch.measured:
     st.info(f"This profile answers for one sequence at a time. `ppsd profile add-batch "
-            f"{data.display_name(Path(profile.path))}` measures passes of several sequences; this page then predicts "
+            f"{data.display_name(Path(ui.selected_base_path() or profile.path))}` measures passes of several sequences; this page then predicts "
             "latency under traffic.")
     st.stop()
 
