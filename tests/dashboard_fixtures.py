@@ -158,8 +158,10 @@ def make_serve_validation(root: Path, profile_dir: Path, name: str = "serve-vali
     out = root / name
     max_batch = max(profile.batch.sizes)
     specs = policies or default_policies(profile)
-    settings = ServeSettings(str(profile_dir), None, specs, None, "fixture-trace.jsonl", 0.0, None, requests,
-                             output_len, max_batch, 2048, replications, "fixture", out, True, seed, False)
+    settings = ServeSettings(profile=str(profile_dir), model=None, policies=specs, rates=None,
+                             trace="fixture-trace.jsonl", trace_start=0.0, trace_rate=None, num_prompts=requests,
+                             output_len=output_len, max_batch=max_batch, max_tokens=2048, replications=replications,
+                             prompts="fixture", out=out, force=True, seed=seed, json=False)
     prompts = [PromptInfo(f"unseen-{p.prompt_id}", p.category, p.prompt_tokens, p.text)
                for p in profile_prompts(profile)]
     trace = ("fixture-trace.jsonl", [TraceRow(0.7 * i + 0.3 * (i % 3), 40 + 13 * (i % 5), 20 + 9 * (i % 4))
