@@ -81,7 +81,7 @@ with left:
                                       f"exits {', '.join(map(str, traced))}.")
     else:
         exit_layer = st.slider("exit layer E", 1, N - 1, e0, key=f"pl_exit_{pk}", help=theme.GLOSSARY["exit_layer"])
-    g0 = int(start.plan.size) if start is not None and start.plan.mode is Mode.EESD else 4  # the verdict's γ
+    g0 = (start.plan.size_as("draft_len") if start is not None else None) or 4  # the verdict's γ
     gamma = st.slider("draft length γ (EESD)", 1, max(cached.DEFAULT_GAMMAS), g0, key=f"pl_gamma_{pk}",
                       help=theme.GLOSSARY["draft_len"])
     tau = None  # a confidence stop: priced from the traces' confidences, greedy, at the profiled acceptance
@@ -92,7 +92,7 @@ with left:
                                     help=theme.GLOSSARY["draft_stop"])
         tau = None if pick_tau == "off" else float(pick_tau)
     k_max = max(2, min(MAX_DEVICES, N - exit_layer + 1))
-    k0 = int(start.plan.size) if start is not None and start.plan.mode is Mode.PPSD else 2  # the verdict's k
+    k0 = (start.plan.size_as("stages") if start is not None else None) or 2  # the verdict's k
     stages = st.slider("stages k (PPSD)", 2, k_max, min(k0, k_max), key=f"pl_k_{pk}", help=theme.GLOSSARY["stages"])
 
 hop_key = None if hop == measured_hop else hop  # the measured hop is the profile's (as `ppsd plan`)
