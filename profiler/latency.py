@@ -789,25 +789,49 @@ def _one_line(exc: BaseException) -> str:
     return lines[0] if len(lines) == 1 else f"{lines[0].rstrip(':')} {lines[-1]}"
 
 
+CORUN_WARMUP_S = 0.5  # the untimed round before the co-run probe's timed ones
+
+
+def _corun_round(pool: WorkerPool, ranks, seconds: float) -> dict[int, list[float]]:
+    """Per-layer samples of each of `ranks`, all busy at once for `seconds`."""
+    pool.send(ranks, ("corun", time.time() + 0.3, seconds))
+    return pool.collect("corun", ranks)
+
+
 def _measure_corun(pool: WorkerPool, cfg: LatencyConfig, tick) -> dict:
     """Per-layer time while p = 1..corun_max workers run decoder layers at once, over the time
     of one alone; `tick()` after each p."""
-    medians, p10s, p90s, base = [], [], [], None
-    for p in range(1, cfg.corun_max + 1):
-        ranks = range(p)
-        pool.send(ranks, ("corun", time.time() + 0.3, cfg.corun_seconds))
-        got = pool.collect("corun", ranks)
-        per_rank = [np.median(s) for s in got.values()]
-        pooled = np.concatenate([np.asarray(s) for s in got.values()])
-        if base is None:
-            base = float(np.median(pooled))
-        medians.append(float(np.mean(per_rank)) / base)
+    # Every together round is bracketed by rounds alone (worker 0 before, the last worker after, in
+    # turn), and divides by the mean of its two neighbours: a drift of the machine across the probe
+    # (a worker warming up, a burst of load on a shared VM) enters the ratio only as much as it differs
+    # between neighbouring rounds, not as the whole drift from the first round to the last.
+    # A worker's first passes are slow (weights paged in, kernels chosen): an untimed round of every
+    # worker at once first, so that no timed round is a worker's first.
+    _corun_round(pool, range(cfg.corun_max), min(CORUN_WARMUP_S, cfg.corun_seconds))
+    alone_rounds = [np.asarray(_corun_round(pool, [0], cfg.corun_seconds)[0])]
+    medians, p10s, p90s = [1.0], [], []
+    together_rounds = []
+    for p in range(2, cfg.corun_max + 1):
+        got = _corun_round(pool, range(p), cfg.corun_seconds)
+        last = p - 1 if len(alone_rounds) % 2 else 0
+        alone_rounds.append(np.asarray(_corun_round(pool, [last], cfg.corun_seconds)[last]))
+        base = (np.median(alone_rounds[-2]) + np.median(alone_rounds[-1])) / 2
+        medians.append(float(np.mean([np.median(s) for s in got.values()]) / base))
+        together_rounds.append((np.concatenate([np.asarray(s) for s in got.values()]), base))
+        tick()
+    alone = np.concatenate(alone_rounds)
+    base_all = float(np.median(alone))
+    p10s.append(float(np.percentile(alone, 10)) / base_all)
+    p90s.append(float(np.percentile(alone, 90)) / base_all)
+    for pooled, base in together_rounds:
         p10s.append(float(np.percentile(pooled, 10)) / base)
         p90s.append(float(np.percentile(pooled, 90)) / base)
-        tick()
+    tick()
     return {"processes": list(range(1, cfg.corun_max + 1)), "slowdown": medians, "p10": p10s,
-            "p90": p90s, "alone_layer_ms": base, "context": int(cfg.context_values[0]),
-            "threads_per_process": cfg.threads, "seconds_per_round": cfg.corun_seconds}
+            "p90": p90s, "alone_layer_ms": base_all, "context": int(cfg.context_values[0]),
+            "threads_per_process": cfg.threads, "seconds_per_round": cfg.corun_seconds,
+            "method": "after an untimed round of all; each p processes at once between two rounds alone (worker 0, then the last, in turn); "
+                      "per-process median / mean of the neighbouring alone medians"}
 
 
 def _measure_hop(pool: WorkerPool, cfg: LatencyConfig, hidden_size: int, backend: str) -> dict:

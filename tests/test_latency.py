@@ -182,3 +182,48 @@ def test_the_default_grid_measures_every_eesd_verification():
 
     assert set(range(1, 10)) <= set(DEFAULT_N_VALUES) and LatencyConfig().n_values == DEFAULT_N_VALUES
     assert cli.MEASURED_N_VALUES == DEFAULT_N_VALUES
+
+
+# --- the co-run probe's rounds ---------------------------------------------------------------------------
+
+class _DriftingPool:
+    """Workers whose layer takes `alone_ms` alone, `ratio` times that when two run at once, on a machine
+    that speeds up by `drift` per round (a worker warming up): the old order (alone first, then
+    together) would read ratio x (1 - drift), under 1 for a drift as large as the ratio's excess."""
+
+    def __init__(self, ratio=1.2, alone_ms=2.0, drift=0.2):
+        self.ratio, self.alone_ms, self.drift = ratio, alone_ms, drift
+        self.rounds: list[tuple[int, ...]] = []
+        self._sent: tuple[int, ...] = ()
+
+    def send(self, ranks, cmd):
+        assert cmd[0] == "corun"
+        self._sent = tuple(ranks)
+
+    def collect(self, kind, ranks):
+        self.rounds.append(self._sent)
+        warm = 1 - self.drift if len(self.rounds) > 1 else 1.0  # only the first round is cold
+        t = self.alone_ms * warm * (self.ratio if len(self._sent) > 1 else 1.0)
+        return {r: [t] * 5 for r in self._sent}
+
+
+def test_corun_probe_times_no_worker_cold_and_brackets_each_together_round():
+    pool = _DriftingPool()
+    block = lat._measure_corun(pool, lat.LatencyConfig(corun_max=3, corun_seconds=0.1), tick=lambda: None)
+    # untimed round of all, then alone / 2 together / alone / 3 together / alone (worker 0, the last, in turn)
+    assert pool.rounds == [(0, 1, 2), (0,), (0, 1), (1,), (0, 1, 2), (0,)]
+    assert block["slowdown"] == pytest.approx([1.0, 1.2, 1.2]) and block["processes"] == [1, 2, 3]
+    assert block["alone_layer_ms"] == pytest.approx(1.6) and len(block["p10"]) == len(block["p90"]) == 3
+
+
+def test_corun_probe_divides_by_its_neighbouring_alone_rounds():
+    class Steady(_DriftingPool):
+        def collect(self, kind, ranks):  # alone gets slower round by round: 1, 2, 3 ms
+            self.rounds.append(self._sent)
+            alone = [s for s in self.rounds[1:] if len(s) == 1]
+            if len(self._sent) == 1:
+                return {self._sent[0]: [float(len(alone))] * 3}
+            return {r: [1.5 * (len(alone) + 0.5)] * 3 for r in self._sent}
+
+    block = lat._measure_corun(Steady(), lat.LatencyConfig(corun_max=3, corun_seconds=0.1), tick=lambda: None)
+    assert block["slowdown"] == pytest.approx([1.0, 1.5, 1.5])  # 2.25 / mean(1, 2), 3.75 / mean(2, 3)

@@ -59,7 +59,7 @@ def test_the_committed_reference_is_the_generated_one():
 
     text = (PROJECT_ROOT / "docs" / "contracts.md").read_text()
     start, end = text.index(BEGIN_MARK), text.index(END_MARK) + len(END_MARK)
-    assert text[start:end] == markdown(), "regenerate: python -m ppsd.profile.reference (docs/contracts.md)"
+    assert text[start:end] == markdown(), "regenerate: python -m ppsd.profile.reference --write"
     assert "| `latency.corun.slowdown` |" in markdown() and ">= 0.95" in markdown()
 
 

@@ -5,6 +5,7 @@ marked section of docs/contracts.md "Profile folder": `python -m ppsd.profile.re
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 import types
 import typing
 from typing import Annotated, Literal
@@ -96,11 +97,25 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
+def write_into(path: Path) -> None:
+    """Replace the generated section of `path` (docs/contracts.md) with today's reference."""
+    text = path.read_text()
+    start, end = text.index(BEGIN_MARK), text.index(END_MARK) + len(END_MARK)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text[:start] + markdown() + text[end:])
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv):
-        print("usage: python -m ppsd.profile.reference  (prints the profile.json reference)", file=sys.stderr)
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--write"]):
+        print("usage: python -m ppsd.profile.reference [--write]  (prints the profile.json reference; "
+              "--write replaces it in docs/contracts.md)", file=sys.stderr)
         return 2
-    print(markdown())
+    if args:
+        write_into(Path(__file__).resolve().parents[2] / "docs" / "contracts.md")
+    else:
+        print(markdown())
     return 0
 
 

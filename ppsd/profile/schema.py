@@ -176,6 +176,7 @@ class Corun(Block):
     context: Count0 | None = F("cached tokens while measured", None)
     threads_per_process: Count | None = F("torch threads per process", None)
     seconds_per_round: Factor | None = F("seconds each process count ran", None)
+    method: str | None = F("how it was measured (absent: each p once, over one round alone before them)", None)
     now_over_profile: Factor = F("scale of every co-run figure measured again (in memory only: "
                                  "`Profile.retimed`)", 1.0)
 
