@@ -443,10 +443,13 @@ def path_reports(s: RunState) -> list[PathReport]:
     """Each CUDA path and whether this run went through it (on the GPU, or on the CPU in the dry run)."""
     cuda = not s.cpu
     dev = "the CPU" if s.cpu else ("one GPU" if s.gpus == 1 else f"{s.gpus} GPUs")
-    warn = {k: next((w for w in s.profile_warnings if w.startswith(k)), None) for k in ("hop", "pipeline")}
+    warn = {k: next((w for w in s.profile_warnings if w.startswith(k)), None) for k in ("hop", "pipeline probe")}
     why_not_run = "phase 1 did not finish" if not s.profile_ok else None
     hop_backend = (s.hop or {}).get("backend")
     probe_backend = (s.pipeline or {}).get("backend")
+    # the worker probe went through its path where its figures stand, or where the profile dropped a
+    # reading that stayed unphysical (the runtime probe's block alone has no backend)
+    probe_ran = probe_backend is not None or "not physical" in (warn["pipeline probe"] or "")
     ppsd_ran = "ppsd" in s.validated_modes
     out = [
         PathReport("cuda_event_timing", s.profile_ok, cuda and s.profile_ok,
@@ -458,10 +461,11 @@ def path_reports(s: RunState) -> list[PathReport]:
                    if (s.hop or s.pipeline) else (why_not_run or "no hop and no probe was measured")),
         PathReport("hop", s.hop is not None, cuda and s.hop is not None,
                    f"idle ping-pong over {hop_backend}" if s.hop else (warn["hop"] or why_not_run or "not measured")),
-        PathReport("pipeline_probe", s.pipeline is not None, cuda and s.pipeline is not None,
+        PathReport("pipeline_probe", probe_ran, cuda and probe_ran,
                    (f"two stand-in stages over {probe_backend}, the runtime's transport, clocks synchronised on "
-                    "the compute stream only") if s.pipeline
-                   else (warn["pipeline"] or why_not_run or "not measured")),
+                    "the compute stream only") if probe_backend
+                   else (f"ran; its reading was dropped: {warn['pipeline probe']}" if probe_ran
+                         else warn["pipeline probe"] or why_not_run or "not measured")),
         PathReport("nccl", hop_backend == "nccl" or (ppsd_ran and cuda), hop_backend == "nccl" or (ppsd_ran and cuda),
                    "hidden states between GPUs over NCCL (hop, probe" + (", PPSD stages)" if ppsd_ran else ")")
                    if hop_backend == "nccl" else

@@ -480,7 +480,7 @@ def _latency(args, adapter, cfg, work: Path, bar, phases: dict[str, float],
     if lat_file.exists():
         latency = json.loads(lat_file.read_text())
     else:
-        grid = _latency_tables(adapter, cfg, bar, phases)
+        grid = _latency_tables(adapter, cfg, bar, phases, warnings)
         in_runtime = grid.pop("pipeline_runtime", None)
         corun, hop, pipeline = _corun_hop_and_probe(args.model, adapter, cfg, grid, bar, phases, warnings)
         if in_runtime is not None:
@@ -521,10 +521,24 @@ def _runtime_probe(adapter, cfg):
     return RuntimeProbe(adapter)
 
 
-def _latency_tables(adapter, cfg, bar, phases: dict[str, float]) -> dict:
+def _runtime_summary(probe, warnings: list[str]) -> dict | None:
+    """The runtime probe's block, or None with a warning where its reading stays unphysical over every
+    try: load would refuse the figure, and without it PPSD is priced from the co-run table."""
+    from profiler.latency import UnphysicalReading
+
+    try:
+        return probe.physical_summary()
+    except UnphysicalReading as exc:
+        warnings.append(f"pipeline runtime probe dropped ({exc.problem}); PPSD stages are priced from the co-run table "
+                        "instead; profile again on an idle machine to keep it")
+        return None
+
+
+def _latency_tables(adapter, cfg, bar, phases: dict[str, float], warnings: list[str]) -> dict:
     """Every layer, the head and the embedding over (new tokens x context), and the whole step;
     then the same at each of `cfg.thread_counts` (the `parallel` block); between the grid's rounds,
-    the runtime probe's (the co-run slowdown a PPSD plan's stages see)."""
+    the runtime probe's (the co-run slowdown a PPSD plan's stages see; dropped, with a line in
+    `warnings`, where its reading stays unphysical)."""
     from profiler import latency as lat
     from profiler import runtime_probe
 
@@ -540,7 +554,7 @@ def _latency_tables(adapter, cfg, bar, phases: dict[str, float]) -> dict:
                               between_rounds=lambda i: probe.round() if probe and (i + 1) % every == 0
                               and len(probe.rounds) < runtime_probe.ROUNDS else None)
     grid = dict(grids[int(cfg.threads)])
-    grid["pipeline_runtime"] = probe.physical_summary() if probe else None
+    grid["pipeline_runtime"] = _runtime_summary(probe, warnings) if probe else None
     if cfg.thread_counts:
         grid["parallel"] = lat.thread_tables_block(grids, cfg.threads)
     grid["prefill"] = lat.measure_prefill(adapter, cfg)

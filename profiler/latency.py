@@ -698,11 +698,16 @@ class WorkerPool:
 PHYSICAL_TRIES = 3  # a probe reading that cannot be physical is measured up to this many times in all
 
 
+class UnphysicalReading(UserError):
+    """A probe's slowdown under MIN_PHYSICAL_SLOWDOWN over every try (`remeasured`)."""
+
+
 def remeasured(measure, path: str, first: dict | None = None, tries: int = PHYSICAL_TRIES) -> dict | None:
     """`measure()`'s block (`first` when given, as its first try), measured again while a kept reading
     cannot be physical (`ppsd.profile.schema.unphysical`: a slowdown under MIN_PHYSICAL_SLOWDOWN, two
-    processes faster together than alone). A reading that persists over `tries` measurements refuses the
-    profile (UserError): the machine is not in a state a price can be read from, and load would refuse it."""
+    processes faster together than alone). A reading that persists over `tries` measurements raises
+    UnphysicalReading, since load would refuse the figure: the co-run table's refuses the profile, a
+    pipeline probe's drops that probe with a warning (its absence prices PPSD from the co-run table)."""
     block = first if first is not None else measure()
     for attempt in range(1, tries + 1):
         bad = unphysical(block, path)
@@ -711,7 +716,7 @@ def remeasured(measure, path: str, first: dict | None = None, tries: int = PHYSI
         if attempt < tries:
             block = measure()
     got = ", ".join(f"{field} = {value:.3f}" for field, value in bad)
-    raise UserError(f"{got} in {tries} measurements: under {MIN_PHYSICAL_SLOWDOWN}, faster beside another process "
+    raise UnphysicalReading(f"{got} in {tries} measurements: under {MIN_PHYSICAL_SLOWDOWN}, faster beside another process "
                     "than alone, which is not physical (the machine changed state while it was profiled)",
                     "profile again on an idle machine, or without the co-run probes (--corun-max 1 --no-hop)")
 
@@ -742,7 +747,8 @@ def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyCo
         try:
             return fn(), True
         except Exception as exc:  # noqa: BLE001 - optional figure: report it, keep the others
-            if warnings is None or isinstance(exc, UserError):  # an unphysical reading refuses the profile
+            # a bad flag refuses the profile; an unphysical pipeline reading drops the probe, with a warning
+            if warnings is None or (isinstance(exc, UserError) and not isinstance(exc, UnphysicalReading)):
                 raise
             warnings.append(f"{what} failed ({_one_line(exc)}); {kept}")
             return None, False

@@ -428,6 +428,13 @@ def test_path_reports_on_one_and_on_two_gpus():
     failed = gc.RunState(cpu=False, gpus=1, profile_ok=True, profile_warnings=("pipeline probe failed (x); kept",))
     got = {r.path: r for r in gc.path_reports(failed)}
     assert not got["pipeline_probe"].ran and got["pipeline_probe"].detail.startswith("pipeline probe failed")
+    # a reading that stayed unphysical: the probe went through its path, the profile dropped its figure
+    dropped = gc.RunState(cpu=True, gpus=0, profile_ok=True, hop={"backend": "gloo"}, pipeline={"runtime": {"slowdown": 1.0}},
+                          profile_warnings=("pipeline runtime probe dropped (y, which is not physical)",
+                                            "pipeline probe failed (latency.pipeline.slowdown = 0.900 ..., which is "
+                                            "not physical ...); kept"))
+    got = {r.path: r for r in gc.path_reports(dropped)}
+    assert got["pipeline_probe"].ran and got["pipeline_probe"].detail.startswith("ran; its reading was dropped: pipeline probe")
 
 
 def test_probe_clock_waits_for_its_compute_stream_only(monkeypatch):

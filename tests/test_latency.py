@@ -141,6 +141,40 @@ def test_failed_probe_keeps_corun_and_hop_with_a_warning(fake_pool, monkeypatch)
         lat.measure_corun_and_hop("tiny-llama", fake_pool, cfg)
 
 
+def test_an_unphysical_pipeline_reading_drops_the_probe_and_an_unphysical_corun_refuses(fake_pool, monkeypatch):
+    tries = []
+    monkeypatch.setattr(lat, "_measure_pipeline_probe",
+                        lambda *a, **k: tries.append(1) or {"slowdown": 1.02, "runtime": None, "slowdown_per_stage": [0.9, 1.1]})
+    warnings: list[str] = []
+    corun, hop, pipeline = lat.measure_corun_and_hop("tiny-llama", fake_pool, lat.LatencyConfig(corun_max=2),
+                                                     warnings=warnings)
+    assert (corun, hop, pipeline) == (CORUN, HOP, None) and len(tries) == lat.PHYSICAL_TRIES
+    assert len(warnings) == 1 and warnings[0].startswith("pipeline probe failed (latency.pipeline.slowdown_per_stage[0] = 0.900")
+    # the co-run table is what every plan's stages are priced from: no profile without it
+    monkeypatch.setattr(lat, "_measure_corun", lambda pool, cfg, tick: {"processes": [1, 2], "slowdown": [1.0, 0.8]})
+    with pytest.raises(lat.UnphysicalReading, match=r"latency.corun.slowdown\[1\] = 0.800 in 3 measurements"):
+        lat.measure_corun_and_hop("tiny-llama", fake_pool, lat.LatencyConfig(corun_max=2), warnings=[])
+
+
+def test_an_unphysical_runtime_probe_is_dropped_with_a_warning():
+    from profiler import cli
+
+    class Probe:
+        def physical_summary(self):
+            raise lat.UnphysicalReading("latency.pipeline.runtime.slowdown = 0.873 in 3 measurements: under 0.95",
+                                        "profile again on an idle machine")
+
+    class Steady:
+        def physical_summary(self):
+            return {"slowdown": 1.1}
+
+    warnings: list[str] = []
+    assert cli._runtime_summary(Probe(), warnings) is None
+    assert len(warnings) == 1 and warnings[0].startswith("pipeline runtime probe dropped (latency.pipeline.runtime")
+    assert "priced from the co-run table" in warnings[0]
+    assert cli._runtime_summary(Steady(), warnings) == {"slowdown": 1.1} and len(warnings) == 1
+
+
 def test_failed_hop_keeps_corun_and_skips_the_probe(fake_pool, monkeypatch):
     probed = []
     monkeypatch.setattr(lat, "_measure_hop", _probe_fails)
@@ -168,7 +202,10 @@ def test_profile_keeps_corun_and_hop_when_the_probe_fails(tmp_path, monkeypatch)
     assert lat_block["corun"]["processes"] == [1, 2] and lat_block["hop"]["median_ms"] > 0
     pipe = lat_block.get("pipeline") or {}
     assert not pipe.get("stage_bounds") and not pipe.get("hop")  # the worker probe's figures are gone
-    assert pipe["runtime"]["slowdown"] > 0  # the runtime probe (between the grid's rounds) still stands
+    if pipe.get("runtime") is None:  # dropped only for a reading that stayed unphysical, and then said
+        assert any(w.startswith("pipeline runtime probe dropped") for w in prof.meta["warnings"])
+    else:  # the runtime probe (between the grid's rounds) still stands
+        assert pipe["runtime"]["slowdown"] > 0
     assert prof.hop_ms() == pytest.approx(lat_block["hop"]["median_ms"])  # the idle hop prices PPSD instead
     warned = [w for w in prof.meta["warnings"] if w.startswith("pipeline probe failed")]
     assert len(warned) == 1 and "gloo timed out" in warned[0]

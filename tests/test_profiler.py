@@ -254,20 +254,18 @@ def test_show_rejects_bad_schema(tmp_path, capsys, tiny_profile):
 
 # --- the embedded model, end to end -----------------------------------------------------------------
 
-@pytest.mark.slow
-def test_smoke_embedded_model(tmp_path, monkeypatch):
-    monkeypatch.delenv("PPSD_CACHE")  # the converted SmolLM2 lives in the user cache
-    out = tmp_path / "smol"
-    args = ["profile", "--limit", "3", "--max-new-tokens", "4", "--n-values", "1,2", "--context-values", "16,64",
-            "--repeats", "2", "--warmup", "1", "--corun-max", "2", "--out", str(out)]
-    assert main(args) == 0
-    prof = load_profile(out)
-    assert prof.num_layers == 30 and prof.layers.median_ms.shape == (30, 2, 2)
-    assert np.all(prof.layers.median_ms > 0)
+def _dropped(prof, prefix: str) -> bool:
+    """True where the profile holds a warning that starts with `prefix` and says the reading was not physical."""
+    return any(w.startswith(prefix) and "not physical" in w for w in prof.meta["warnings"])
+
+
+def _check_pipeline_probe(prof):
+    """The two-stage worker probe, split in the middle; or, where its reading stayed unphysical over every
+    try on a shared machine, no probe and a warning that says so."""
     lat = prof.latency
-    assert lat["hop"]["backend"] == "gloo" and lat["hop"]["median_ms"] > 0
-    assert lat["corun"]["processes"] == [1, 2] and lat["corun"]["slowdown"][0] == pytest.approx(1.0)
-    assert prof.corun_slowdown(2) > 0.5
+    if not (lat.get("pipeline") or {}).get("stage_bounds"):
+        assert _dropped(prof, "pipeline probe failed")
+        return
     pipe = lat["pipeline"]  # the two-stage probe, split in the middle
     assert pipe["stage_bounds"] == [0, 15, 30] and pipe["passes"] == 60 and pipe["slowdown_base"] == "alone"  # tables calibrated to paired whole steps
     assert 0.5 < pipe["slowdown"] < 3.0 and pipe["pass_cv"] >= 0
@@ -276,6 +274,15 @@ def test_smoke_embedded_model(tmp_path, monkeypatch):
     else:  # what a pipeline sees, not the ping-pong
         assert pipe["hop"]["median_ms"] > 0 and pipe["hop"]["samples"] >= 5
         assert prof.hop_ms() == pytest.approx(pipe["hop"]["median_ms"])
+
+
+def _check_runtime_probe(prof):
+    """The runtime's own pipeline, read between the grid's rounds; or dropped with a warning (as above)."""
+    lat = prof.latency
+    if (lat.get("pipeline") or {}).get("runtime") is None:
+        assert _dropped(prof, "pipeline runtime probe dropped")
+        return
+    pipe = lat["pipeline"]
     # the co-run slowdown the simulator uses: the runtime's own pipeline, read between the grid's rounds
     run = pipe["runtime"]
     assert len(run["rounds"]) == min(2, runtime_probe.ROUNDS) and run["exit_layer"] == 15  # one a grid round here
@@ -293,6 +300,24 @@ def test_smoke_embedded_model(tmp_path, monkeypatch):
     assert all(r["alone_ms"][0] > r["alone_ms"][1] > 0 for r in waiting["rounds"])  # stage 1 the longer
     assert 0.5 < waiting["last_stage_slowdown"] < 3.0
     assert prof.waiting_last_stage_slowdown() == pytest.approx(waiting["last_stage_slowdown"])
+
+
+@pytest.mark.slow
+def test_smoke_embedded_model(tmp_path, monkeypatch):
+    monkeypatch.delenv("PPSD_CACHE")  # the converted SmolLM2 lives in the user cache
+    out = tmp_path / "smol"
+    args = ["profile", "--limit", "3", "--max-new-tokens", "4", "--n-values", "1,2", "--context-values", "16,64",
+            "--repeats", "2", "--warmup", "1", "--corun-max", "2", "--out", str(out)]
+    assert main(args) == 0
+    prof = load_profile(out)
+    assert prof.num_layers == 30 and prof.layers.median_ms.shape == (30, 2, 2)
+    assert np.all(prof.layers.median_ms > 0)
+    lat = prof.latency
+    assert lat["hop"]["backend"] == "gloo" and lat["hop"]["median_ms"] > 0
+    assert lat["corun"]["processes"] == [1, 2] and lat["corun"]["slowdown"][0] == pytest.approx(1.0)
+    assert prof.corun_slowdown(2) > 0.5
+    _check_pipeline_probe(prof)
+    _check_runtime_probe(prof)
     df = prof.acceptance
     assert sorted(df["exit_layer"].unique()) == list(range(1, 30))
     assert prof.meta["acceptance"]["chat_template"]

@@ -78,6 +78,10 @@ def test_plan_rate_answers_on_the_committed_batch_profile(capsys):
     assert main(["plan", "--profile", BATCH_EXAMPLE, "--rate", "0.3", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["max_batch"] == 8 and len(d["policies"]) >= 6
+    # the adaptive policies start from the EESD plan that serves this load best (ranked by median E2E here)
+    eesd = min((p for p in d["policies"] if p["policy"].startswith("eesd:")), key=lambda p: p["e2e_p50_ms"])
+    adaptive = [p["policy"] for p in d["policies"] if p["policy"].startswith(("off-above:", "table:", "goodput:"))]
+    assert len(adaptive) == 3 and {a.split(":")[1] for a in adaptive} == {eesd["policy"].split(":")[1]}
 
 
 @pytest.mark.parametrize("extra, says", [

@@ -1,11 +1,11 @@
 """`ppsd plan --rate R`: the speculation policies ranked at one load, and the chosen one as config to paste.
 
 Candidates: AR; the two best EESD plans and the best batched PPSD plan by the batch closed forms at one
-sequence (`sim/batch/sweep.screen`); at the best EESD plan's exit and γ, speculation off above the batch
-size up to which the closed form says it pays (vLLM's rule); the γ-by-batch table the goodput policy
-would follow at the profile's acceptance; and the goodput policy itself. Each is simulated on the same
-workload (Poisson or Gamma arrivals at R of the profile's prompts, seeded) and ranked: with an SLO by
-goodput (requests a second that meet it), then by median end-to-end latency; without one by median
+sequence (`sim/batch/sweep.screen`); then, at the exit and γ of the EESD plan that simulates best at the
+load, speculation off above the batch size up to which the closed form says it pays (vLLM's rule); the
+γ-by-batch table the goodput policy would follow at the profile's acceptance; and the goodput policy
+itself. Each is simulated on the same workload (Poisson or Gamma arrivals at R of the profile's prompts,
+seeded) and ranked: with an SLO by goodput (requests a second that meet it), then by median end-to-end latency; without one by median
 end-to-end latency.
 
 The chosen policy is printed as `ppsd serve --policy SPEC`, as vLLM's `num_speculative_tokens_per_batch_size`
@@ -55,25 +55,35 @@ def ranges(table: dict[int, int]) -> list[list[int]]:
     return out
 
 
-def candidate_policies(profile, max_batch: int, head: str = SHARED) -> list[ServePolicy]:
-    """The policies `ppsd plan --rate` ranks (see the module doc), AR first."""
+def fixed_policies(profile, head: str = SHARED) -> list[ServePolicy]:
+    """AR, the EESD_CANDIDATES best EESD plans and the best batched PPSD plan by the closed forms at one
+    sequence."""
     eesd = screen(profile, 1, [head], range(1, MAX_GAMMA + 1), scheme=Mode.EESD)[:EESD_CANDIDATES]
     ppsd = screen(profile, 1, [head], (), scheme=Mode.PPSD)[:1]
-    out: list[ServePolicy] = [ArPolicy()]
-    out += [EesdPolicy(e, g) for _, _, e, g in eesd]
-    out += [PpsdPolicy(e) for _, _, e, _ in ppsd]
-    if eesd:
-        _, _, e, g = eesd[0]
-        alpha = profile.alpha_by_exit(head=head).get(e, 0.0)
-        costs, ctx = batch_costs(profile, head), _context(profile)
-        sizes = [b for b in profile.batch.sizes if b <= max_batch]
-        pays = [b for b in sizes if closed_form_speedup(costs, b, ctx, e, g, alpha) > 1.0]
-        upto = max((b for b in sizes if all(x in pays for x in sizes if x <= b)), default=1)
-        out.append(OffAbovePolicy(e, g, upto))
-        table = GoodputPolicy(e).gamma_table(max_batch, ctx, alpha, ServeCosts(profile, head))
-        out.append(GammaTablePolicy(e, tuple((lo, g) for lo, _, g in ranges(table))))
-        out.append(GoodputPolicy(e))
-    return out
+    return [ArPolicy()] + [EesdPolicy(e, g) for _, _, e, g in eesd] + [PpsdPolicy(e) for _, _, e, _ in ppsd]
+
+
+def adaptive_policies(profile, max_batch: int, exit_layer: int, gamma: int, head: str = SHARED) -> list[ServePolicy]:
+    """At one EESD plan's exit and γ: speculation off above the batch size up to which the closed form says
+    it pays (vLLM's rule), the γ-by-batch table the goodput policy follows at the profile's acceptance,
+    and the goodput policy itself."""
+    alpha = profile.alpha_by_exit(head=head).get(exit_layer, 0.0)
+    costs, ctx = batch_costs(profile, head), _context(profile)
+    sizes = [b for b in profile.batch.sizes if b <= max_batch]
+    pays = [b for b in sizes if closed_form_speedup(costs, b, ctx, exit_layer, gamma, alpha) > 1.0]
+    upto = max((b for b in sizes if all(x in pays for x in sizes if x <= b)), default=1)
+    table = GoodputPolicy(exit_layer).gamma_table(max_batch, ctx, alpha, ServeCosts(profile, head))
+    return [OffAbovePolicy(exit_layer, gamma, upto),
+            GammaTablePolicy(exit_layer, tuple((lo, g) for lo, _, g in ranges(table))),
+            GoodputPolicy(exit_layer)]
+
+
+def candidate_policies(profile, max_batch: int, head: str = SHARED) -> list[ServePolicy]:
+    """The fixed policies and the adaptive ones at the closed forms' best EESD plan, AR first (the load
+    sweep's choice; `plan_serving` starts the adaptive ones from the best EESD plan it simulates)."""
+    fixed = fixed_policies(profile, head)
+    eesd = [p for p in fixed if p.name == "eesd"]
+    return fixed + (adaptive_policies(profile, max_batch, eesd[0].exit_layer, eesd[0].draft_len, head) if eesd else [])
 
 
 @dataclass
@@ -172,8 +182,17 @@ def plan_serving(profile, prompts: list[PromptInfo], rate: float, config: Schedu
     config = config if config is not None else SchedulerConfig()
     workload = synthetic_workload(prompts, rate=rate, count=num_prompts, seed=seed, burstiness=burstiness,
                                   output_tokens=output_len)
-    rows = [PlanRow(p, simulate_serving(profile, workload, p, config, seed=seed, slo=slo, head=head))
-            for p in candidate_policies(profile, config.max_batch, head)]
+    def simulated(policies):
+        return [PlanRow(p, simulate_serving(profile, workload, p, config, seed=seed, slo=slo, head=head))
+                for p in policies]
+
+    rows = simulated(fixed_policies(profile, head))
+    # The adaptive policies start from the EESD plan that serves this load best, not the closed forms' pick
+    # at one sequence (which, where no EESD plan pays, can be an exit no load would run).
+    eesd = sorted((r for r in rows if r.policy.name == "eesd"), key=lambda r: _score(r.run, slo))
+    if eesd:
+        best = eesd[0].policy
+        rows += simulated(adaptive_policies(profile, config.max_batch, best.exit_layer, best.draft_len, head))
     rows.sort(key=lambda r: _score(r.run, slo))
     chosen = rows[0].policy
     alpha = profile.alpha_by_exit(head=head).get(getattr(chosen, "exit_layer", None) or 0, 0.0)
