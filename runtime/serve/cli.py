@@ -14,8 +14,8 @@ def register(sub) -> None:
                        "simulator's scheduler batches requests continuously (prefill first, FCFS, --max-batch); "
                        "--policy chooses what each iteration decodes. Greedy only. Ctrl-C stops it.")
     s.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default), tiny-llama, a folder, a .gguf")
-    s.add_argument("--policy", default="ar", metavar="SPEC", help="ar (default), eesd:E:γ, off-above:E:γ:B, "
-                   "table:E:1=4,2=3,4=0 or goodput:E[:γmax] (needs --profile); ppsd:E is simulated only")
+    s.add_argument("--policy", default="ar", metavar="SPEC", help="ar (default), eesd:E:γ, ppsd:E (two stage "
+                   "processes), off-above:E:γ:B, table:E:1=4,2=3,4=0 or goodput:E[:γmax] (needs --profile)")
     s.add_argument("--profile", metavar="DIR", help="profile folder: goodput's batch costs, and the acceptance a "
                    "load-adaptive policy starts from")
     s.add_argument("--max-batch", type=int, default=8, help="most sequences decoding at once (default 8)")
