@@ -18,7 +18,7 @@ INDEX = EXAMPLES_DIR / "README.md"
 ROW = re.compile(r"^\| \[([^\]/]+)/\]\(\1/\) \|(.*)\|\s*$", re.M)
 NOTES = ("NOTE.md", "README.md")
 POINTERS = ("profile", "predicted_from", "measured_traces")  # the validation.json keys that name a profile folder
-MAX_TOTAL_BYTES = 16 * 2**20
+MAX_TOTAL_BYTES = 15 * 2**20
 MAX_FILE_BYTES = 2 * 2**20
 
 
