@@ -716,9 +716,10 @@ def remeasured(measure, path: str, first: dict | None = None, tries: int = PHYSI
         if attempt < tries:
             block = measure()
     got = ", ".join(f"{field} = {value:.3f}" for field, value in bad)
-    raise UnphysicalReading(f"{got} in {tries} measurements: under {MIN_PHYSICAL_SLOWDOWN}, faster beside another process "
-                    "than alone, which is not physical (the machine changed state while it was profiled)",
-                    "profile again on an idle machine, or without the co-run probes (--corun-max 1 --no-hop)")
+    raise UnphysicalReading(f"{got} in {tries} measurements: under {MIN_PHYSICAL_SLOWDOWN}, faster beside another "
+                            "process than alone, which is not physical (the machine changed state while it was "
+                            "profiled)", "profile again on an idle machine, or without the co-run probes "
+                            "(--corun-max 1 --no-hop)")
 
 
 def measure_corun_and_hop(model_spec: str, adapter: ModelAdapter, cfg: LatencyConfig,

@@ -5,8 +5,8 @@ sequence (`sim/batch/sweep.screen`); then, at the exit and γ of the EESD plan t
 load, speculation off above the batch size up to which the closed form says it pays (vLLM's rule); the
 γ-by-batch table the goodput policy would follow at the profile's acceptance; and the goodput policy
 itself. Each is simulated on the same workload (Poisson or Gamma arrivals at R of the profile's prompts,
-seeded) and ranked: with an SLO by goodput (requests a second that meet it), then by median end-to-end latency; without one by median
-end-to-end latency.
+seeded) and ranked: with an SLO by goodput (requests a second that meet it), then by median end-to-end
+latency; without one by median end-to-end latency.
 
 The chosen policy is printed as `ppsd serve --policy SPEC`, as vLLM's `num_speculative_tokens_per_batch_size`
 table ([[from, to, γ], ...] by live batch size, γ 0 = off) and as transformers' `generate` arguments where
