@@ -169,6 +169,21 @@ def test_predictions_carry_intervals_that_hold_the_point_and_repeat_with_the_see
     assert d["metrics"]["request_goodput"] is not None
 
 
+def test_a_machine_running_at_a_speed_scales_every_price_of_a_prediction(synth):
+    """`speed` (a decode step timed now over the profile's) multiplies every price: with requests far apart (no
+    queue, one sequence at a time) every latency scales by it exactly, intervals included; under load the
+    queue makes a slower machine cost more than in proportion."""
+    config = SchedulerConfig(max_batch=4)
+    apart = synthetic_workload(serving_prompts(synth), rate=0.01, count=4, seed=0)
+    one, slow = (predict_serving(synth, apart, "eesd:2:3", config, replications=3, seed=1, speed=s) for s in (1.0, 1.5))
+    for x in ("ttft_p50_ms", "tpot_p50_ms", "e2e_p99_ms"):
+        assert slow.bands[x].point == pytest.approx(1.5 * one.bands[x].point, rel=1e-9)
+        assert slow.bands[x].hi == pytest.approx(1.5 * one.bands[x].hi, rel=1e-9)
+    busy = synthetic_workload(serving_prompts(synth), rate=40.0, count=30, seed=0)
+    one, slow = (predict_serving(synth, busy, "ar", config, replications=0, seed=1, speed=s) for s in (1.0, 1.5))
+    assert slow.bands["ttft_p50_ms"].point > 1.5 * one.bands["ttft_p50_ms"].point
+
+
 def test_crossing_finds_where_the_ratio_to_ar_reaches_one():
     assert crossing([1, 2, 4], [0.5, 1.5, 2.0]) == (CROSSES, pytest.approx(math.exp(0.5 * math.log(2))))
     assert crossing([1, 2, 4], [1.2, 0.9, 0.8]) == (NEVER, None)

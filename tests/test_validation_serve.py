@@ -102,8 +102,45 @@ def test_validate_serve_writes_the_folder_and_every_output_matches_ar(profile, i
         assert len(run["requests"]) == 4 and all(r["token_ids"] for r in run["requests"])
         assert {"client", "http_loop", "engine"} <= set(row["cpu_share"])
         assert ("stage_one" in row["cpu_share"]) == row["policy"].startswith("ppsd")  # PPSD's stage 1 process
+        speed = row["machine_speed"]  # the machine's step checked either side of the run
+        assert speed["before"] > 0 and speed["after"] > 0 and not any(k.startswith("profile_predicted_") for k in row)
+    assert doc["machine_speed"]["retimed"] is False and doc["machine_speed"]["min"] > 0
     assert doc["summary"]["outputs_match_ar"] is True
     assert not list(tmp_path.glob(".sv.*"))  # no temporary folder left
+
+
+def test_retime_prices_each_run_at_the_machines_speed_beside_the_profiles(profile, inputs, tmp_path, monkeypatch,
+                                                                          capsys):
+    """With --retime each run is predicted again at the machine's speed around it (the checks before and after),
+    the profile's own points kept beside; a machine off the profile's step is warned of. An estimated profile,
+    which prices no machine, is refused before any server starts."""
+    prompts, trace = inputs
+    measured = tmp_path / "measured"
+    import shutil
+
+    shutil.copytree(profile, measured)
+    meta = json.loads((measured / "profile.json").read_text())
+    meta["kind"] = "measured"
+    (measured / "profile.json").write_text(json.dumps(meta))
+    readings = iter([1.2, 1.5] * 8)
+    monkeypatch.setattr(vs.SpeedCheck, "take", lambda self, core: next(readings))
+    calls = []
+    monkeypatch.setattr(vs, "_predict_serving", lambda: recording(calls))
+    out = tmp_path / "sv"
+    assert main(_argv(measured, prompts, trace, out, "--policies", "ar", "--retime", "--json")) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["machine_speed"]["retimed"] is True and (doc["machine_speed"]["min"], doc["machine_speed"]["max"]) == (1.2, 1.5)
+    assert captured.err.count("warning: the machine's decode step ran +20% before and +50% after") == 2
+    assert len(calls) == 4  # each run predicted from the profile, then again at its speed
+    for row in doc["rows"]:
+        assert row["machine_speed"] == {"before": 1.2, "after": 1.5}
+        for x in vs.HEADLINE:  # every price times sqrt(1.2 * 1.5): slower than the profile's own
+            assert row[f"predicted_{x}"] >= math.sqrt(1.8) * row[f"profile_predicted_{x}"] * (1 - 1e-9)
+
+    assert main(_argv(profile, prompts, trace, tmp_path / "sv2", "--policies", "ar", "--retime")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "measured profile" in err and len(err.splitlines()) == 1 and not (tmp_path / "sv2").exists()
 
 
 def test_outputs_that_differ_from_ar_are_caught():

@@ -55,7 +55,8 @@ def register(sub) -> None:
                    help="greedy: measure every plan R times in alternating order and keep its median round "
                         "(default 1)")
     v.add_argument("--retime", action="store_true",
-                   help="re-time a decode step's pieces before AR and every plan and price the plan with them")
+                   help="re-time a decode step's pieces before AR and every plan and price the plan with them (with "
+                        "--serve: every run priced at the machine's speed timed before and after it)")
     v.add_argument("--stage-timeout", type=float, default=60.0)
     v.add_argument("--cores", type=int, default=None, metavar="N",
                    help="same-budget baseline: AR (and EESD) on N threads, predicted and measured (default: all "

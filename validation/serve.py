@@ -87,6 +87,8 @@ class ServeRow:
     measured_acceptance: float | None = None
     cpu_share: dict = field(default_factory=dict)
     run: str = ""
+    speed: tuple[float, float] | None = None  # the machine's step now / profiled, before and after the run
+    profile_predicted: dict[str, float] | None = None  # with --retime: the points the profile's own prices gave
 
     def to_json_dict(self) -> dict:
         d = {"policy": self.policy, "load": self.load, "rate": self.rate, "requests": self.requests,
@@ -98,6 +100,10 @@ class ServeRow:
         d.update(outputs_match_ar=self.outputs_match_ar, mismatched_requests=self.mismatched_requests,
                  predicted_acceptance=self.predicted_acceptance, measured_acceptance=self.measured_acceptance,
                  cpu_share=self.cpu_share, run=self.run)
+        if self.speed is not None:
+            d["machine_speed"] = {"before": self.speed[0], "after": self.speed[1]}
+        if self.profile_predicted is not None:
+            d.update({f"profile_predicted_{x}": v for x, v in self.profile_predicted.items()})
         return d
 
     @classmethod
@@ -145,6 +151,7 @@ class ServeSettings:
     force: bool
     seed: int
     json: bool
+    retime: bool = False
 
     @classmethod
     def from_args(cls, args) -> "ServeSettings":
@@ -173,7 +180,8 @@ class ServeSettings:
             raise UserError(f"{out} exists", "give another --out, or --force to replace it")
         return cls(str(args.profile), args.model, args.policies, rates, args.trace, float(args.trace_start),
                    args.trace_rate, int(args.num_prompts), args.output_len, int(args.max_batch), int(args.max_tokens),
-                   int(args.replications), args.prompts, out, bool(args.force), int(args.seed), bool(args.json))
+                   int(args.replications), args.prompts, out, bool(args.force), int(args.seed), bool(args.json),
+                   bool(getattr(args, "retime", False)))
 
 
 def default_policies(profile) -> str:
@@ -247,6 +255,57 @@ def build_loads(settings: ServeSettings, profile, prompts: list, output_len: int
     return loads
 
 
+# --- the machine's speed ---------------------------------------------------------------------------------------
+
+SPEED_REPEATS = 30  # decode steps timed per speed check (~2 s for SmolLM2-135M on a CPU)
+SPEED_WARN = 0.10  # a check this far from the profile's step, or a run's two checks this far apart, is warned of
+
+
+class SpeedCheck:
+    """The machine's speed against the profile's, taken in this process between runs (the servers idle) on the
+    engine's core: a batch-1 AR decode step's pieces timed as the profiler times them
+    (`profiler.piece_times.time_pieces`), their sum now over the profile's. A shared VM's speed moves by tens
+    of % within an hour, and a served run's latency moves with it, more so near saturation."""
+
+    def __init__(self, profile, model):
+        self.profile, self.model = profile, model
+
+    def take(self, core: int | None) -> float:
+        from profiler.piece_times import time_pieces
+
+        allowed = os.sched_getaffinity(0)
+        if core is not None and core in allowed:
+            os.sched_setaffinity(0, {core})  # where the engine runs; this thread only
+        try:
+            got = time_pieces(self.profile, self.model, None, repeats=SPEED_REPEATS)
+        finally:
+            os.sched_setaffinity(0, allowed)
+        return step_ratio(got.now_ms, got.profile_ms)
+
+
+def step_ratio(now_ms: dict, profile_ms: dict) -> float:
+    """A decode step (embedding, layers, LM head) timed now over the profile's."""
+    keys = ("embedding", "layers", "head")
+    return float(sum(now_ms[k] for k in keys) / sum(profile_ms[k] for k in keys))
+
+
+def run_speed(before: float, after: float) -> float:
+    """The machine's speed over a run: the geometric mean of the checks either side of it."""
+    return math.sqrt(before * after)
+
+
+def speed_warnings(speeds: dict, retimed: bool) -> list[str]:
+    """One line per run whose machine ran off the profile's step, or moved under it, by more than SPEED_WARN."""
+    priced = ("it is priced at the machine's speed over the run (--retime)" if retimed else
+              "it is priced at the profile's speed (--retime prices each run at the machine's)")
+    out = []
+    for (load, spec), (before, after) in speeds.items():
+        if max(abs(before - 1.0), abs(after - 1.0), abs(after / before - 1.0)) > SPEED_WARN:
+            out.append(f"warning: the machine's decode step ran {100 * (before - 1):+.0f}% before and "
+                       f"{100 * (after - 1):+.0f}% after {spec} at {load} against the profile's; {priced}")
+    return out
+
+
 # --- the servers ----------------------------------------------------------------------------------------------
 
 class ServerProcess:
@@ -311,6 +370,9 @@ def run_serve_validation(args, predictor=None) -> int:
 
     settings = ServeSettings.from_args(args)
     profile = load_profile(settings.profile)
+    if settings.retime and profile.kind != "measured":
+        raise UserError(f"--retime times this machine's decode step against a measured profile, and "
+                        f"{settings.profile} is {profile.kind}", "drop --retime, or give a measured profile")
     config = SchedulerConfig(max_batch=settings.max_batch, max_tokens=settings.max_tokens)
     check_batch(profile, settings.max_batch)
     policies = parse_policies(settings.policies or default_policies(profile))
@@ -329,9 +391,13 @@ def run_serve_validation(args, predictor=None) -> int:
         (tmp / "runs").mkdir()
         for load in loads:
             load.workload.save(tmp / "workloads" / f"{load.name}.json")
-        measured = _measure(settings, model_spec, policies, loads, predictions, tmp)
-        rows = _rows(model, policies, loads, predictions, measured)
+        measured, speeds = _measure(settings, model_spec, policies, loads, predictions, tmp, SpeedCheck(profile, model))
+        for line in speed_warnings(speeds, settings.retime):
+            print(line, file=sys.stderr, flush=True)
+        retimed = _retimed(predictor, profile, loads, policies, config, settings, speeds) if settings.retime else None
+        rows = _rows(model, policies, loads, predictions, measured, speeds, retimed)
         doc = validation_document(settings, profile, model_spec, policies, loads, rows, prompts, output_len, config)
+        doc["machine_speed"] = speed_summary(speeds, settings.retime)
         from ppsd.paths import atomic_write_json
 
         atomic_write_json(tmp / JSON_FILE, doc)
@@ -377,6 +443,28 @@ def _predict(predictor, profile, loads, policies, config, settings) -> dict:
     return got
 
 
+def _retimed(predictor, profile, loads, policies, config, settings, speeds) -> dict:
+    """Each (load, policy) predicted again with every price times the machine's speed over its run."""
+    got = {}
+    for load in loads:
+        for policy in policies:
+            speed = run_speed(*speeds[(load.name, policy.spec())])
+            print(f"validate --serve: predicting {policy.spec()} at {load.name} at the machine's speed "
+                  f"({100 * (speed - 1):+.1f}% against the profile)", file=sys.stderr, flush=True)
+            got[(load.name, policy.spec())] = predictor(profile, load.workload, policy, config,
+                                                        replications=settings.replications, seed=settings.seed,
+                                                        speed=speed)
+    return got
+
+
+def speed_summary(speeds: dict, retimed: bool) -> dict:
+    """serve_validation.json's `machine_speed`: how it is taken, and its range over the run."""
+    flat = [v for pair in speeds.values() for v in pair]
+    return {"method": f"before and after every run: a batch-1 AR decode step's pieces timed {SPEED_REPEATS} times in "
+                      "the validating process on the engine's core (profiler/piece_times.py), now over the profile's",
+            "retimed": bool(retimed), "min": min(flat) if flat else None, "max": max(flat) if flat else None}
+
+
 def _say_expected_duration(predictions, loads, policies, profile, prompts, output_len) -> None:
     """Up front: the runs (each predicted run's span, plus a pause), the servers' start, the AR references."""
     runs_s = sum(p.run.metrics.duration_s + 2.0 for p in predictions.values())
@@ -390,9 +478,11 @@ def _say_expected_duration(predictions, loads, policies, profile, prompts, outpu
           f"servers' start {start_s / 60:.1f} min)", file=sys.stderr, flush=True)
 
 
-def _measure(settings, model_spec, policies, loads, predictions, folder: Path) -> dict:
-    """Every (load, policy) measured, the policies in turns at each load (order rotated from load to load)."""
-    from runtime.serve.loadgen import run_bench
+def _measure(settings, model_spec, policies, loads, predictions, folder: Path, check: SpeedCheck) -> tuple[dict, dict]:
+    """Every (load, policy) measured, the policies in turns at each load (order rotated from load to load), the
+    machine's speed checked before and after each run -> ({(load, spec): (result, run file)}, {(load, spec):
+    (speed before, speed after)})."""
+    from runtime.serve.loadgen import run_bench, server_stats
     from ppsd.paths import atomic_write_json
 
     servers = {}
@@ -402,7 +492,8 @@ def _measure(settings, model_spec, policies, loads, predictions, folder: Path) -
                                                    settings.max_tokens, folder)
         for server in servers.values():
             server.wait_ready()
-        got = {}
+        got, speeds = {}, {}
+        cores = {spec: (server_stats(server.url) or {}).get("engine_core") for spec, server in servers.items()}
         for i, load in enumerate(loads):
             order = policies[i % len(policies):] + policies[: i % len(policies)]
             for policy in order:
@@ -410,7 +501,11 @@ def _measure(settings, model_spec, policies, loads, predictions, folder: Path) -
                 bound = max(60.0, 3.0 * predictions[(load.name, spec)].run.metrics.duration_s + 30.0)
                 print(f"validate --serve: measuring {spec} at {load.name} ({len(load.workload.requests)} requests over "
                       f"{load.workload.duration_s:.1f} s, at most {bound:.0f} s)", file=sys.stderr, flush=True)
+                before = check.take(cores[spec])
                 result = run_bench(load.workload, servers[spec].url, ENDPOINT, ignore_eos=True, max_duration_s=bound)
+                speeds[(load.name, spec)] = (before, check.take(cores[spec]))
+                print(f"  machine's step against the profile's: {100 * (before - 1):+.1f}% before, "
+                      f"{100 * (speeds[(load.name, spec)][1] - 1):+.1f}% after", file=sys.stderr, flush=True)
                 name = f"runs/{load.name}.{_slug(spec)}.json"
                 atomic_write_json(folder / name, {k: v for k, v in result.to_json_dict().items() if k != "workload"})
                 got[(load.name, spec)] = (result, name)
@@ -418,14 +513,14 @@ def _measure(settings, model_spec, policies, loads, predictions, folder: Path) -
     finally:
         for server in servers.values():
             server.stop()
-    return got
+    return got, speeds
 
 
 def _slug(spec: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in spec)
 
 
-def _rows(model, policies, loads, predictions, measured) -> list[ServeRow]:
+def _rows(model, policies, loads, predictions, measured, speeds, retimed=None) -> list[ServeRow]:
     print("validate --serve: checking every request's output against AR alone", file=sys.stderr, flush=True)
     reference = _ar_references(model, loads, measured)
     rows = []
@@ -434,11 +529,15 @@ def _rows(model, policies, loads, predictions, measured) -> list[ServeRow]:
         for policy in policies:
             spec = policy.spec()
             result, name = measured[(load.name, spec)]
-            pred = predictions[(load.name, spec)]
+            own = predictions[(load.name, spec)]
+            pred = retimed[(load.name, spec)] if retimed is not None else own
             mismatched, checked = mismatches(result.results, texts, reference)
             match = (not mismatched) if checked else None
-            rows.append(ServeRow.from_prediction(spec, load, pred, result.metrics, match, mismatched, result.cpu_share,
-                                                 name))
+            row = ServeRow.from_prediction(spec, load, pred, result.metrics, match, mismatched, result.cpu_share, name)
+            row.speed = speeds.get((load.name, spec))
+            if retimed is not None:
+                row.profile_predicted = {x: own.bands[x].point for x in HEADLINE}
+            rows.append(row)
     return rows
 
 

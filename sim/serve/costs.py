@@ -8,7 +8,8 @@ batch-1 prefill (`Profile.prefill_ms`). Chunked prefill exists in the simulator 
 prompt tokens is priced from the profile's tables at n new tokens at the context already prefilled (and
 the LM head when it completes the prompt), after the iteration's decode.
 
-`scale` multiplies every price: one draw of the profile's cost doubt in a prediction's replications.
+`scale` multiplies every price: the machine's speed now against the profile's (`predict_serving(speed=)`)
+times one draw of the profile's cost doubt in a prediction's replications.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ class ServeCosts:
         self._tables: dict = tables if tables is not None else {}  # (kind, live, stage two) -> ms by grid width
 
     def scaled(self, scale: float) -> "ServeCosts":
-        """The same price list with every price times `scale` (sharing the price tables)."""
-        return ServeCosts(self.profile, self.batch.head_name, scale, self.batch, self._tables)
+        """The same price list with every price times `scale` more (sharing the price tables)."""
+        return ServeCosts(self.profile, self.batch.head_name, self.scale * float(scale), self.batch, self._tables)
 
     # --- what a policy asks (IterationCost) ---------------------------------------------------
     def ar_step(self, batch: float, context: float) -> float:

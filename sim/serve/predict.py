@@ -143,12 +143,12 @@ def cost_draw(seed: int, replication: int) -> float:
 class _Setup:
     """What every run of one (profile, policy, config) shares: the checks, the prices, the traces."""
 
-    def __init__(self, profile, policy, config, head):
+    def __init__(self, profile, policy, config, head, speed: float = 1.0):
         self.profile, self.policy = profile, as_policy(policy)
         self.config = config if config is not None else SchedulerConfig()
         check_serving_profile(profile, self.config.max_batch)
         self.policy.check(profile.num_layers)
-        self.costs = ServeCosts(profile, head)
+        self.costs = ServeCosts(profile, head, scale=speed)
         exit_layer = getattr(self.policy, "exit_layer", None)
         self.traces = acc.load_traces(profile, exit_layer, head) if exit_layer is not None else None
 
@@ -174,10 +174,11 @@ def _point(setup: _Setup, workload: Workload, seed: int, slo: Slo | None) -> Ser
 
 def predict_serving(profile, workload: Workload, policy: ServePolicy | str, config: SchedulerConfig | None = None,
                     *, replications: int = REPLICATIONS, seed: int = 0, slo: Slo | None = None,
-                    head: str = SHARED) -> ServePrediction:
+                    head: str = SHARED, speed: float = 1.0) -> ServePrediction:
     """`simulate_serving`'s point prediction and, from `replications` replications (see the module doc), a
-    90% interval on each headline figure (`HEADLINE`)."""
-    setup = _Setup(profile, policy, config, head)
+    90% interval on each headline figure (`HEADLINE`); `speed` multiplies every price (a decode step timed
+    now over the profile's: `ppsd validate --serve --retime`)."""
+    setup = _Setup(profile, policy, config, head, speed)
     point = _point(setup, workload, seed, slo)
     cv = cost_cv(profile, setup.policy)
     draws: dict[str, list[float]] = {k: [] for k in HEADLINE}
