@@ -60,17 +60,22 @@ class BatchCosts:
         self.pass_cv = step_cv(self.profile)  # a pass's relative spread, which a lock-step tick waits out
 
     def layers(self, batch: float, context, lo: int, hi: int, n: int):
-        """Σ layers [lo, hi) for n tokens a sequence, `batch` sequences: the batch-1 price times the measured
-        batch ratio. `context` a number (-> float) or an array of cache widths (-> array, elementwise the same
-        arithmetic)."""
+        """Σ layers [lo, hi) for n tokens a sequence, `batch` sequences: up to the batch tables' widest context
+        the batch-1 price times the measured batch ratio; past it, each sequence's attention over the further
+        columns as one sequence's alone (the batch-1 tables' increment, times `batch`): the weights are read
+        once for the batch, each sequence's cache by itself. `context` a number (-> float) or an array of cache
+        widths (-> array, elementwise the same arithmetic)."""
         ctx = np.asarray(context, dtype=float)
         flat = np.atleast_1d(ctx)
-        out = self.cm.layers(flat, lo, hi, n) * np.interp(flat, self.tables.context_values, self._ratio(batch, n))
+        inside = np.minimum(flat, self.tables.context_values[-1])
+        at_inside = self.cm.layers(inside, lo, hi, n)
+        out = at_inside * np.interp(inside, self.tables.context_values, self._ratio(batch, n))
+        out = out + batch * (self.cm.layers(flat, lo, hi, n) - at_inside)
         return float(out[0]) if ctx.ndim == 0 else out
 
     def _ratio(self, batch: float, n: float) -> np.ndarray:
-        """The batch ratio of a layer pass at each context the batch tables measured (between them linear,
-        beyond them held: `BatchTables.layers_ratio`)."""
+        """The batch ratio of a layer pass at each context the batch tables measured (between them linear:
+        `BatchTables.layers_ratio`)."""
         key = (batch, n)
         got = self._ratios.get(key)
         if got is None:
