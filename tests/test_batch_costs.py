@@ -66,3 +66,26 @@ def test_a_profile_without_batch_tables_answers_for_batch_one_only(tmp_path):
 def test_reduced_vocabulary_heads_are_not_priced_in_a_batch(batched):
     with pytest.raises(UserError, match="not timed at batch"):
         BatchCosts(batched, "vocab4096")
+
+
+def test_past_the_widest_batch_context_each_sequence_reads_its_own_cache():
+    """Past the batch tables' widest context a pass of B sequences grows B times as fast per column as one
+    sequence's (the weights are shared, each cache is read by itself): the batch ratio rises toward B instead
+    of being held, with no jump at the last measured width; batch 1 is its own table everywhere."""
+    import numpy as np
+
+    from ppsd.paths import EXAMPLES_DIR
+    from ppsd.profile import load_profile
+
+    profile = load_profile(EXAMPLES_DIR / "smollm2-135m-serving-intel-xeon" / "profile")
+    costs, cm = BatchCosts(profile), cost_model(profile)
+    top = float(profile.batch.context_values[-1])
+    widths = np.array([top, top + 8, 1024.0, 2048.0])
+    n_layers = cm.num_layers
+    assert np.allclose(costs.layers(1, widths, 0, n_layers, 1), cm.layers(widths, 0, n_layers, 1))
+    for b in (2, 4, 8):
+        at = costs.layers(b, widths, 0, n_layers, 1)
+        one = cm.layers(widths, 0, n_layers, 1)
+        assert at[1] - at[0] < 0.01 * at[0]  # no jump past the last measured width
+        assert at[3] - at[2] == pytest.approx(b * (one[3] - one[2]))
+        assert at[3] / one[3] > at[0] / one[0]  # the ratio to one sequence grows with the width
