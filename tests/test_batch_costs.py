@@ -89,3 +89,28 @@ def test_past_the_widest_batch_context_each_sequence_reads_its_own_cache():
         assert at[1] - at[0] < 0.01 * at[0]  # no jump past the last measured width
         assert at[3] - at[2] == pytest.approx(b * (one[3] - one[2]))
         assert at[3] / one[3] > at[0] / one[0]  # the ratio to one sequence grows with the width
+
+
+def test_a_batch_table_that_dips_past_its_widest_width_never_prices_less_than_at_it():
+    """Timing noise on a tiny model can read a wider cache as cheaper; the batch price past the widest batch width
+    adds nothing then (never a smaller or non-positive price, which a speedup would divide by)."""
+    import numpy as np
+
+    from ppsd.paths import EXAMPLES_DIR
+    from ppsd.profile import load_profile
+
+    profile = load_profile(EXAMPLES_DIR / "smollm2-135m-serving-intel-xeon" / "profile")
+    costs = BatchCosts(profile)
+    top = float(profile.batch.context_values[-1])
+
+    class Dipping:  # the batch-1 layers, halving past the widest batch width
+        num_layers = costs.cm.num_layers
+
+        def layers(self, context, lo, hi, n):
+            c = np.asarray(context, dtype=float)
+            return np.where(c > top, 5.0, 10.0)
+
+    costs.cm = Dipping()
+    widths = np.array([top, 2 * top, 8 * top])
+    at = costs.layers(8, widths, 0, costs.cm.num_layers, 1)
+    assert np.all(at > 0) and np.allclose(at, at[0])

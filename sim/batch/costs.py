@@ -70,7 +70,8 @@ class BatchCosts:
         inside = np.minimum(flat, self.tables.context_values[-1])
         at_inside = self.cm.layers(inside, lo, hi, n)
         out = at_inside * np.interp(inside, self.tables.context_values, self._ratio(batch, n))
-        out = out + batch * (self.cm.layers(flat, lo, hi, n) - at_inside)
+        # more columns never cost less: a noisy table that dips past its widest batch width adds nothing
+        out = out + batch * np.maximum(self.cm.layers(flat, lo, hi, n) - at_inside, 0.0)
         return float(out[0]) if ctx.ndim == 0 else out
 
     def _ratio(self, batch: float, n: float) -> np.ndarray:
