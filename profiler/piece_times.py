@@ -60,6 +60,11 @@ class PieceTimes:
         heads = {k.split(":", 1)[1]: f(k) for k in self.now_ms if k.startswith("exit_head:")}
         return PieceScale(layers=f("layers"), head=f("head"), embedding=f("embedding"), exit_heads=heads)
 
+    @property
+    def step_scale(self) -> float:
+        """A whole decode step's pieces (embedding, layers, LM head) timed now over the profile's."""
+        return float(sum(self.now_ms[k] for k in STEP_PIECES) / sum(self.profile_ms[k] for k in STEP_PIECES))
+
     def summary(self) -> dict:
         """{context, repeats, pieces: {name: {profile_ms, now_ms, drift_pct}}, apart_pct, flagged,
         note}: the head and the layers drifting more than APART_PCT points apart is flagged."""

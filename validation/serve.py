@@ -109,13 +109,16 @@ class ServeRow:
     @classmethod
     def from_prediction(cls, policy: str, load: "Load", pred, measured, outputs_match_ar: bool | None,
                         mismatched_requests: list[int] | None = None, cpu_share: dict | None = None,
-                        run: str = "") -> "ServeRow":
+                        run: str = "", speed: tuple[float, float] | None = None,
+                        profile_predicted=None) -> "ServeRow":
         """The row of `policy` (its spec) at `load`: the simulator's `ServePrediction` beside the measured run's
-        `ServeMetrics`."""
+        `ServeMetrics`; with `profile_predicted` (the prediction from the profile's own prices, when `pred` is
+        priced at the machine's speed) its points kept beside."""
         return cls(policy, load.name, load.rate, len(load.workload.requests), measured.completed,
                    {x: (pred.bands[x].point, pred.bands[x].lo, pred.bands[x].hi) for x in HEADLINE},
                    headline(measured), outputs_match_ar, list(mismatched_requests or []),
-                   pred.run.metrics.acceptance_rate, measured.acceptance_rate, dict(cpu_share or {}), run)
+                   pred.run.metrics.acceptance_rate, measured.acceptance_rate, dict(cpu_share or {}), run, speed,
+                   None if profile_predicted is None else {x: profile_predicted.bands[x].point for x in HEADLINE})
 
     def covered(self, x: str) -> bool:
         _, lo, hi = self.predicted[x]
@@ -181,7 +184,7 @@ class ServeSettings:
         return cls(str(args.profile), args.model, args.policies, rates, args.trace, float(args.trace_start),
                    args.trace_rate, int(args.num_prompts), args.output_len, int(args.max_batch), int(args.max_tokens),
                    int(args.replications), args.prompts, out, bool(args.force), int(args.seed), bool(args.json),
-                   bool(getattr(args, "retime", False)))
+                   bool(args.retime))
 
 
 def default_policies(profile) -> str:
@@ -264,8 +267,8 @@ SPEED_WARN = 0.10  # a check this far from the profile's step, or a run's two ch
 class SpeedCheck:
     """The machine's speed against the profile's, taken in this process between runs (the servers idle) on the
     engine's core: a batch-1 AR decode step's pieces timed as the profiler times them
-    (`profiler.piece_times.time_pieces`), their sum now over the profile's. A shared VM's speed moves by tens
-    of % within an hour, and a served run's latency moves with it, more so near saturation."""
+    (`profiler.piece_times.time_pieces`), their sum now over the profile's. A served run's latency moves with
+    the machine's speed, and more than in proportion near saturation, so each run is read against its own."""
 
     def __init__(self, profile, model):
         self.profile, self.model = profile, model
@@ -280,13 +283,7 @@ class SpeedCheck:
             got = time_pieces(self.profile, self.model, None, repeats=SPEED_REPEATS)
         finally:
             os.sched_setaffinity(0, allowed)
-        return step_ratio(got.now_ms, got.profile_ms)
-
-
-def step_ratio(now_ms: dict, profile_ms: dict) -> float:
-    """A decode step (embedding, layers, LM head) timed now over the profile's."""
-    keys = ("embedding", "layers", "head")
-    return float(sum(now_ms[k] for k in keys) / sum(profile_ms[k] for k in keys))
+        return got.step_scale
 
 
 def run_speed(before: float, after: float) -> float:
@@ -533,11 +530,9 @@ def _rows(model, policies, loads, predictions, measured, speeds, retimed=None) -
             pred = retimed[(load.name, spec)] if retimed is not None else own
             mismatched, checked = mismatches(result.results, texts, reference)
             match = (not mismatched) if checked else None
-            row = ServeRow.from_prediction(spec, load, pred, result.metrics, match, mismatched, result.cpu_share, name)
-            row.speed = speeds.get((load.name, spec))
-            if retimed is not None:
-                row.profile_predicted = {x: own.bands[x].point for x in HEADLINE}
-            rows.append(row)
+            rows.append(ServeRow.from_prediction(spec, load, pred, result.metrics, match, mismatched,
+                                                 result.cpu_share, name, speeds.get((load.name, spec)),
+                                                 own if retimed is not None else None))
     return rows
 
 
